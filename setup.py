@@ -1,0 +1,29 @@
+"""Packaging for dezero: the single source of metadata and extras."""
+from setuptools import find_packages, setup
+
+EXTRAS = {
+    "gpu": ["cupy>=12"],
+    "viz": ["graphviz>=0.20", "matplotlib>=3.5", "graphviz-pure"],
+    "test": ["pytest>=7", "hypothesis>=6"],
+    "reference": ["torch==2.13.0"],
+    "notebooks": [
+        "nbclient>=0.7", "nbformat>=5", "ipykernel>=6", "matplotlib>=3.5",
+        "scikit-learn>=1.1", "graphviz>=0.20",
+    ],
+    "docs": ["mkdocs>=1.5", "mkdocs-material>=9", "mkdocstrings[python]>=0.24"],
+}
+
+setup(
+    name="dezero",
+    version="0.1.0",
+    description="An educational deep-learning framework: define-by-run autograd "
+    "and a trace mode that compiles a run into a static graph.",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="MIT",
+    python_requires=">=3.10",
+    packages=find_packages(include=["dezero", "dezero.*"]),
+    install_requires=["numpy>=1.23"],
+    extras_require=EXTRAS,
+    entry_points={"console_scripts": []},
+)
