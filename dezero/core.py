@@ -369,6 +369,8 @@ class Function:
         try:
             ys = self.forward(*xs)
         except (ValueError, IndexError) as e:
+            if str(e).startswith(f"{self.op_name}:"):
+                raise  # the op wrote a full message already
             shapes = ", ".join(str(getattr(x, "shape", "?")) for x in xs)
             raise type(e)(f"{self.op_name}: {e} (input shapes: {shapes})") from e
         if not isinstance(ys, tuple):

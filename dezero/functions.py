@@ -29,13 +29,18 @@ class Add(Function):
         return _unbroadcast(gy, x0.shape), _unbroadcast(gy, x1.shape)
 
 
+def _operands(x0, x1):
+    # A Python scalar on either side takes the dtype of the other operand.
+    return as_operand(x0, x1), as_operand(x1, x0)
+
+
 def _unbroadcast(gy, shape):
     # A broadcast input receives the gradient summed back to its own shape.
     return gy if gy.shape == shape else sum_to(gy, shape)
 
 
 def add(x0, x1):
-    return Add()(x0, as_operand(x1, x0))
+    return Add()(*_operands(x0, x1))
 
 
 class Sub(Function):
@@ -50,7 +55,7 @@ class Sub(Function):
 
 
 def sub(x0, x1):
-    return Sub()(x0, as_operand(x1, x0))
+    return Sub()(*_operands(x0, x1))
 
 
 def rsub(x0, x1):
@@ -70,7 +75,7 @@ class Mul(Function):
 
 
 def mul(x0, x1):
-    return Mul()(x0, as_operand(x1, x0))
+    return Mul()(*_operands(x0, x1))
 
 
 class Div(Function):
@@ -87,7 +92,7 @@ class Div(Function):
 
 
 def div(x0, x1):
-    return Div()(x0, as_operand(x1, x0))
+    return Div()(*_operands(x0, x1))
 
 
 def rdiv(x0, x1):
@@ -259,7 +264,8 @@ class Abs(Function):
     cpp = "fabs({x})"
 
     def forward(self, x):
-        return abs(x)
+        # `abs` in this module is the dezero function; ask the array module.
+        return cuda.get_array_module(x).abs(x)
 
     def backward(self, gy):
         x, = self.inputs
@@ -544,6 +550,8 @@ def _check_matmul(op, x, W):
 
 
 class MatMul(Function):
+    op_name = "matmul"
+
     def forward(self, x, W):
         _check_matmul(self.op_name, x, W)
         return x @ W
