@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import dezero.functions as F
+from dezero import Variable
 
 # =============================================================================
 # Row: one function under test
@@ -127,3 +128,15 @@ ROWS = [
         torch=lambda x, W, b: x @ W + b),
     Row("linear_nobias", F.linear, ((2, 3), (3, 4)), np.matmul, torch=lambda a, b: a @ b),
 ]
+
+
+# =============================================================================
+# EXTRA_CALLS: ops that no row (nor its backward) reaches
+# =============================================================================
+
+# op name -> a call returning an output Variable, for ops whose inputs a Row cannot
+# describe (integer labels, random ops ...). tests/test_core.py checks that every
+# registered op is reached by ROWS or by these calls, and rebuilds it from its attrs.
+EXTRA_CALLS = {
+    "sign": lambda: F.sign(Variable(np.array([-1.0, 0.0, 2.0]))),
+}
