@@ -171,7 +171,7 @@ def array_allclose(a, b, rtol=1e-4, atol=1e-5):
 
 
 def _dot_var(v, node_id, verbose):
-    label = "" if v.name is None else v.name
+    label = "" if v.name is None else v.name.replace('"', '\\"')
     if verbose and v.data is not None:
         if v.name is not None:
             label += ": "
