@@ -277,6 +277,16 @@ class Parameter(Variable):
     __slots__ = ()
 
 
+class Constant(Variable):
+    """A value handed to a Function as a Python scalar or an array, not a Variable.
+
+    Nobody else holds it, so its gradient could never be read: ops skip computing
+    it (in `y * 2`, backward computes only the gradient of y).
+    """
+
+    __slots__ = ()
+
+
 def as_array(x, array_module=np):
     """x as an array: scalars become 0-d arrays, arrays pass through."""
     if np.isscalar(x):
@@ -296,18 +306,21 @@ def as_operand(x, like):
     Python scalars are weak, as in numpy 2 (NEP 50): `float32_var * 2.0` stays
     float32 under numpy 1.x too. Everything else keeps its own dtype.
     """
-    if isinstance(x, Variable) or isinstance(x, cuda.array_types):
+    if isinstance(x, _OPERAND_TYPES):
         return x
     ref = like._data if isinstance(like, Variable) else like
     if isinstance(x, (bool, int, float)) and isinstance(ref, cuda.array_types):
-        kind = ref.dtype.kind
-        if kind in "fc" or (kind in "iub" and not isinstance(x, float)):
-            dtype = ref.dtype if kind != "b" else np.result_type(x)
-            return cuda.get_array_module(ref).array(x, dtype=dtype)
-        return cuda.get_array_module(ref).array(x)
+        xp = np if type(ref) is np.ndarray else cuda.get_array_module(ref)
+        dtype = ref.dtype
+        if dtype.kind in "fc" or (dtype.kind in "iu" and not isinstance(x, float)):
+            return xp.array(x, dtype=dtype)
+        return xp.array(x)
     if np.isscalar(x):
         return np.array(x)
     return np.asarray(x)
+
+
+_OPERAND_TYPES = (Variable, *cuda.array_types)
 
 
 # =============================================================================
@@ -364,7 +377,7 @@ class Function:
         return {k: v for k, v in sorted(vars(self).items()) if k not in _RESERVED}
 
     def __call__(self, *inputs):
-        inputs = [x if isinstance(x, Variable) else as_variable(as_array(x)) for x in inputs]
+        inputs = [x if isinstance(x, Variable) else Constant(as_array(x)) for x in inputs]
         xs = [x._data for x in inputs]
         try:
             ys = self.forward(*xs)
