@@ -8,6 +8,7 @@ Run by hand from the repository root (PyTorch is optional):
     python benchmarks/bench_overhead.py [--repeat 15]
 """
 import argparse
+import time
 import timeit
 
 import numpy as np
@@ -90,6 +91,11 @@ def torch_expr(x0, a0, b0):
 # =============================================================================
 
 
+# CPU time of this process: on a shared, busy machine it is steadier than wall time,
+# and every implementation measured here runs on one thread.
+CLOCK = time.process_time
+
+
 def best_times(fns, repeat, number):
     """Seconds per call of each fn: the best of `repeat` rounds of `number` calls.
 
@@ -99,7 +105,7 @@ def best_times(fns, repeat, number):
     best = [float("inf")] * len(fns)
     for _ in range(repeat):
         for i, fn in enumerate(fns):
-            best[i] = min(best[i], timeit.timeit(fn, number=number) / number)
+            best[i] = min(best[i], timeit.timeit(fn, number=number, timer=CLOCK) / number)
     return best
 
 
@@ -127,7 +133,7 @@ def main():
                                            (x0, a0, b0)),
     }
     print(f"numpy {np.__version__}, torch {torch.__version__ if torch else 'absent'}; "
-          f"best of {args.repeat} rounds; us = microseconds per op")
+          f"best of {args.repeat} rounds; us = CPU microseconds per op")
     print(f"{'case':26} {'dezero us':>10} {'numpy us':>9} {'torch us':>9} "
           f"{'dz/np':>6} {'dz/torch':>9}")
     for name, (ops, *impls, fargs) in cases.items():
