@@ -15,11 +15,10 @@ import numpy as np
 # GPU transfer: cupy is imported only when a loader is moved to the GPU
 # =============================================================================
 def _require_cupy(caller):
-    try:
-        import cupy  # noqa: F401
-    except ImportError:
+    from dezero import cuda
+    if not cuda.gpu_enable:
         raise RuntimeError(f'{caller} needs cupy, which is not installed; install it '
-                           f'(pip install dezero[gpu]) or keep the loader on the CPU') from None
+                           f"(pip install 'dezero[gpu]') or keep the loader on the CPU")
 
 
 def _to_device(array, gpu):

@@ -3,8 +3,7 @@
 datasets.py sits between the files on disk (downloads.py fetches them into the
 cache directory) and dataloaders.py, which batches what a Dataset returns.
 Spiral and SinCurve are generated; MNIST, CIFAR10/100 and Shakespear read the
-original file formats. Offline, a missing file raises a DownloadError that says
-where to place it.
+original file formats (offline, a DownloadError says where to place a file).
 
     x, t = dezero.datasets.Spiral(train=True)[0]
 """
@@ -114,11 +113,12 @@ def _get_from_mirrors(bases, file_name, md5):
         try:
             return get_file(base + file_name, md5=md5)
         except DownloadError as e:
-            failures.append(f'  {base + file_name}: {e.__cause__ or e}')
+            failures.append(f'  {e.url}: {e.reason}')
     path = os.path.join(get_cache_dir(), file_name)
     raise DownloadError(
         f'could not download {file_name} from any mirror:\n' + '\n'.join(failures) +
-        f'\nWithout a network, download it elsewhere and place it by hand at\n  {path}')
+        f'\nWithout a network, download it elsewhere and place it by hand at\n  {path}\n'
+        f'(the cache directory is set by $DEZERO_CACHE_DIR).', path=path)
 
 
 def _read_idx(path, ndim):

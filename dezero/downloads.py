@@ -38,7 +38,14 @@ def get_cache_dir():
 # Errors: DownloadError
 # =============================================================================
 class DownloadError(OSError, RuntimeError):
-    """A file could not be downloaded, or arrived with the wrong checksum."""
+    """A file could not be downloaded, or arrived with the wrong checksum.
+
+    url, path and reason tell what was fetched, where it belongs and why it failed.
+    """
+
+    def __init__(self, message, *, url=None, path=None, reason=None):
+        super().__init__(message)
+        self.url, self.path, self.reason = url, path, reason
 
 
 # =============================================================================
@@ -110,7 +117,8 @@ def get_file(url, file_name=None, *, sha256=None, md5=None):
                     f'{file_name}: {name} checksum mismatch for the download from {url}\n'
                     f'  expected {expected[name]}\n  got      {got}\n'
                     f'The download was discarded. Retry, or place a good copy by hand '
-                    f'at {file_path}')
+                    f'at {file_path}',
+                    url=url, path=file_path, reason=f'{name} checksum mismatch')
         os.replace(tmp_path, file_path)
     except BaseException:
         if os.path.exists(tmp_path):
@@ -141,4 +149,5 @@ def _fetch(url, file_name, f, hashers):
             f'could not download {file_name} from {url} ({reason}).\n'
             f'Without a network, download it elsewhere and place it by hand at\n'
             f'  {file_path}\n'
-            f'(the cache directory is set by ${CACHE_DIR_ENV}).') from e
+            f'(the cache directory is set by ${CACHE_DIR_ENV}).',
+            url=url, path=file_path, reason=str(reason)) from e

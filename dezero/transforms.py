@@ -8,6 +8,8 @@ only numpy; the image ones take PIL images and import Pillow when first called.
 """
 import numpy as np
 
+from dezero.utils import pair
+
 
 # =============================================================================
 # Composition: Compose
@@ -37,14 +39,6 @@ def _pil_image(caller):
     return Image
 
 
-def _pair(size):
-    if isinstance(size, int):
-        return size, size
-    if isinstance(size, tuple | list) and len(size) == 2:
-        return tuple(size)
-    raise ValueError(f'size must be an int or a pair (width, height), not {size!r}')
-
-
 class Convert:
     """Convert a PIL image to `mode` ('RGB', 'L', ...); 'BGR' gives RGB with R and B swapped."""
 
@@ -66,7 +60,7 @@ class Resize:
     """
 
     def __init__(self, size, mode=None):
-        self.size = _pair(size)
+        self.size = pair(size)
         self.mode = mode
 
     def __call__(self, img):
@@ -80,7 +74,7 @@ class CenterCrop:
     """Crop the centre of a PIL image to size (width, height), or (size, size) for an int."""
 
     def __init__(self, size):
-        self.size = _pair(size)
+        self.size = pair(size)
 
     def __call__(self, img):
         W, H = img.size

@@ -1,9 +1,8 @@
 """DataLoader and SeqDataLoader: batch counts, order, shuffling, epochs and devices."""
-import importlib.util
-
 import numpy as np
 import pytest
 
+from dezero import cuda
 from dezero.dataloaders import DataLoader, SeqDataLoader
 from dezero.datasets import Dataset
 
@@ -91,7 +90,7 @@ def test_bad_batch_size(batch_size):
         DataLoader(Numbers(4), batch_size=batch_size)
 
 
-@pytest.mark.skipif(importlib.util.find_spec('cupy') is not None, reason='cupy is installed')
+@pytest.mark.skipif(cuda.gpu_enable, reason='cupy is installed')
 def test_gpu_without_cupy_is_a_clear_error():
     loader = DataLoader(Numbers(4), batch_size=2)
     with pytest.raises(RuntimeError, match='cupy'):
@@ -99,6 +98,16 @@ def test_gpu_without_cupy_is_a_clear_error():
     assert loader.gpu is False
     with pytest.raises(RuntimeError, match=r'gpu=True\) needs cupy'):
         DataLoader(Numbers(4), batch_size=2, gpu=True)
+    loader.to_cpu()
+    assert isinstance(loader.next()[0], np.ndarray)
+
+
+@pytest.mark.skipif(not cuda.gpu_enable, reason='needs cupy and a GPU')
+def test_gpu_batches_are_cupy_arrays():
+    loader = DataLoader(Numbers(5), batch_size=2, shuffle=False, gpu=True)
+    x, t = loader.next()
+    assert isinstance(x, cuda.cupy.ndarray) and isinstance(t, cuda.cupy.ndarray)
+    np.testing.assert_array_equal(cuda.as_numpy(t), [100, 101])
     loader.to_cpu()
     assert isinstance(loader.next()[0], np.ndarray)
 

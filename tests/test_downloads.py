@@ -132,6 +132,7 @@ def test_offline_error_names_file_url_and_path(cache, offline):
     assert 'data.bin' in message and URL in message
     assert os.path.join(str(cache), 'data.bin') in message
     assert 'Network is unreachable' in message
+    assert error.url == URL and error.path == os.path.join(str(cache), 'data.bin')
     assert os.listdir(cache) == []
 
 

@@ -102,7 +102,7 @@ def test_resize_and_center_crop():
     cropped = T.CenterCrop((2, 2))(img)
     assert cropped.size == (2, 2)
     np.testing.assert_array_equal(np.asarray(cropped), array[1:3, 2:4])
-    with pytest.raises(ValueError, match='size'):
+    with pytest.raises(ValueError, match='pair'):
         T.Resize((1, 2, 3))
 
 
