@@ -265,7 +265,9 @@ class Conv2DGradW(Function):
         oc = gy.shape[1]
         col = im2col_array(x, self.kernel_size, self.stride, self.pad, to_matrix=False)
         col = col.reshape(n, -1, gy.shape[2] * gy.shape[3])
-        gW = xp.tensordot(gy.reshape(n, oc, -1), col, ((0, 2), (0, 2)))
+        # One (OC, P) @ (P, C*KH*KW) product per image, summed over the batch
+        # (several times faster than tensordot over both axes at once).
+        gW = xp.matmul(gy.reshape(n, oc, -1), col.transpose(0, 2, 1)).sum(axis=0)
         return gW.reshape(oc, c, *self.kernel_size)
 
     def backward(self, ggW):
