@@ -35,4 +35,6 @@ else:
     )
 
 setup_variable()
+from dezero.static import TraceError, trace  # noqa: E402,F401
+
 __version__ = "0.1.0"
