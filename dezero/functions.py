@@ -931,12 +931,17 @@ def mean_squared_error(x0, x1):
 
 
 class Accuracy(Function):
-    """The fraction of rows of y whose argmax equals the label t; not differentiable."""
+    """The fraction of rows of y whose argmax equals the label t.
+
+    It is piecewise constant in y, so its gradient is zero: backward gives none."""
 
     def forward(self, y, t):
         pred = y.argmax(axis=1).reshape(t.shape)
         dtype = y.dtype if y.dtype.kind == "f" else np.float64
         return (pred == t).mean(dtype=dtype)
+
+    def backward(self, gy):
+        return None, None
 
 
 def accuracy(y, t):
@@ -1145,3 +1150,20 @@ def linear_simple(x, W, b=None):
     if b is None:
         return t
     return t + b
+
+
+# =============================================================================
+# Convolution and pooling, defined in functions_conv.py: conv2d, deconv2d,
+#   conv2d_simple, pooling, pooling_simple, average_pooling, im2col, col2im
+# =============================================================================
+# Imported last: functions_conv builds on the functions above.
+from dezero.functions_conv import (  # noqa: E402, F401
+    average_pooling,
+    col2im,
+    conv2d,
+    conv2d_simple,
+    deconv2d,
+    im2col,
+    pooling,
+    pooling_simple,
+)
