@@ -1,0 +1,79 @@
+"""Runs every steps/stepNN.py as a script and checks the values it prints.
+
+Each step runs in a fresh subprocess (the interpreter running pytest) inside a
+temporary working directory, so pictures land there, and with DEZERO_CACHE_DIR
+pointing there, so nothing is downloaded or read from a user's cache.
+Usage: python -m pytest -q tests/test_steps.py
+"""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STEP_FILES = sorted((ROOT / "steps").glob("step[0-9][0-9].py"))
+NUMBER = r"(-?[0-9.]+(?:e[-+]?[0-9]+)?)"
+
+# =============================================================================
+# Expectations: CHECKS maps a step number to what its output must contain
+# =============================================================================
+# An entry is either a regex that must match somewhere in stdout, or a tuple
+# (regex with one number group, expected value, absolute tolerance).
+CHECKS = {
+    1: [r"x\.data = 2\.0", r"ndim=2 shape=\(2, 3\)"],
+    2: [r"y\.data = 100"],
+    3: [(rf"y\.data = {NUMBER}", 1.6487212707, 1e-9)],
+    4: [(rf"numerical d\(x\^2\)/dx at 2\.0: {NUMBER}", 4.0, 1e-9),
+        (rf"numerical dy/dx at 0\.5: {NUMBER}", 3.2974425414, 1e-6),
+        (rf"absolute error: {NUMBER}", 8.8e-8, 1e-8)],
+    5: [(rf"dy/dx \(backward\) = {NUMBER}", 3.2974425414, 1e-9),
+        (rf"dy/dx \(numerical\)= {NUMBER}", 3.2974425414, 1e-6)],
+    6: [(rf"x\.grad = {NUMBER}", 3.2974425414, 1e-9)],
+    7: [r"y <- C <- b <- B <- a <- A <- x", (rf"x\.grad = {NUMBER}", 3.2974425414, 1e-9)],
+    8: [(rf"x\.grad = {NUMBER}", 3.2974425414, 1e-9),
+        (rf"5000 identity functions: {NUMBER}", 1.0, 0)],
+    9: [(rf"x\.grad = {NUMBER}", 3.2974425414, 1e-9), r"TypeError: Variable holds a numpy"],
+    10: [r"ran 5 tests, failures: 0, errors: 0"],
+}
+
+
+# =============================================================================
+# Harness: run_step, check_output, test_step
+# =============================================================================
+def run_step(path, workdir):
+    env = dict(os.environ)
+    env["DEZERO_CACHE_DIR"] = str(workdir / "dezero_cache")
+    env["MPLBACKEND"] = "Agg"
+    return subprocess.run([sys.executable, str(path)], cwd=workdir, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def check_output(number, stdout):
+    for check in CHECKS.get(number, []):
+        if isinstance(check, str):
+            assert re.search(check, stdout), f"step {number}: no match for {check!r}"
+            continue
+        pattern, expected, tol = check
+        match = re.search(pattern, stdout)
+        assert match, f"step {number}: no match for {pattern!r}"
+        value = float(match.group(1))
+        assert abs(value - expected) <= tol, (
+            f"step {number}: {pattern!r} gave {value}, expected {expected} +- {tol}")
+
+
+@pytest.mark.parametrize("path", STEP_FILES, ids=[p.stem for p in STEP_FILES])
+def test_step(path, tmp_path):
+    number = int(path.stem[len("step"):])
+    result = run_step(path, tmp_path)
+    assert result.returncode == 0, (
+        f"{path.name} exited with {result.returncode}\n{result.stdout}\n{result.stderr}")
+    assert "Traceback" not in result.stderr, result.stderr
+    check_output(number, result.stdout)
+
+
+def test_every_step_has_checks():
+    numbers = {int(p.stem[len("step"):]) for p in STEP_FILES}
+    assert numbers == set(CHECKS), f"steps without checks: {sorted(numbers - set(CHECKS))}"
