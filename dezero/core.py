@@ -1,0 +1,426 @@
+"""The dynamic core: Config, Variable, Parameter, Function and backward.
+
+Calling a Function on Variables computes at once (define-by-run) and, while
+`Config.enable_backprop` is on, links the outputs to the Function that made them.
+`Variable.backward()` walks those links in decreasing generation order. Operators
+(+, *, @, [] ...) are installed on Variable by `setup_variable()` from functions.py.
+
+    x = Variable(np.array(2.0)); y = x ** 3; y.backward(); x.grad  # variable(12.0)
+"""
+import contextlib
+import heapq
+import itertools
+import re
+import weakref
+
+import numpy as np
+
+from dezero import cuda
+
+# =============================================================================
+# Config: enable_backprop, train, using_config, no_grad, test_mode
+# =============================================================================
+
+
+class Config:
+    enable_backprop = True
+    train = True
+
+
+@contextlib.contextmanager
+def using_config(name, value):
+    old_value = getattr(Config, name)
+    setattr(Config, name, value)
+    try:
+        yield
+    finally:
+        setattr(Config, name, old_value)
+
+
+def no_grad():
+    return using_config("enable_backprop", False)
+
+
+def test_mode():
+    return using_config("train", False)
+
+
+# The active tracer (dezero.static.tracer), or None. Function calls, `.data`
+# assignments and reads of a value into Python report to it; a module global
+# keeps the eager path to one cheap `is None` test.
+_tracer = None
+
+
+def set_tracer(tracer):
+    """Install `tracer` (or None) and return the one it replaces."""
+    global _tracer
+    previous, _tracer = _tracer, tracer
+    return previous
+
+
+# =============================================================================
+# Variable / Parameter: as_array, as_variable
+# =============================================================================
+
+
+class Variable:
+    """A node of the dynamic graph holding an array (`data`) and its gradient."""
+
+    __slots__ = ("_data", "name", "grad", "creator", "generation", "__weakref__")
+    # Makes `ndarray <op> Variable` defer to Variable's reflected operators.
+    __array_priority__ = 200
+
+    def __init__(self, data, name=None):
+        if data is not None and not isinstance(data, cuda.array_types):
+            raise TypeError(
+                f"Variable data must be a numpy or cupy array (or None), got "
+                f"{type(data).__name__}; wrap it first, e.g. Variable(np.array(...))")
+        self._data = data
+        self.name = name
+        self.grad = None
+        self.creator = None
+        self.generation = 0
+        if _tracer is not None:
+            _tracer.created(self)
+
+    @property
+    def data(self):
+        return self._data
+
+    @data.setter
+    def data(self, value):
+        if value is not None and not isinstance(value, cuda.array_types):
+            raise TypeError(
+                f"Variable.data must be a numpy or cupy array (or None), got "
+                f"{type(value).__name__}")
+        if _tracer is not None:
+            _tracer.assigned(self, value)
+        self._data = value
+
+    # ---- array-like properties -------------------------------------------------
+    @property
+    def shape(self):
+        return self._data.shape
+
+    @property
+    def ndim(self):
+        return self._data.ndim
+
+    @property
+    def size(self):
+        return self._data.size
+
+    @property
+    def dtype(self):
+        return self._data.dtype
+
+    def __len__(self):
+        return len(self._data)
+
+    def __repr__(self):
+        if self._data is None:
+            return "variable(None)"
+        body = str(self._data).replace("\n", "\n" + " " * 9)
+        return f"variable({body})"
+
+    # ---- reading a value into Python (a traced value cannot be read) -----------
+    def _concrete(self, how):
+        if _tracer is not None:
+            _tracer.concretized(self, how)
+        return self._data
+
+    def __bool__(self):
+        return bool(self._concrete("bool()"))
+
+    def __float__(self):
+        return float(self._concrete("float()"))
+
+    def __int__(self):
+        return int(self._concrete("int()"))
+
+    def item(self):
+        return self._concrete(".item()").item()
+
+    # ---- graph ---------------------------------------------------------------
+    def set_creator(self, func):
+        self.creator = func
+        self.generation = func.generation + 1
+
+    def cleargrad(self):
+        self.grad = None
+
+    def unchain(self):
+        self.creator = None
+
+    def unchain_backward(self):
+        """Cut the graph behind this Variable so that its memory can be freed."""
+        if self.creator is None:
+            return
+        funcs, seen = [self.creator], {id(self.creator)}
+        while funcs:
+            f = funcs.pop()
+            for x in getattr(f, "inputs", ()):
+                if x.creator is not None:
+                    if id(x.creator) not in seen:
+                        seen.add(id(x.creator))
+                        funcs.append(x.creator)
+                    x.unchain()
+
+    def backward(self, retain_grad=False, create_graph=False):
+        """Fill `.grad` of every Variable this one depends on.
+
+        Functions run in decreasing generation order (a heap, no recursion), so a
+        Function runs only after all the gradients flowing into it have been summed.
+        With create_graph=True the backward computation is itself recorded, which
+        is how higher-order derivatives are taken.
+        """
+        if self.grad is None:
+            xp = cuda.get_array_module(self._data)
+            self.grad = Variable(xp.ones_like(self._data))
+        if self.creator is None:
+            return
+
+        heap, seen, tie = [], set(), itertools.count()
+
+        def push(f):
+            if f not in seen:
+                seen.add(f)
+                # `tie` keeps the order deterministic among equal generations.
+                heapq.heappush(heap, (-f.generation, next(tie), f))
+
+        push(self.creator)
+        old_backprop = Config.enable_backprop
+        Config.enable_backprop = create_graph
+        try:
+            while heap:
+                f = heapq.heappop(heap)[2]
+                gys = [_grad_of(output) for output in f.outputs]
+                gxs = f.backward(*gys)
+                if not isinstance(gxs, tuple):
+                    gxs = (gxs,)
+                for x, gx in zip(f.inputs, gxs):
+                    if gx is None:
+                        continue
+                    x.grad = gx if x.grad is None else x.grad + gx
+                    if x.creator is not None:
+                        push(x.creator)
+                if not retain_grad:
+                    for output in f.outputs:
+                        y = output()
+                        if y is not None:
+                            y.grad = None
+        finally:
+            Config.enable_backprop = old_backprop
+
+    # ---- shape and reduction methods (defined in functions.py) ---------------
+    def reshape(self, *shape):
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = shape[0]
+        return F.reshape(self, tuple(shape))
+
+    def transpose(self, *axes):
+        if len(axes) == 0:
+            axes = None
+        elif len(axes) == 1 and (isinstance(axes[0], (tuple, list)) or axes[0] is None):
+            axes = axes[0]
+        return F.transpose(self, axes)
+
+    @property
+    def T(self):
+        return F.transpose(self)
+
+    def sum(self, axis=None, keepdims=False):
+        return F.sum(self, axis, keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        return F.max(self, axis, keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        return F.min(self, axis, keepdims)
+
+    def matmul(self, W):
+        return F.matmul(self, W)
+
+    dot = matmul
+
+    # ---- devices -----------------------------------------------------------
+    def to_cpu(self):
+        if self._data is not None:
+            self.data = cuda.as_numpy(self._data)
+
+    def to_gpu(self):
+        if self._data is not None:
+            self.data = cuda.as_cupy(self._data)
+
+
+def _grad_of(output_ref):
+    # A Function with several outputs gets None for an output that received no
+    # gradient (or no longer exists); its backward treats None as zero.
+    y = output_ref()
+    return None if y is None else y.grad
+
+
+def _wrap_output(data):
+    """A Variable for an array a Function computed (skips __init__'s type check)."""
+    v = object.__new__(Variable)
+    v._data = data
+    v.name = None
+    v.grad = None
+    v.creator = None
+    v.generation = 0
+    return v
+
+
+class Parameter(Variable):
+    """A Variable that a Layer collects as a trainable parameter."""
+
+    __slots__ = ()
+
+
+def as_array(x, array_module=np):
+    """x as an array: scalars become 0-d arrays, arrays pass through."""
+    if np.isscalar(x):
+        return array_module.array(x)
+    return x
+
+
+def as_variable(obj):
+    if isinstance(obj, Variable):
+        return obj
+    return Variable(obj)
+
+
+def as_operand(x, like):
+    """The array for a second operand of `like` (a Variable or an array).
+
+    Python scalars are weak, as in numpy 2 (NEP 50): `float32_var * 2.0` stays
+    float32 under numpy 1.x too. Everything else keeps its own dtype.
+    """
+    if isinstance(x, Variable) or isinstance(x, cuda.array_types):
+        return x
+    ref = like._data if isinstance(like, Variable) else like
+    if isinstance(x, (bool, int, float)) and isinstance(ref, cuda.array_types):
+        kind = ref.dtype.kind
+        if kind in "fc" or (kind in "iub" and not isinstance(x, float)):
+            dtype = ref.dtype if kind != "b" else np.result_type(x)
+            return cuda.get_array_module(ref).array(x, dtype=dtype)
+        return cuda.get_array_module(ref).array(x)
+    if np.isscalar(x):
+        return np.array(x)
+    return np.asarray(x)
+
+
+# =============================================================================
+# Function: the base class of every op, and the op registry
+# =============================================================================
+
+# op name -> Function class; a recorded call (op, attrs) is rebuilt from here.
+OPS = {}
+# Names the core sets on a Function instance; everything else in vars() is an attr.
+_RESERVED = frozenset(("inputs", "outputs", "generation"))
+
+
+def _snake_case(name):
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+
+
+class Function:
+    """One op: `forward` on arrays, `backward` with Functions on Variables.
+
+    Class facts read by the trace compiler:
+      cpp       C++ expression of an elementwise op ("{x} * {y}"), else None;
+                placeholders are forward's parameter names and the op's attrs
+      random    the op draws random numbers (never folded or deduplicated)
+    Subclasses store their constructor arguments under the same names, so that
+    `type(f)(**f.attrs)` rebuilds an equivalent op.
+    """
+
+    cpp = None
+    random = False
+    commutative = False
+    op_name = "function"
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "op_name" not in cls.__dict__:
+            base = _snake_case(cls.__name__)
+            # User-defined ops are namespaced so they never shadow dezero's.
+            cls.op_name = base if cls.__module__.startswith("dezero") \
+                else f"{cls.__module__}.{cls.__qualname__}"
+        registered = OPS.get(cls.op_name)
+        if registered is not None and cls.__module__.startswith("dezero") \
+                and registered.__module__ != cls.__module__:
+            raise TypeError(f"op name {cls.op_name!r} is used by both "
+                            f"{registered.__module__} and {cls.__module__}")
+        OPS[cls.op_name] = cls
+
+    @classmethod
+    def elementwise(cls):
+        return cls.cpp is not None
+
+    @property
+    def attrs(self):
+        """The op's fixed attributes, sorted by name."""
+        return {k: v for k, v in sorted(vars(self).items()) if k not in _RESERVED}
+
+    def __call__(self, *inputs):
+        inputs = [x if isinstance(x, Variable) else as_variable(as_array(x)) for x in inputs]
+        xs = [x._data for x in inputs]
+        try:
+            ys = self.forward(*xs)
+        except (ValueError, IndexError) as e:
+            shapes = ", ".join(str(getattr(x, "shape", "?")) for x in xs)
+            raise type(e)(f"{self.op_name}: {e} (input shapes: {shapes})") from e
+        if not isinstance(ys, tuple):
+            ys = (ys,)
+        outputs = [_wrap_output(y if isinstance(y, cuda.array_types) else np.asarray(y))
+                   for y in ys]
+
+        if Config.enable_backprop:
+            self.generation = max([x.generation for x in inputs], default=0)
+            for y in outputs:
+                y.creator = self
+                y.generation = self.generation + 1
+            self.inputs = inputs
+            self.outputs = [weakref.ref(y) for y in outputs]
+        if _tracer is not None:
+            _tracer.record(self, inputs, outputs)
+        return outputs if len(outputs) > 1 else outputs[0]
+
+    def forward(self, *xs):
+        raise NotImplementedError(f"{type(self).__name__}.forward is not defined")
+
+    def backward(self, *gys):
+        raise NotImplementedError(
+            f"{self.op_name} has no backward: it is not differentiable")
+
+    def __repr__(self):
+        attrs = ", ".join(f"{k}={v!r}" for k, v in self.attrs.items())
+        return f"{type(self).__name__}({attrs})"
+
+
+# =============================================================================
+# Operators: setup_variable installs them on Variable
+# =============================================================================
+
+
+def setup_variable():
+    """Install the arithmetic operators, indexing and `@` on Variable."""
+    Variable.__add__ = F.add
+    Variable.__radd__ = F.add
+    Variable.__mul__ = F.mul
+    Variable.__rmul__ = F.mul
+    Variable.__neg__ = F.neg
+    Variable.__sub__ = F.sub
+    Variable.__rsub__ = F.rsub
+    Variable.__truediv__ = F.div
+    Variable.__rtruediv__ = F.rdiv
+    Variable.__pow__ = F.pow
+    Variable.__getitem__ = F.get_item
+    Variable.__matmul__ = F.matmul
+    Variable.__rmatmul__ = F.rmatmul
+
+
+# functions.py builds on the classes above, so it is imported last;
+# dezero/__init__.py calls setup_variable() once both are loaded.
+from dezero import functions as F  # noqa: E402

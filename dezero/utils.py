@@ -1,0 +1,311 @@
+"""Helpers shared by the ops and by users: shape utilities, numerical gradients,
+gradient checking, and DOT drawings of the dynamic graph.
+
+Sits beside core.py: functions.py uses the shape helpers; tests and learners
+use gradient_check and plot_dot_graph.
+
+    dezero.utils.plot_dot_graph(y, verbose=False, to_file="y.png")
+"""
+import os
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+
+from dezero import cuda
+
+# =============================================================================
+# Shapes: sum_to, reshape_sum_backward, max_backward_shape, logsumexp
+# =============================================================================
+
+
+def sum_to(x, shape):
+    """Sum the array x down to `shape`, undoing numpy broadcasting."""
+    lead = x.ndim - len(shape)
+    lead_axes = tuple(range(lead))
+    stretched = tuple(i + lead for i, n in enumerate(shape) if n == 1 and x.shape[i + lead] != 1)
+    y = x.sum(lead_axes + stretched, keepdims=True)
+    if lead > 0:
+        y = y.squeeze(lead_axes)
+    return y
+
+
+def reshape_sum_backward(gy, x_shape, axis, keepdims):
+    """Reshape the gradient of sum(x, axis) so that it broadcasts against x."""
+    ndim = len(x_shape)
+    if ndim == 0 or axis is None or keepdims:
+        return gy  # already broadcasts against x
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    shape = list(gy.shape)
+    for a in sorted(a % ndim for a in axes):
+        shape.insert(a, 1)
+    return gy.reshape(tuple(shape))
+
+
+def max_backward_shape(x, axis):
+    """The shape of max(x, axis) with keepdims=True."""
+    if axis is None:
+        axis = range(x.ndim)
+    elif isinstance(axis, int):
+        axis = (axis,)
+    axis = {a % x.ndim for a in axis}
+    return tuple(1 if i in axis else n for i, n in enumerate(x.shape))
+
+
+def logsumexp(x, axis=1):
+    """log(sum(exp(x), axis, keepdims=True)) computed without overflow."""
+    xp = cuda.get_array_module(x)
+    m = x.max(axis=axis, keepdims=True)
+    s = xp.exp(x - m).sum(axis=axis, keepdims=True)
+    return xp.log(s) + m
+
+
+# =============================================================================
+# Convolution sizes: get_conv_outsize, get_deconv_outsize, pair
+# =============================================================================
+
+
+def get_conv_outsize(input_size, kernel_size, stride, pad):
+    return (input_size + pad * 2 - kernel_size) // stride + 1
+
+
+def get_deconv_outsize(size, k, s, p):
+    return s * (size - 1) + k - 2 * p
+
+
+def pair(x):
+    """An int or a pair of ints as a pair: 3 -> (3, 3)."""
+    if isinstance(x, (int, np.integer)):
+        return (int(x), int(x))
+    if isinstance(x, tuple) and len(x) == 2:
+        return x
+    raise ValueError(f"expected an int or a pair of ints, got {x!r}")
+
+
+# =============================================================================
+# Gradient checking: numerical_grad, gradient_check, array_equal, array_allclose
+# =============================================================================
+
+
+def numerical_grad(f, x, *args, eps=1e-4, **kwargs):
+    """Central-difference gradient of sum(f(x, *args)) with respect to x."""
+    from dezero.core import Variable
+    x_data = x.data if isinstance(x, Variable) else x
+    xp = cuda.get_array_module(x_data)
+    x_data = cuda.as_numpy(x_data).copy()
+    grad = np.zeros_like(x_data)
+
+    def total(value):
+        return float(np.sum(cuda.as_numpy(_output_data(f(_as_input(value, x, xp), *args,
+                                                             **kwargs)))))
+
+    it = np.nditer(x_data, flags=["multi_index"], op_flags=["readwrite"])
+    while not it.finished:
+        i = it.multi_index
+        original = x_data[i].copy()
+        x_data[i] = original + eps
+        up = total(x_data)
+        x_data[i] = original - eps
+        down = total(x_data)
+        x_data[i] = original
+        grad[i] = (up - down) / (2 * eps)
+        it.iternext()
+    return xp.asarray(grad)
+
+
+def _as_input(value, like, xp):
+    from dezero.core import Variable
+    value = xp.asarray(value.copy())
+    return Variable(value) if isinstance(like, Variable) else value
+
+
+def _output_data(y):
+    from dezero.core import Variable
+    return y.data if isinstance(y, Variable) else y
+
+
+def gradient_check(f, x, *args, rtol=1e-4, atol=1e-5, **kwargs):
+    """Compare backprop's gradient of sum(f(x)) with a numerical one (in float64).
+
+    Returns True when they agree; otherwise prints the worst element and returns False.
+    """
+    from dezero.core import Variable, as_variable
+    x = as_variable(x)
+    x = Variable(x.data.astype(np.float64))
+    num_grad = cuda.as_numpy(numerical_grad(f, x, *args, **kwargs))
+    y = f(x, *args, **kwargs)
+    y.backward()
+    bp_grad = cuda.as_numpy(x.grad.data)
+    if bp_grad.shape != num_grad.shape:
+        print(f"gradient_check: backprop gradient shape {bp_grad.shape} != "
+              f"numerical {num_grad.shape}")
+        return False
+    ok = array_allclose(num_grad, bp_grad, rtol=rtol, atol=atol)
+    if not ok:
+        error = np.abs(num_grad - bp_grad) - rtol * np.abs(num_grad)
+        worst = np.unravel_index(np.argmax(error), error.shape) if error.ndim else ()
+        print(f"gradient_check failed: worst element at {tuple(int(i) for i in worst)}: "
+              f"backprop {bp_grad[worst]!r}, numerical {num_grad[worst]!r} "
+              f"(rtol={rtol}, atol={atol})")
+    return ok
+
+
+def array_equal(a, b):
+    from dezero.core import Variable
+    a = a.data if isinstance(a, Variable) else a
+    b = b.data if isinstance(b, Variable) else b
+    return bool(np.array_equal(cuda.as_numpy(a), cuda.as_numpy(b)))
+
+
+def array_allclose(a, b, rtol=1e-4, atol=1e-5):
+    from dezero.core import Variable
+    a = a.data if isinstance(a, Variable) else a
+    b = b.data if isinstance(b, Variable) else b
+    return bool(np.allclose(cuda.as_numpy(a), cuda.as_numpy(b), rtol=rtol, atol=atol))
+
+
+# =============================================================================
+# Drawing the dynamic graph: get_dot_graph, plot_dot_graph, render_dot
+# =============================================================================
+
+
+def _dot_var(v, node_id, verbose):
+    label = "" if v.name is None else v.name
+    if verbose and v.data is not None:
+        if v.name is not None:
+            label += ": "
+        label += f"{v.shape} {v.dtype}"
+    return f'{node_id} [label="{label}", color=orange, style=filled]\n'
+
+
+def _dot_func(f, node_id, var_ids):
+    text = f'{node_id} [label="{type(f).__name__}", color=lightblue, style=filled, shape=box]\n'
+    for x in f.inputs:
+        text += f"{var_ids(x)} -> {node_id}\n"
+    for y in f.outputs:
+        y = y()
+        if y is not None:
+            text += f"{node_id} -> {var_ids(y)}\n"
+    return text
+
+
+def get_dot_graph(output, verbose=True):
+    """DOT text of the graph that produced `output`: Variables as ellipses,
+    Functions as boxes. Node names come from visiting order, so the text is
+    the same for the same graph."""
+    names = {}
+
+    def node_id(obj, prefix):
+        key = id(obj)
+        if key not in names:
+            names[key] = f"{prefix}{len(names)}"
+        return names[key]
+
+    def var_id(v):
+        return node_id(v, "v")
+
+    text = _dot_var(output, var_id(output), verbose)
+    funcs, seen = [], set()
+
+    def add_func(f):
+        if f is not None and id(f) not in seen:
+            seen.add(id(f))
+            funcs.append(f)
+
+    add_func(output.creator)
+    drawn_vars = {id(output)}
+    while funcs:
+        f = funcs.pop()
+        text += _dot_func(f, node_id(f, "f"), var_id)
+        for x in f.inputs:
+            if id(x) not in drawn_vars:
+                drawn_vars.add(id(x))
+                text += _dot_var(x, var_id(x), verbose)
+            add_func(x.creator)
+    return "digraph g {\n" + text + "}\n"
+
+
+class GraphvizNotFoundError(RuntimeError):
+    """Raised when a graph must be rendered but no Graphviz `dot` is installed."""
+
+
+_NO_DOT = (
+    "Rendering a graph needs Graphviz's `dot` command, which was not found on PATH. "
+    "Install it with your system's package manager (apt-get install graphviz, "
+    "brew install graphviz, conda install graphviz) or pip install 'dezero[viz]', "
+    "which brings the pip-installable `graphviz-pure`. To get the graph without "
+    "rendering, save it with a .dot extension.")
+
+
+def find_dot():
+    """The path of a dot-compatible renderer, or None."""
+    return shutil.which("dot") or shutil.which("graphviz-pure")
+
+
+class RenderedGraph:
+    """A rendered graph file; in a notebook it displays inline."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def _repr_png_(self):
+        if self.path.endswith(".png"):
+            with open(self.path, "rb") as f:
+                return f.read()
+        return None
+
+    def _repr_svg_(self):
+        if self.path.endswith(".svg"):
+            with open(self.path, encoding="utf-8") as f:
+                return f.read()
+        return None
+
+    def __repr__(self):
+        return f"RenderedGraph({self.path!r})"
+
+
+def render_dot(dot_text, to_file):
+    """Write DOT text to `to_file`, rendered in the format its extension names
+    (png, svg, pdf ...; .dot writes the text itself)."""
+    to_file = os.path.abspath(os.path.expanduser(to_file))
+    directory = os.path.dirname(to_file)
+    os.makedirs(directory, exist_ok=True)
+    extension = os.path.splitext(to_file)[1][1:].lower() or "png"
+    if extension in ("dot", "gv"):
+        _write_atomically(to_file, dot_text.encode("utf-8"))
+        return RenderedGraph(to_file)
+    dot = find_dot()
+    if dot is None:
+        raise GraphvizNotFoundError(_NO_DOT)
+    with tempfile.TemporaryDirectory() as tmp:
+        source = os.path.join(tmp, "graph.dot")
+        with open(source, "w", encoding="utf-8") as f:
+            f.write(dot_text)
+        rendered = os.path.join(tmp, "graph." + extension)
+        result = subprocess.run([dot, source, "-T", extension, "-o", rendered],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"{os.path.basename(dot)} failed to render {to_file}: "
+                               f"{result.stderr.strip()}")
+        with open(rendered, "rb") as f:
+            _write_atomically(to_file, f.read())
+    return RenderedGraph(to_file)
+
+
+def _write_atomically(path, data):
+    # Write beside the target and rename, so a failure never leaves half a file.
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def plot_dot_graph(output, verbose=True, to_file="graph.png"):
+    """Draw the graph that produced `output` into `to_file` (format from its extension)."""
+    return render_dot(get_dot_graph(output, verbose), to_file)

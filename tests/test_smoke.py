@@ -1,0 +1,24 @@
+"""The tour: the README example, end to end."""
+import numpy as np
+
+import dezero.functions as F
+from dezero import Variable
+
+
+def test_readme_example_gradient_and_second_derivative():
+    x = Variable(np.array(2.0))
+    y = x ** 3 + 2 * x - 1 / x
+    y.backward(create_graph=True)
+    assert np.isclose(y.data, 11.5)
+    assert np.isclose(x.grad.data, 14.25)  # 3x^2 + 2 + 1/x^2
+    gx = x.grad
+    x.cleargrad()
+    gx.backward()
+    assert np.isclose(x.grad.data, 11.75)  # 6x - 2/x^3
+
+
+def test_tanh_chain_backward_matches_closed_form():
+    x = Variable(np.linspace(-1, 1, 5))
+    y = F.sum(F.tanh(x))
+    y.backward()
+    np.testing.assert_allclose(x.grad.data, 1 - np.tanh(x.data) ** 2)
