@@ -4,7 +4,7 @@ from setuptools import find_packages, setup
 EXTRAS = {
     "gpu": ["cupy>=12"],
     "viz": ["graphviz>=0.20", "matplotlib>=3.5", "graphviz-pure"],
-    "test": ["pytest>=7", "hypothesis>=6"],
+    "test": ["pytest>=7", "hypothesis>=6", "pillow>=9", "tqdm>=4"],
     "reference": ["torch==2.13.0"],
     "notebooks": [
         "nbclient>=0.7", "nbformat>=5", "ipykernel>=6", "matplotlib>=3.5",

@@ -20,7 +20,15 @@ if is_simple_core:
         using_config,
     )
 else:
-    from dezero import cuda, functions, utils  # noqa: F401
+    from dezero import (  # noqa: F401
+        cuda,
+        dataloaders,
+        datasets,
+        downloads,
+        functions,
+        transforms,
+        utils,
+    )
     from dezero.core import (  # noqa: F401
         Config,
         Function,
@@ -33,6 +41,8 @@ else:
         test_mode,
         using_config,
     )
+    from dezero.dataloaders import DataLoader, SeqDataLoader  # noqa: F401
+    from dezero.datasets import Dataset  # noqa: F401
 
 setup_variable()
 __version__ = "0.1.0"
