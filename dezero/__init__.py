@@ -26,6 +26,9 @@ else:
         datasets,
         downloads,
         functions,
+        layers,
+        models,
+        optimizers,
         transforms,
         utils,
     )
@@ -43,6 +46,8 @@ else:
     )
     from dezero.dataloaders import DataLoader, SeqDataLoader  # noqa: F401
     from dezero.datasets import Dataset  # noqa: F401
+    from dezero.layers import Layer  # noqa: F401
+    from dezero.models import Model  # noqa: F401
 
 setup_variable()
 __version__ = "0.1.0"
