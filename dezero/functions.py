@@ -1145,3 +1145,20 @@ def linear_simple(x, W, b=None):
     if b is None:
         return t
     return t + b
+
+
+# =============================================================================
+# Convolution and pooling, defined in functions_conv.py: conv2d, deconv2d,
+#   conv2d_simple, pooling, pooling_simple, average_pooling, im2col, col2im
+# =============================================================================
+# Imported last: functions_conv builds on the functions above.
+from dezero.functions_conv import (  # noqa: E402, F401
+    average_pooling,
+    col2im,
+    conv2d,
+    conv2d_simple,
+    deconv2d,
+    im2col,
+    pooling,
+    pooling_simple,
+)
