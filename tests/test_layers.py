@@ -5,6 +5,7 @@ import os
 import numpy as np
 import pytest
 
+import dezero
 import dezero.functions as F
 import dezero.layers as L
 from dezero import Parameter, Variable
@@ -52,6 +53,12 @@ def rand(*shape, seed=1):
     return Variable(np.random.RandomState(seed).randn(*shape), name="x")
 
 
+def to_float64(layer):
+    for p in layer.params():
+        p.data = p.data.astype(np.float64)
+    return layer
+
+
 def test_linear_gradients():
     layer = L.Linear(3, dtype=np.float64)
     x = rand(4, 5)
@@ -68,9 +75,7 @@ def test_linear_nobias_gradients():
 
 
 def test_rnn_gradients_through_two_steps():
-    layer = L.RNN(3, in_size=2)
-    for p in layer.params():
-        p.data = p.data.astype(np.float64)
+    layer = to_float64(L.RNN(3, in_size=2))
     xs = [rand(4, 2, seed=1), rand(4, 2, seed=2)]
 
     def forward():
@@ -79,6 +84,39 @@ def test_rnn_gradients_through_two_steps():
         return layer(xs[1])
 
     check_grads(forward, xs + list(layer.params()))
+
+
+def test_lstm_gradients_through_two_steps():
+    layer = to_float64(L.LSTM(3, in_size=2))
+    xs = [rand(4, 2, seed=1), rand(4, 2, seed=2)]
+
+    def forward():
+        layer.reset_state()
+        layer(xs[0])
+        return layer(xs[1])
+
+    check_grads(forward, xs + list(layer.params()))
+
+
+def test_embed_id_gradients_with_repeated_ids():
+    layer = L.EmbedID(5, 3, dtype=np.float64)
+    ids = np.array([[0, 2], [2, 4]])
+    check_grads(lambda: layer(ids), [layer.W])
+    assert layer(ids).shape == (2, 2, 3)
+
+
+@pytest.mark.parametrize("shape", [(6, 3), (4, 2, 3, 3)])
+def test_batch_norm_gradients_in_training_and_test_mode(shape):
+    layer = L.BatchNorm()
+    x = rand(*shape)
+    layer(x)
+    rng = np.random.RandomState(3)
+    layer.gamma.data = rng.randn(shape[1])
+    layer.beta.data = rng.randn(shape[1])
+    check_grads(lambda: layer(x), [x, layer.gamma, layer.beta])
+    layer.avg_var.data = rng.rand(shape[1]) + 0.5
+    with dezero.test_mode():
+        check_grads(lambda: layer(x), [x, layer.gamma, layer.beta])
 
 
 # =============================================================================
@@ -317,3 +355,40 @@ def test_layer_without_super_init_still_registers():
 
     assert len(list(Careless().params())) == 1
 
+
+
+# =============================================================================
+# BatchNorm state and EmbedID initialisation
+# =============================================================================
+
+
+def test_batch_norm_running_statistics_are_state_not_parameters(tmp_path):
+    layer = L.BatchNorm()
+    x = np.random.RandomState(0).randn(8, 3).astype(np.float32) * 2 + 5
+    y = layer(x)
+    assert y.dtype == np.float32
+    assert [p.name for p in layer.params()] == ["gamma", "beta"]
+    assert not isinstance(layer.avg_mean, Parameter) and isinstance(layer.avg_mean, Variable)
+    mu, var = x.mean(axis=0), x.var(axis=0, ddof=1)
+    np.testing.assert_allclose(layer.avg_mean.data, 0.1 * mu, rtol=1e-5)
+    np.testing.assert_allclose(layer.avg_var.data, 0.9 + 0.1 * var, rtol=1e-5)
+    assert layer.avg_mean.dtype == np.float32
+    # Test mode normalises with the running statistics.
+    with dezero.test_mode():
+        y = layer(x)
+    want = (x - layer.avg_mean.data) / np.sqrt(layer.avg_var.data + 2e-5)
+    np.testing.assert_allclose(y.data, want, rtol=1e-5, atol=1e-5)
+    # The statistics are saved and loaded with the weights.
+    layer.save_weights(tmp_path / "bn.npz")
+    other = L.BatchNorm()
+    other.load_weights(tmp_path / "bn.npz")
+    np.testing.assert_array_equal(other.avg_var.data, layer.avg_var.data)
+    flat = {}
+    layer._flatten_params(flat)
+    assert list(flat) == ["avg_mean", "avg_var", "gamma", "beta"]
+
+
+def test_embed_id_is_float32_normal():
+    layer = L.EmbedID(1000, 20)
+    assert layer.W.dtype == np.float32 and layer.W.shape == (1000, 20)
+    assert abs(layer.W.data.std() - 1) < 0.02
