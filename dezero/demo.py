@@ -95,11 +95,11 @@ def _seeded(seed):
 
 
 def _copy_of(model):
-    """A new MLP((10, 3)) with the same weights as `model`."""
+    """A new MLP((10, 3)) with the same weights as `model`, named W0, b0, W1, b1."""
     copy = MLP((10, 3))
-    for source, target in zip(model.layers, copy.layers):
-        target.W = dezero.Parameter(source.W.data.copy(), name="W")
-        target.b = dezero.Parameter(source.b.data.copy(), name="b")
+    for i, (source, target) in enumerate(zip(model.layers, copy.layers)):
+        target.W = dezero.Parameter(source.W.data.copy(), name=f"W{i}")
+        target.b = dezero.Parameter(source.b.data.copy(), name=f"b{i}")
     return copy
 
 
@@ -172,8 +172,6 @@ def _progress(epochs, name):
 def _dynamic_graph(model, x, t):
     """DOT text of the dynamic graph of one batch's loss, with shapes."""
     model = _copy_of(model)
-    for i, layer in enumerate(model.layers):
-        layer.W.name, layer.b.name = f"W{i}", f"b{i}"
     loss = F.softmax_cross_entropy(model(x[:30]), t[:30])
     loss.name = "loss"
     return utils.get_dot_graph(loss, verbose=True)
