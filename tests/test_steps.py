@@ -5,6 +5,7 @@ temporary working directory, so pictures land there, and with DEZERO_CACHE_DIR
 pointing there, so nothing is downloaded or read from a user's cache.
 Usage: python -m pytest -q tests/test_steps.py
 """
+import gzip
 import os
 import re
 import subprocess
@@ -221,3 +222,27 @@ def test_plotting_step_without_matplotlib_skips_aloud(tmp_path):
     result = run_step(ROOT / "steps" / "step34.py", tmp_path, PYTHONPATH=str(stub.parent))
     assert result.returncode == 0, result.stderr
     assert "skipped plots: matplotlib is not installed" in result.stdout
+
+
+# =============================================================================
+# Real data: with MNIST's files in the cache, step 51 trains on them
+# =============================================================================
+def write_idx_gz(path, array):
+    """Write uint8 `array` as a gzipped idx file, MNIST's format."""
+    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(
+        int(n).to_bytes(4, "big") for n in array.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + array.astype(np.uint8).tobytes())
+
+
+def test_mnist_step_reads_mnist_files_from_the_cache(tmp_path):
+    cache = tmp_path / "dezero_cache"
+    cache.mkdir()
+    rng = np.random.default_rng(0)
+    for prefix, n in (("train", 300), ("t10k", 100)):
+        write_idx_gz(cache / f"{prefix}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28)))
+        write_idx_gz(cache / f"{prefix}-labels-idx1-ubyte.gz", rng.integers(0, 10, n))
+    result = run_step(ROOT / "steps" / "step51.py", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "stand-in" not in result.stdout
+    assert "MNIST: 300 train, 100 test examples; x (784,) float32" in result.stdout
