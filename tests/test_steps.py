@@ -205,13 +205,16 @@ def test_the_path_is_complete_and_every_step_has_checks():
 # =============================================================================
 # Missing tools: drawing and plotting steps say what they skipped
 # =============================================================================
-def test_drawing_step_without_graphviz_skips_aloud(tmp_path):
-    empty = tmp_path / "no_tools"
+@pytest.mark.parametrize("number, picture", [
+    (25, "sample.png"), (26, "goldstein.png"), (27, "my_sin_threshold_0.0001.png"),
+    (31, "sin_backward_graph.png"), (35, "tanh_order1.png"), (45, "two_layer_net.png")])
+def test_drawing_step_without_graphviz_skips_aloud(tmp_path, number, picture):
+    empty = tmp_path / "no_tools"  # a PATH where no `dot` can be found
     empty.mkdir()
-    result = run_step(ROOT / "steps" / "step26.py", tmp_path, PATH=str(empty))
+    result = run_step(ROOT / "steps" / f"step{number:02d}.py", tmp_path, PATH=str(empty))
     assert result.returncode == 0, result.stderr
-    assert "skipped drawing goldstein.png" in result.stdout
-    assert not (tmp_path / "goldstein.png").exists()
+    assert f"skipped drawing {picture}" in result.stdout
+    assert not (tmp_path / picture).exists()
 
 
 def test_plotting_step_without_matplotlib_skips_aloud(tmp_path):
