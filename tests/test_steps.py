@@ -164,6 +164,7 @@ NO_NETWORK = {name: "http://127.0.0.1:9" for name in
               ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")}
 NO_NETWORK.update(no_proxy="", NO_PROXY="")
 
+
 def run_step(path, workdir, **env_changes):
     env = dict(os.environ)
     env["DEZERO_CACHE_DIR"] = str(workdir / "dezero_cache")
