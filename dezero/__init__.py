@@ -50,4 +50,6 @@ else:
     from dezero.models import Model  # noqa: F401
 
 setup_variable()
+from dezero.static import TraceError, trace  # noqa: E402,F401
+
 __version__ = "0.1.0"

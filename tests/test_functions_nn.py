@@ -304,15 +304,16 @@ def test_simple_versions_agree_with_the_fused_ones():
 # =============================================================================
 
 
-def test_accuracy_values_and_not_differentiable():
+def test_accuracy_values_and_zero_gradient():
     y = np.array([[0.1, 0.8, 0.1], [0.9, 0.05, 0.05], [0.2, 0.3, 0.5], [0.6, 0.3, 0.1]])
     acc = F.accuracy(y, np.array([1, 0, 0, 0]))
     assert isinstance(acc, Variable)
     assert float(acc.data) == 0.75
     assert float(F.accuracy(Variable(y), np.array([[1], [0], [2], [0]])).data) == 1.0
     assert F.accuracy(y.astype(np.float32), np.array([2, 2, 2, 2])).dtype == np.float32
-    with pytest.raises(NotImplementedError, match="not differentiable"):
-        F.accuracy(Variable(y), np.array([1, 0, 0, 0])).backward()
+    yv = Variable(y)
+    F.accuracy(yv, np.array([1, 0, 0, 0])).backward()
+    assert yv.grad is None  # piecewise constant: no gradient reaches y
 
 
 def test_dropout_mask_values_gradient_and_fresh_masks():
