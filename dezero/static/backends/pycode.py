@@ -14,7 +14,7 @@ import linecache
 
 from dezero.core import Variable
 from dezero.static.backends.interpreter import as_result_array, make_function, reraise
-from dezero.static.ir import GraphError, StaticGraph, format_attr, identifier
+from dezero.static.ir import GraphError, StaticGraph, format_attr, identifier, read_slot
 
 # =============================================================================
 # Code generation: generate
@@ -57,6 +57,9 @@ def generate(graph: StaticGraph):
                 if v.shape == ():
                     lines.append(f"    {v.name} = _arr({v.name})")
                     line_nodes[len(lines)] = node
+        elif node.kind == "write" and node.attrs["field"] == "attr":
+            writes.append(node.inputs[0].name)
+            lines.append(f"    # {node.attrs['of']}.{node.attrs['name']} <- {node.inputs[0].name}")
         elif node.kind == "write":
             target = node.inputs[0].name + (".grad" if node.attrs["field"] == "grad" else "")
             if len(node.inputs) > 1:
@@ -101,6 +104,11 @@ class Compiled:
         self.writes = []
         for node in graph.of_kind("write"):
             name = node.inputs[0].name
+            if node.attrs["field"] == "attr":
+                # A loaded graph has no object to set (payload None): nothing to do.
+                where = ("attr", (node.payload, node.attrs["name"]))
+                self.writes.append((where, "attr", True))
+                continue
             where = ("input", inputs[name]) if name in inputs else ("state", slots[name][0])
             self.writes.append((where, node.attrs["field"], len(node.inputs) > 1))
         self.n_out = len(graph.output_values)
@@ -110,16 +118,17 @@ class Compiled:
         linecache.cache.pop(getattr(self, "filename", None), None)
 
     def read_state(self):
-        try:
-            return [var._data if field == "data" else var.grad._data
-                    for var, field in self.reads]
-        except AttributeError:
-            for var, field in self.reads:
-                if field == "grad" and var.grad is None:
-                    raise GraphError(
-                        f"graph {self.graph.name} reads the .grad of {var.name or 'a variable'}"
-                        f", which is None now; it was set when the graph was traced") from None
-            raise
+        arrays = [var._data if field == "data" else read_slot(var, field)
+                  for var, field in self.reads]
+        if any(a is None for a in arrays):
+            for (var, field), array in zip(self.reads, arrays):
+                if array is None:
+                    what = ".grad of " + (var.name or "a variable") if field == "grad" \
+                        else f"{type(var).__name__}.{field[5:]}" if field != "data" \
+                        else var.name or "a state variable"
+                    raise GraphError(f"graph {self.graph.name} reads the {what}, which is "
+                                     f"None now; it was set when the graph was traced")
+        return arrays
 
     def run(self, leaves, runner=None):
         arrays = [x._data if isinstance(x, Variable) else x for x in leaves]
@@ -140,7 +149,11 @@ class Compiled:
                 target = leaves[target]
                 if not isinstance(target, Variable):
                     continue  # an array argument has no .grad to receive
-            if field == "data":
+            if field == "attr":
+                holder, name = target
+                if holder is not None:
+                    setattr(holder, name, Variable(value))
+            elif field == "data":
                 target.data = value
             else:
                 target.grad = None if value is None else Variable(value)
