@@ -242,6 +242,8 @@ class StaticGraph:
         # A loaded graph owns the Variables its state nodes read; a traced one
         # reads the caller's (parameters, optimizer slots) by reference.
         self.owns_state = False
+        # "cpu" or "gpu": which array module the replay code calls.
+        self.device = "cpu"
         self._compiled = None
 
     # ---- views ------------------------------------------------------------
@@ -270,7 +272,7 @@ class StaticGraph:
     def with_nodes(self, nodes: list[Node]) -> StaticGraph:
         """A new graph with the same name and outputs structure (used by passes)."""
         graph = StaticGraph(self.name, nodes, self.out_tree)
-        graph.owns_state = self.owns_state
+        graph.owns_state, graph.device = self.owns_state, self.device
         return graph
 
     def __str__(self):
@@ -410,13 +412,14 @@ class StaticGraph:
 
     # ---- devices ----------------------------------------------------------
     def to_gpu(self) -> StaticGraph:
-        """Move constants (and state the graph owns, i.e. a loaded graph's) to the GPU."""
-        return self._move(cuda.as_cupy)
+        """Move constants (and state the graph owns, i.e. a loaded graph's) to the GPU.
+        A traced graph's state belongs to its model: move the model too."""
+        return self._move(cuda.as_cupy, "gpu")
 
     def to_cpu(self) -> StaticGraph:
-        return self._move(cuda.as_numpy)
+        return self._move(cuda.as_numpy, "cpu")
 
-    def _move(self, convert):
+    def _move(self, convert, device):
         for node in self.nodes:
             if node.kind == "const":
                 node.payload = convert(node.payload)
@@ -424,6 +427,7 @@ class StaticGraph:
                 var, field = node.payload
                 target = var.grad if field == "grad" else var
                 target.data = convert(target.data)
+        self.device = device
         self._compiled = None  # compiled code closes over the old constants
         return self
 

@@ -250,7 +250,12 @@ class Tracer:
                    for holder, name, var in attr_writes]
         nodes = [n for n, _ in self.inputs] + [c.node for c in self.captures] + \
             self.consts + self.ops + writes + [Node("output", inputs=outputs)]
-        return StaticGraph(self.name, nodes, out_tree)
+        graph = StaticGraph(self.name, nodes, out_tree)
+        arrays = [getattr(arg, "_data", arg) for _, arg in self.inputs] + \
+            [c.before_data for c in self.captures]
+        if any(cuda.cp is not None and isinstance(a, cuda.cp.ndarray) for a in arrays):
+            graph.device = "gpu"
+        return graph
 
     def _flatten_output(self, obj, outputs):
         if isinstance(obj, Variable):
