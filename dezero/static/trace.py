@@ -58,6 +58,12 @@ def flatten(obj, leaves, key, labels=None, label=""):
         labels.append(label)
 
 
+def _attribute_key(value):
+    if isinstance(value, Variable) and value._data is not None:
+        return ("attr", value._data.shape, value._data.dtype, type(value._data))
+    return ("attr", type(value).__name__)
+
+
 def static_key(value, label):
     try:
         hash(value)
@@ -200,6 +206,24 @@ class TracedFunction:
     # ---- signature --------------------------------------------------------
     def _signature(self, args, kwargs, labels=None):
         leaves, key = [], []
+        if labels is None and not kwargs and not self._static_positions:
+            # The common call, f(x, t) with arrays or Variables: the same key as
+            # below, built without a call per argument.
+            for arg in args:
+                if isinstance(arg, Variable):
+                    d = arg._data
+                    key.append((d.shape, d.dtype, "cpu" if type(d) is np.ndarray else
+                                ("gpu", d.device.id), True, arg.grad is not None))
+                elif type(arg) is np.ndarray:
+                    key.append((arg.shape, arg.dtype, "cpu", False, False))
+                else:
+                    flatten(arg, leaves, key)
+                    continue
+                leaves.append(arg)
+            key.append((Config.train, Config.enable_backprop))
+            for holder, name in self._carried:
+                key.append(_attribute_key(getattr(holder, name, None)))
+            return tuple(key), leaves
         for i, arg in enumerate(args):
             label = self._names[i] if i < len(self._names) else f"arg{i}"
             if i in self._static_positions:
@@ -222,11 +246,7 @@ class TracedFunction:
         if labels is not None:
             labels.append("Config (train, enable_backprop)")
         for holder, name in self._carried:
-            value = getattr(holder, name, None)
-            if isinstance(value, Variable) and value._data is not None:
-                key.append(("attr", value._data.shape, value._data.dtype, type(value._data)))
-            else:
-                key.append(("attr", type(value).__name__))
+            key.append(_attribute_key(getattr(holder, name, None)))
             if labels is not None:
                 labels.append(f"{type(holder).__name__}.{name}")
         return tuple(key), leaves

@@ -39,7 +39,8 @@ def _inline_table():
         "Exp": "_xp.exp({x})", "Log": "_xp.log({x})", "Tanh": "_xp.tanh({x})",
         "Sin": "_xp.sin({x})", "Cos": "_xp.cos({x})", "Sqrt": "_xp.sqrt({x})",
         "Reshape": "{x}.reshape({shape})", "Transpose": "{x}.transpose({axes})",
-        "MatMul": "{x} @ {W}", "Sum": "{x}.sum(axis={axis}, keepdims={keepdims})",
+        "MatMul": "{x} @ {W}", "Linear": ("{x} @ {W}", "{x} @ {W} + {b}"),
+        "Sum": "{x}.sum(axis={axis}, keepdims={keepdims})",
         "BroadcastTo": "_xp.broadcast_to({x}, {shape})", "ReLU": "_xp.maximum({x}, 0)",
         "Sigmoid": "_xp.tanh({x} * 0.5) * 0.5 + 0.5",
     }
@@ -73,7 +74,10 @@ def inline_call(node) -> str | None:
     if text is None:
         return None
     names = [p for p in inspect.signature(cls.forward).parameters][1:]
-    if len(node.inputs) != len(names):
+    if isinstance(text, tuple):  # spelled by the number of inputs (linear: with b?)
+        text = text[len(node.inputs) - 2] if 2 <= len(node.inputs) <= 3 else None
+        names = names[:len(node.inputs)]
+    if text is None or len(node.inputs) != len(names):
         return None
     fields = {name: v.name for name, v in zip(names, node.inputs)}
     for key, value in node.attrs.items():
