@@ -401,3 +401,38 @@ def test_graph_device_move_invalidates_compiled_code():
     if not dezero.cuda.gpu_enable:
         with pytest.raises(RuntimeError, match="CuPy is not installed"):
             graph.to_gpu()
+
+
+@pytest.mark.parametrize("x_shape, y_shape", [
+    ((30, 3), (3,)), ((4, 3, 5), (3, 1)), ((4, 3, 5), (1, 1)), ((2, 3), (2, 1)),
+    ((2, 3), ()), ((5, 1, 3), (1, 3))])
+def test_inline_spellings_equal_the_forwards(x_shape, y_shape):
+    rng = np.random.default_rng(3)
+    x = f32(rng, *x_shape)
+
+    def f(x):
+        y = F.sum_to(F.exp(F.tanh(x) * 2.0 - 1.0), y_shape)
+        return F.reshape(F.transpose(F.broadcast_to(y, (2,) + y_shape)), (-1,))
+
+    graph = dezero.trace(f).lower(x)
+    assert "_xp.exp(" in graph.code  # spelled inline, not a call of forward
+    np.testing.assert_array_equal(graph(x).data, graph.interpret(x).data)
+    np.testing.assert_array_equal(graph(x).data, f(Variable(x)).data)
+
+
+def test_simplify_drops_multiplications_by_one_and_powers_of_one():
+    def f(x):
+        y = F.sum(x ** 3)
+        y.backward()  # the seed of ones multiplies, x ** (3 - 1) ... times 1
+        return y
+
+    traced = dezero.trace(f)
+    x = Variable(np.array([1.0, 2.0], np.float32))
+    traced(x)
+    x.cleargrad()
+    np.testing.assert_allclose(traced(x).data, 9.0)
+    np.testing.assert_allclose(x.grad.data, [3.0, 12.0])
+    ops = [n.op for n in traced.graph.of_kind("op")]
+    assert ops.count("mul") == 1 and ops.count("pow") == 2  # x**3, x**2, 3 * x**2
+    unsimplified = dezero.static.optimize(traced.graph, passes=(dezero.static.dce,))
+    assert unsimplified.check() is unsimplified

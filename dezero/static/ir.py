@@ -295,6 +295,7 @@ class StaticGraph:
         """
         defined, writes = set(), set()
         values = {}
+        producers = {id(v): n for n in self.nodes for v in n.outputs}
         phase = 0
         order = {"input": 0, "state": 0, "const": 0, "op": 1, "write": 2, "output": 3}
 
@@ -332,14 +333,14 @@ class StaticGraph:
                         fail(node, f"elementwise output shape {node.outputs[0].shape} is not "
                                    f"the broadcast input shape {shape}")
             elif node.kind == "write":
-                self._check_write(node, fail, writes)
+                self._check_write(node, fail, writes, producers)
             elif node.kind == "output" and node is not self.nodes[-1]:
                 fail(node, "the output node must be last")
         if not self.nodes or self.nodes[-1].kind != "output":
             raise GraphError(f"graph {self.name}: the last node must be the output node")
         return self
 
-    def _check_write(self, node, fail, writes):
+    def _check_write(self, node, fail, writes, producers):
         field = node.attrs.get("field")
         if field == "attr":
             key = (node.attrs.get("of"), node.attrs.get("name"))
@@ -348,7 +349,7 @@ class StaticGraph:
             writes.add(key)
             return
         target = node.inputs[0] if node.inputs else None
-        producer = next((n for n in self.nodes if target in n.outputs), None)
+        producer = producers.get(id(target)) if target is not None else None
         if field not in ("data", "grad") or producer is None:
             fail(node, "a write needs field 'data', 'grad' or 'attr' and a target")
         if field == "data" and (producer.kind != "state" or

@@ -208,9 +208,11 @@ PIPELINE = (dce, cse, fold, simplify, cse, dce)
 def optimize(graph: StaticGraph, passes=PIPELINE) -> StaticGraph:
     """Run the passes in order, checking the IR after each; then rename the values."""
     for p in passes:
-        debugging.log(5, f"before {p.__name__}:\n{graph}")
+        if debugging.LEVEL >= 5:
+            debugging.log(5, f"before {p.__name__}:\n{graph}")
         graph = p(graph).check()
         debugging.log(3, f"check {graph.name} after {p.__name__}: ok")
     graph = rename(graph).check()
-    debugging.log(5, f"after all passes:\n{graph}")
+    if debugging.LEVEL >= 5:
+        debugging.log(5, f"after all passes:\n{graph}")
     return graph

@@ -338,11 +338,14 @@ class TracedFunction:
                           if not any(h is h2 and n == n2 for h2, n2 in self._carried)]
         graph = tracer.finish(result, attr_writes)
         recorded = time.perf_counter()
-        debugging.log(5, f"recorded:\n{graph}")
+        if debugging.LEVEL >= 5:
+            debugging.log(5, f"recorded:\n{graph}")
         graph = optimize(graph)
         kept = not tracer.uninitialised and not new
         entry = Entry(graph, tracer)
-        debugging.log(4, f"replay code of {self.name}:\n{entry.compiled.source}")
+        if debugging.LEVEL >= 4:
+            debugging.log(4, f"replay code of {self.name}:\n{entry.compiled.source}\n"
+                             f"{entry.compiled.glue}")
         if self.check:
             self._check(tracer, graph, entry, leaves, result, random_state, attrs_before,
                         attr_writes)

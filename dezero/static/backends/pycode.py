@@ -10,6 +10,7 @@ calls the code, applies state writes and rebuilds the outputs.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import linecache
@@ -64,16 +65,23 @@ def _literal(value) -> str | None:
     return None
 
 
+@functools.cache
+def _forward_names(cls) -> list:
+    return list(inspect.signature(cls.forward).parameters)[1:]
+
+
 def inline_call(node) -> str | None:
     """The inline expression for an op node, or None to call its forward."""
     global _INLINE
     if _INLINE is None:
         _INLINE = _inline_table()
     cls = node.function_class
+    if cls.op_name == "sum_to" and cls.__module__ == "dezero.functions":
+        return _sum_to_call(node)
     text = _INLINE.get(cls)
     if text is None:
         return None
-    names = [p for p in inspect.signature(cls.forward).parameters][1:]
+    names = _forward_names(cls)
     if isinstance(text, tuple):  # spelled by the number of inputs (linear: with b?)
         text = text[len(node.inputs) - 2] if 2 <= len(node.inputs) <= 3 else None
         names = names[:len(node.inputs)]
@@ -86,6 +94,18 @@ def inline_call(node) -> str | None:
             return None
         fields[key] = literal
     return text.format(**fields)
+
+
+def _sum_to_call(node) -> str:
+    # utils.sum_to works out the summed axes at every call; the graph knows both
+    # shapes, so the replay code names them once (the same single reduction).
+    x, y = node.inputs[0], node.outputs[0]
+    lead = len(x.shape) - len(y.shape)
+    axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(y.shape)
+                                      if n == 1 and x.shape[i + lead] != 1)
+    if all(y.shape[i] != 1 or x.shape[i + lead] == 1 for i in range(len(y.shape))):
+        return f"{x.name}.sum(axis={_literal(axes)})"
+    return f"{x.name}.sum(axis={_literal(axes)}, keepdims=True).reshape({_literal(y.shape)})"
 
 
 # =============================================================================
