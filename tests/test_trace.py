@@ -436,3 +436,19 @@ def test_simplify_drops_multiplications_by_one_and_powers_of_one():
     assert ops.count("mul") == 1 and ops.count("pow") == 2  # x**3, x**2, 3 * x**2
     unsimplified = dezero.static.optimize(traced.graph, passes=(dezero.static.dce,))
     assert unsimplified.check() is unsimplified
+
+
+def test_backward_through_a_replayed_output_is_a_clear_error():
+    W = Variable(np.ones(2, np.float32), name="W")
+    forward = dezero.trace(lambda x: F.sum(x * W))
+    x = Variable(np.ones(2, np.float32))
+    forward(x).backward()  # recorded: eager, so the graph exists
+    np.testing.assert_allclose(W.grad.data, 1.0)
+    W.cleargrad()
+    x.cleargrad()
+    loss = forward(x)  # replayed
+    assert forward.entries == 1
+    with pytest.raises(TraceError, match="call backward\\(\\) inside the traced function"):
+        loss.backward()
+    with dezero.no_grad():
+        assert forward(x).creator is None

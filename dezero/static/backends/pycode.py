@@ -15,13 +15,14 @@ import importlib
 import inspect
 import linecache
 import math
+import weakref
 
 import numpy as np
 
 from dezero import cuda
-from dezero.core import Variable, _wrap_output
+from dezero.core import Config, Function, Variable, _wrap_output
 from dezero.static.backends.interpreter import as_result_array, make_function, reraise
-from dezero.static.ir import GraphError, StaticGraph, format_attr, identifier, read_slot
+from dezero.static.ir import GraphError, StaticGraph, TraceError, format_attr, identifier, read_slot
 
 # =============================================================================
 # Inline spellings: INLINE, inline_call
@@ -236,13 +237,43 @@ class Compiled:
 
 
 # =============================================================================
+# Outputs of a replay: ReplayedOutput, replayed_output
+# =============================================================================
+
+
+class ReplayedOutput(Function):
+    """The creator of a Variable a replay returns: the replay built no dynamic graph,
+    so a gradient cannot flow back through it, and saying so beats a silent None."""
+
+    op_name = "replayed_output"
+
+    def backward(self, gy):
+        raise TraceError(
+            "backward() reached a value returned by a replayed traced function; a replay "
+            "records no graph, so no gradient can flow into it (eager code would have "
+            "filled the parameters' .grad)\n  fix: call backward() inside the traced "
+            "function, or call it under dezero.no_grad() if no gradient is needed")
+
+
+def replayed_output(array):
+    """A Variable for a replayed output; under enable_backprop it gets ReplayedOutput
+    as its creator, so that backward() through it fails loudly."""
+    y = _wrap_output(array)
+    if Config.enable_backprop:
+        f = ReplayedOutput()
+        f.generation, f.inputs, f.outputs = 0, [], [weakref.ref(y)]
+        y.creator, y.generation = f, 1
+    return y
+
+
+# =============================================================================
 # Glue: generate_glue (state reads, writes and outputs as generated code)
 # =============================================================================
 
 
 def generate_glue(graph: StaticGraph, fname: str, env: dict) -> str:
     """Source of `_replay(leaves, _fn=<replay function>)`, adding its globals to env."""
-    env["_Variable"], env["_wrap"] = Variable, _wrap_output
+    env["_Variable"], env["_wrap"], env["_out"] = Variable, _wrap_output, replayed_output
     inputs = [n.outputs[0].name for n in graph.of_kind("input")]
     lines = [f"def _replay(_leaves, _fn={fname}):  # reads state, calls {fname}, "
              f"writes state"]
@@ -286,7 +317,7 @@ def generate_glue(graph: StaticGraph, fname: str, env: dict) -> str:
 def _tree_source(tree, env) -> str:
     kind = tree[0]
     if kind == "var":
-        return f"_wrap(_r[{tree[1]}])"
+        return f"_out(_r[{tree[1]}])"
     if kind == "array":
         return f"_r[{tree[1]}]"
     if kind in ("tuple", "list"):
