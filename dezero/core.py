@@ -180,35 +180,37 @@ class Variable:
         if self.creator is None:
             return
 
-        heap, seen, tie = [], set(), itertools.count()
-
-        def push(f):
-            if f not in seen:
-                seen.add(f)
-                # `tie` keeps the order deterministic among equal generations.
-                heapq.heappush(heap, (-f.generation, next(tie), f))
-
-        push(self.creator)
+        # Heap entries are (-generation, tie, f): latest generation first, and the
+        # `tie` counter keeps the order deterministic among equal generations.
+        heap, seen, tie = [(-self.creator.generation, 0, self.creator)], {self.creator}, \
+            itertools.count(1)
         old_backprop = Config.enable_backprop
         Config.enable_backprop = create_graph
         try:
             while heap:
                 f = heapq.heappop(heap)[2]
-                gys = [_grad_of(output) for output in f.outputs]
+                # Read the outputs' gradients (None for an output that got none or
+                # no longer exists) and, unless asked to keep them, drop them.
+                gys = []
+                for output in f.outputs:
+                    y = output()
+                    if y is None:
+                        gys.append(None)
+                    else:
+                        gys.append(y.grad)
+                        if not retain_grad:
+                            y.grad = None
                 gxs = f.backward(*gys)
-                if not isinstance(gxs, tuple):
+                if type(gxs) is not tuple:
                     gxs = (gxs,)
                 for x, gx in zip(f.inputs, gxs):
                     if gx is None:
                         continue
                     x.grad = gx if x.grad is None else x.grad + gx
-                    if x.creator is not None:
-                        push(x.creator)
-                if not retain_grad:
-                    for output in f.outputs:
-                        y = output()
-                        if y is not None:
-                            y.grad = None
+                    creator = x.creator
+                    if creator is not None and creator not in seen:
+                        seen.add(creator)
+                        heapq.heappush(heap, (-creator.generation, next(tie), creator))
         finally:
             Config.enable_backprop = old_backprop
 
@@ -253,15 +255,10 @@ class Variable:
             self.data = cuda.as_cupy(self._data)
 
 
-def _grad_of(output_ref):
-    # A Function with several outputs gets None for an output that received no
-    # gradient (or no longer exists); its backward treats None as zero.
-    y = output_ref()
-    return None if y is None else y.grad
-
-
 def _wrap_output(data):
     """A Variable for an array a Function computed (skips __init__'s type check)."""
+    if not isinstance(data, cuda.array_types):
+        data = np.asarray(data)  # numpy returns scalars, not 0-d arrays, from 0-d ops
     v = object.__new__(Variable)
     v._data = data
     v.name = None
@@ -277,8 +274,20 @@ class Parameter(Variable):
     __slots__ = ()
 
 
+class Constant(Variable):
+    """A value handed to a Function as a Python scalar or an array, not a Variable.
+
+    Nobody else holds it, so its gradient could never be read: ops skip computing
+    it (in `y * 2`, backward computes only the gradient of y).
+    """
+
+    __slots__ = ()
+
+
 def as_array(x, array_module=np):
     """x as an array: scalars become 0-d arrays, arrays pass through."""
+    if isinstance(x, cuda.array_types):
+        return x
     if np.isscalar(x):
         return array_module.array(x)
     return x
@@ -296,18 +305,21 @@ def as_operand(x, like):
     Python scalars are weak, as in numpy 2 (NEP 50): `float32_var * 2.0` stays
     float32 under numpy 1.x too. Everything else keeps its own dtype.
     """
-    if isinstance(x, Variable) or isinstance(x, cuda.array_types):
+    if isinstance(x, _OPERAND_TYPES):
         return x
     ref = like._data if isinstance(like, Variable) else like
     if isinstance(x, (bool, int, float)) and isinstance(ref, cuda.array_types):
-        kind = ref.dtype.kind
-        if kind in "fc" or (kind in "iub" and not isinstance(x, float)):
-            dtype = ref.dtype if kind != "b" else np.result_type(x)
-            return cuda.get_array_module(ref).array(x, dtype=dtype)
-        return cuda.get_array_module(ref).array(x)
+        xp = np if type(ref) is np.ndarray else cuda.get_array_module(ref)
+        dtype = ref.dtype
+        if dtype.kind in "fc" or (dtype.kind in "iu" and not isinstance(x, float)):
+            return xp.array(x, dtype=dtype)
+        return xp.array(x)
     if np.isscalar(x):
         return np.array(x)
     return np.asarray(x)
+
+
+_OPERAND_TYPES = (Variable, *cuda.array_types)
 
 
 # =============================================================================
@@ -364,25 +376,36 @@ class Function:
         return {k: v for k, v in sorted(vars(self).items()) if k not in _RESERVED}
 
     def __call__(self, *inputs):
-        inputs = [x if isinstance(x, Variable) else as_variable(as_array(x)) for x in inputs]
-        xs = [x._data for x in inputs]
+        # The hot path of eager mode. Plain loops rather than comprehensions: before
+        # Python 3.12 each comprehension is a function call, and on small arrays
+        # this bookkeeping costs more than the numpy op itself.
+        inputs = list(inputs)
+        xs = []
+        generation = 0
+        for i in range(len(inputs)):
+            x = inputs[i]
+            if not isinstance(x, Variable):
+                x = inputs[i] = Constant(as_array(x))
+            xs.append(x._data)
+            if x.generation > generation:
+                generation = x.generation
         try:
             ys = self.forward(*xs)
         except (ValueError, IndexError) as e:
+            if str(e).startswith(f"{self.op_name}:"):
+                raise  # the op wrote a full message already
             shapes = ", ".join(str(getattr(x, "shape", "?")) for x in xs)
             raise type(e)(f"{self.op_name}: {e} (input shapes: {shapes})") from e
-        if not isinstance(ys, tuple):
-            ys = (ys,)
-        outputs = [_wrap_output(y if isinstance(y, cuda.array_types) else np.asarray(y))
-                   for y in ys]
+        outputs = [_wrap_output(y) for y in ys] if type(ys) is tuple else [_wrap_output(ys)]
 
         if Config.enable_backprop:
-            self.generation = max([x.generation for x in inputs], default=0)
+            self.generation = generation
+            self.inputs = inputs
+            self.outputs = []
             for y in outputs:
                 y.creator = self
-                y.generation = self.generation + 1
-            self.inputs = inputs
-            self.outputs = [weakref.ref(y) for y in outputs]
+                y.generation = generation + 1
+                self.outputs.append(weakref.ref(y))
         if _tracer is not None:
             _tracer.record(self, inputs, outputs)
         return outputs if len(outputs) > 1 else outputs[0]

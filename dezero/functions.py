@@ -10,7 +10,7 @@ Sits on core.py; layers, optimizers and the tracer build on it.
 import numpy as np
 
 from dezero import cuda, utils
-from dezero.core import Config, Function, Variable, as_operand, as_variable, no_grad
+from dezero.core import Config, Constant, Function, Variable, as_operand, as_variable, no_grad
 
 # =============================================================================
 # Arithmetic: add, sub, rsub, mul, div, rdiv, neg, pow
@@ -26,16 +26,29 @@ class Add(Function):
 
     def backward(self, gy):
         x0, x1 = self.inputs
-        return _unbroadcast(gy, x0.shape), _unbroadcast(gy, x1.shape)
+        gx0 = _unbroadcast(gy, x0) if _needs_grad(x0) else None
+        gx1 = _unbroadcast(gy, x1) if _needs_grad(x1) else None
+        return gx0, gx1
 
 
-def _unbroadcast(gy, shape):
+def _operands(x0, x1):
+    # A Python scalar on either side takes the dtype of the other operand.
+    return as_operand(x0, x1), as_operand(x1, x0)
+
+
+def _unbroadcast(gy, x):
     # A broadcast input receives the gradient summed back to its own shape.
-    return gy if gy.shape == shape else sum_to(gy, shape)
+    return gy if gy.shape == x.shape else sum_to(gy, x.shape)
+
+
+def _needs_grad(x):
+    # A Constant (a scalar or an array given to the op) gets no gradient: no one
+    # could read it, and skipping it halves the backward work of `y * 2 + 1`.
+    return not isinstance(x, Constant)
 
 
 def add(x0, x1):
-    return Add()(x0, as_operand(x1, x0))
+    return Add()(*_operands(x0, x1))
 
 
 class Sub(Function):
@@ -46,11 +59,13 @@ class Sub(Function):
 
     def backward(self, gy):
         x0, x1 = self.inputs
-        return _unbroadcast(gy, x0.shape), _unbroadcast(-gy, x1.shape)
+        gx0 = _unbroadcast(gy, x0) if _needs_grad(x0) else None
+        gx1 = _unbroadcast(-gy, x1) if _needs_grad(x1) else None
+        return gx0, gx1
 
 
 def sub(x0, x1):
-    return Sub()(x0, as_operand(x1, x0))
+    return Sub()(*_operands(x0, x1))
 
 
 def rsub(x0, x1):
@@ -66,11 +81,13 @@ class Mul(Function):
 
     def backward(self, gy):
         x0, x1 = self.inputs
-        return _unbroadcast(gy * x1, x0.shape), _unbroadcast(gy * x0, x1.shape)
+        gx0 = _unbroadcast(gy * x1, x0) if _needs_grad(x0) else None
+        gx1 = _unbroadcast(gy * x0, x1) if _needs_grad(x1) else None
+        return gx0, gx1
 
 
 def mul(x0, x1):
-    return Mul()(x0, as_operand(x1, x0))
+    return Mul()(*_operands(x0, x1))
 
 
 class Div(Function):
@@ -81,13 +98,13 @@ class Div(Function):
 
     def backward(self, gy):
         x0, x1 = self.inputs
-        gx0 = gy / x1
-        gx1 = gy * (-x0 / x1 ** 2)
-        return _unbroadcast(gx0, x0.shape), _unbroadcast(gx1, x1.shape)
+        gx0 = _unbroadcast(gy / x1, x0) if _needs_grad(x0) else None
+        gx1 = _unbroadcast(gy * (-x0 / x1 ** 2), x1) if _needs_grad(x1) else None
+        return gx0, gx1
 
 
 def div(x0, x1):
-    return Div()(x0, as_operand(x1, x0))
+    return Div()(*_operands(x0, x1))
 
 
 def rdiv(x0, x1):
@@ -259,7 +276,8 @@ class Abs(Function):
     cpp = "fabs({x})"
 
     def forward(self, x):
-        return abs(x)
+        # `abs` in this module is the dezero function; ask the array module.
+        return cuda.get_array_module(x).abs(x)
 
     def backward(self, gy):
         x, = self.inputs
@@ -544,15 +562,17 @@ def _check_matmul(op, x, W):
 
 
 class MatMul(Function):
+    op_name = "matmul"
+
     def forward(self, x, W):
         _check_matmul(self.op_name, x, W)
         return x @ W
 
     def backward(self, gy):
         x, W = self.inputs
-        gx = matmul(gy, _swap_last(W))
-        gW = matmul(_swap_last(x), gy)
-        return _unbroadcast(gx, x.shape), _unbroadcast(gW, W.shape)
+        gx = _unbroadcast(matmul(gy, _swap_last(W)), x) if _needs_grad(x) else None
+        gW = _unbroadcast(matmul(_swap_last(x), gy), W) if _needs_grad(W) else None
+        return gx, gW
 
 
 def _swap_last(x):

@@ -147,7 +147,7 @@ def gradient_check(f, x, *args, rtol=1e-4, atol=1e-5, **kwargs):
         error = np.abs(num_grad - bp_grad) - rtol * np.abs(num_grad)
         worst = np.unravel_index(np.argmax(error), error.shape) if error.ndim else ()
         print(f"gradient_check failed: worst element at {tuple(int(i) for i in worst)}: "
-              f"backprop {bp_grad[worst]!r}, numerical {num_grad[worst]!r} "
+              f"backprop {bp_grad[worst]:.6g}, numerical {num_grad[worst]:.6g} "
               f"(rtol={rtol}, atol={atol})")
     return ok
 
@@ -172,7 +172,7 @@ def array_allclose(a, b, rtol=1e-4, atol=1e-5):
 
 
 def _dot_var(v, node_id, verbose):
-    label = "" if v.name is None else v.name
+    label = "" if v.name is None else v.name.replace('"', '\\"')
     if verbose and v.data is not None:
         if v.name is not None:
             label += ": "

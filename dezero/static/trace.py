@@ -87,23 +87,47 @@ def describe_change(label, old, new) -> str:
 
 
 class Entry:
-    """A compiled graph plus the types its captured state had when it was recorded."""
+    """A compiled graph plus what its replay assumes about captured state.
 
-    def __init__(self, graph: StaticGraph, before: dict):
-        # before: id(state Value) -> the array that state held before the recording.
+    guards     each state node's type when recorded (data or .grad)
+    grad_none  state whose .grad was None before the recording and set by it:
+               had it been set, backward() would have added to it instead
+    """
+
+    def __init__(self, graph: StaticGraph, tracer: Tracer):
         self.graph = graph
         self.compiled = graph.compile()
+        before = {id(c.node.outputs[0]): c.before_data for c in tracer.captures}
         self.guards = []
         for node in graph.of_kind("state"):
             var, field = node.payload
-            data = before.get(id(node.outputs[0]))
+            data = before[id(node.outputs[0])]
             if data is None:
-                continue  # state initialised during the recording: the entry is not kept
+                continue  # initialised during the recording: this entry is not kept
             self.guards.append((node.outputs[0].name, var, field, data.shape, data.dtype,
                                 type(data)))
+        self.grad_none = [(c.node.outputs[0].name, c.var) for c in tracer.captures
+                          if c.before_grad is None and c.var.grad is not None]
+
+    def subsumes(self, other: Entry) -> bool:
+        """True if `other` differs from this entry only in requiring .grad unset,
+        while this graph works either way (it clears the grads, never reads them)."""
+        read = {id(var) for _, var, field, *_ in self.guards if field == "grad"}
+        return bool(other.grad_none) and not self.grad_none and \
+            all(id(var) not in read for _, var in other.grad_none) and \
+            other.type_failure() is None
 
     def guard_failure(self) -> str | None:
-        """None if captured state still has its recorded types, else why not."""
+        """None if the graph may replay now, else why not."""
+        reason = self.type_failure()
+        if reason is not None:
+            return reason
+        for name, var in self.grad_none:
+            if var.grad is not None:
+                return f"state {name}.grad None -> set"
+        return None
+
+    def type_failure(self) -> str | None:
         for name, var, field, shape, dtype, kind in self.guards:
             if field == "data":
                 data = var._data
@@ -273,8 +297,7 @@ class TracedFunction:
         debugging.log(5, f"recorded:\n{graph}")
         graph = optimize(graph)
         kept = not tracer.uninitialised
-        entry = Entry(graph, {id(c.node.outputs[0]): c.before_data
-                              for c in tracer.captures} if kept else {})
+        entry = Entry(graph, tracer)
         debugging.log(4, f"replay code of {self.name}:\n{entry.compiled.source}")
         if self.check:
             self._check(tracer, graph, entry, leaves, result, random_state)
@@ -285,7 +308,9 @@ class TracedFunction:
         self._last = (key, labels)
         counts = {k: len(graph.of_kind(k)) for k in ("input", "state", "op", "write")}
         if kept:
-            self._cache.setdefault(key, []).append(entry)
+            entries = self._cache.setdefault(key, [])
+            entries[:] = [e for e in entries if not entry.subsumes(e)]
+            entries.append(entry)
         debugging.log(1, f"{'trace' if reason == 'first call' else 'retrace'} {self.name}: "
                          f"{reason}; {counts['op']} ops, {counts['input']} inputs, "
                          f"{counts['state']} state, {counts['write']} writes, 0 kernels; "

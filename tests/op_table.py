@@ -1,0 +1,174 @@
+"""The op table: one row per function, read by the op tests and the PyTorch tests.
+
+A row names the function, how to call it on Variables, the input shapes, the
+numpy reference, whether its gradient is itself differentiable, and the PyTorch
+equivalent. tests/test_functions.py and tests/test_torch_reference.py loop over it.
+
+    ROWS[0].fn(*variables)   # dezero; ROWS[0].ref(*arrays) for numpy
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+import dezero.functions as F
+from dezero import Variable
+from dezero.functions_conv import Pooling2DWithIndexes
+
+# =============================================================================
+# Row: one function under test
+# =============================================================================
+
+
+@dataclass
+class Row:
+    name: str
+    fn: object                 # Variables in, Variable out
+    shapes: tuple              # one shape per input
+    ref: object                # numpy arrays in, array out
+    second: bool = True        # the gradient is differentiable again
+    torch: object = None       # torch tensors in, tensor out (None: no comparison)
+    # Inputs are drawn uniformly from (low, high), away from kinks and poles.
+    low: float = -2.0
+    high: float = 2.0
+    # Keep inputs at least this far from zero (abs, division, negative powers).
+    away_from_zero: float = 0.0
+
+    def inputs(self, dtype=np.float64, seed=0):
+        rng = np.random.default_rng(seed)
+        xs = []
+        for shape in self.shapes:
+            x = rng.uniform(self.low, self.high, size=shape)
+            if self.away_from_zero:
+                x = np.where(np.abs(x) < self.away_from_zero,
+                             np.copysign(self.away_from_zero, x) + x, x)
+            xs.append(x.astype(dtype))
+        return xs
+
+
+def _index():
+    return np.array([0, 0, 1, 3])
+
+
+# =============================================================================
+# ROWS: arithmetic, elementwise math, shapes, reductions, matmul
+# =============================================================================
+
+ROWS = [
+    # ---- arithmetic --------------------------------------------------------
+    Row("add", F.add, ((2, 3), (2, 3)), np.add, torch=lambda a, b: a + b),
+    Row("sub", F.sub, ((2, 3), (2, 3)), np.subtract, torch=lambda a, b: a - b),
+    Row("rsub", F.rsub, ((2, 3), (2, 3)), lambda a, b: b - a, torch=lambda a, b: b - a),
+    Row("mul", F.mul, ((2, 3), (2, 3)), np.multiply, torch=lambda a, b: a * b),
+    Row("div", F.div, ((2, 3), (2, 3)), np.divide, torch=lambda a, b: a / b,
+        away_from_zero=0.5),
+    Row("rdiv", F.rdiv, ((2, 3), (2, 3)), lambda a, b: b / a, torch=lambda a, b: b / a,
+        away_from_zero=0.5),
+    Row("neg", F.neg, ((2, 3),), np.negative, torch=lambda a: -a),
+    Row("pow3", lambda x: F.pow(x, 3), ((2, 3),), lambda a: a ** 3, torch=lambda a: a ** 3),
+    Row("pow2.5", lambda x: F.pow(x, 2.5), ((2, 3),), lambda a: a ** 2.5,
+        torch=lambda a: a ** 2.5, low=0.5),
+    Row("pow-1", lambda x: F.pow(x, -1), ((2, 3),), lambda a: a ** -1.0,
+        torch=lambda a: a ** -1, away_from_zero=0.5),
+    # ---- elementwise math --------------------------------------------------
+    Row("sin", F.sin, ((2, 3),), np.sin, torch=lambda a: a.sin()),
+    Row("cos", F.cos, ((2, 3),), np.cos, torch=lambda a: a.cos()),
+    Row("tan", F.tan, ((2, 3),), np.tan, torch=lambda a: a.tan(), low=-1.2, high=1.2),
+    Row("tanh", F.tanh, ((2, 3),), np.tanh, torch=lambda a: a.tanh()),
+    Row("exp", F.exp, ((2, 3),), np.exp, torch=lambda a: a.exp()),
+    Row("log", F.log, ((2, 3),), np.log, torch=lambda a: a.log(), low=0.5),
+    Row("sqrt", F.sqrt, ((2, 3),), np.sqrt, torch=lambda a: a.sqrt(), low=0.5),
+    Row("square", F.square, ((2, 3),), np.square, torch=lambda a: a.square()),
+    Row("abs", F.abs, ((2, 3),), np.abs, torch=lambda a: a.abs(), away_from_zero=0.1),
+    Row("clip", lambda x: F.clip(x, -1.0, 1.0), ((3, 4),), lambda a: np.clip(a, -1.0, 1.0),
+        torch=lambda a: a.clamp(-1.0, 1.0)),
+    # ---- shapes ------------------------------------------------------------
+    Row("reshape", lambda x: F.reshape(x, (3, 2)), ((2, 3),), lambda a: a.reshape(3, 2),
+        torch=lambda a: a.reshape(3, 2)),
+    Row("transpose", F.transpose, ((2, 3),), np.transpose, torch=lambda a: a.T),
+    Row("transpose_axes", lambda x: F.transpose(x, (1, 0, 2)), ((2, 3, 4),),
+        lambda a: a.transpose(1, 0, 2), torch=lambda a: a.permute(1, 0, 2)),
+    Row("get_item_int", lambda x: F.get_item(x, 1), ((3, 4),), lambda a: a[1],
+        torch=lambda a: a[1]),
+    Row("get_item_slice", lambda x: F.get_item(x, (slice(None), slice(1, 3))), ((3, 4),),
+        lambda a: a[:, 1:3], torch=lambda a: a[:, 1:3]),
+    Row("get_item_ellipsis", lambda x: F.get_item(x, (Ellipsis, 0)), ((2, 3, 4),),
+        lambda a: a[..., 0], torch=lambda a: a[..., 0]),
+    Row("get_item_repeats", lambda x: F.get_item(x, _index()), ((4, 3),),
+        lambda a: a[_index()], torch=lambda a: a[list(_index())]),
+    Row("expand_dims", lambda x: F.expand_dims(x, 1), ((2, 3),),
+        lambda a: np.expand_dims(a, 1), torch=lambda a: a.unsqueeze(1)),
+    Row("flatten", F.flatten, ((2, 3, 4),), lambda a: a.reshape(2, 12),
+        torch=lambda a: a.flatten(1)),
+    # ---- reductions --------------------------------------------------------
+    Row("sum", F.sum, ((2, 3),), np.sum, torch=lambda a: a.sum()),
+    Row("sum_axis", lambda x: F.sum(x, axis=1), ((2, 3),), lambda a: a.sum(axis=1),
+        torch=lambda a: a.sum(1)),
+    Row("sum_axes_keepdims", lambda x: F.sum(x, axis=(0, 2), keepdims=True), ((2, 3, 4),),
+        lambda a: a.sum(axis=(0, 2), keepdims=True),
+        torch=lambda a: a.sum((0, 2), keepdim=True)),
+    Row("sum_to", lambda x: F.sum_to(x, (1, 3)), ((2, 3),),
+        lambda a: a.sum(0, keepdims=True), torch=lambda a: a.sum(0, keepdim=True)),
+    Row("sum_to_lead", lambda x: F.sum_to(x, (3,)), ((2, 3),), lambda a: a.sum(0),
+        torch=lambda a: a.sum(0)),
+    Row("broadcast_to", lambda x: F.broadcast_to(x, (2, 3)), ((3,),),
+        lambda a: np.broadcast_to(a, (2, 3)), torch=lambda a: a.expand(2, 3)),
+    Row("average", F.average, ((2, 3),), np.mean, torch=lambda a: a.mean()),
+    Row("mean_axis", lambda x: F.mean(x, axis=0), ((2, 3),), lambda a: a.mean(0),
+        torch=lambda a: a.mean(0)),
+    Row("max", F.max, ((2, 3),), np.max, torch=lambda a: a.max()),
+    Row("max_axis_keepdims", lambda x: F.max(x, axis=1, keepdims=True), ((2, 3),),
+        lambda a: a.max(1, keepdims=True), torch=lambda a: a.amax(1, keepdim=True)),
+    Row("min", F.min, ((2, 3),), np.min, torch=lambda a: a.min()),
+    Row("min_axis", lambda x: F.min(x, axis=0), ((2, 3),), lambda a: a.min(0),
+        torch=lambda a: a.amin(0)),
+    # ---- matmul ------------------------------------------------------------
+    Row("matmul", F.matmul, ((2, 3), (3, 4)), np.matmul, torch=lambda a, b: a @ b),
+    Row("matmul_batched", F.matmul, ((5, 2, 3), (3, 4)), np.matmul,
+        torch=lambda a, b: a @ b),
+    Row("linear", F.linear, ((2, 3), (3, 4), (4,)), lambda x, W, b: x @ W + b,
+        torch=lambda x, W, b: x @ W + b),
+    Row("linear_nobias", F.linear, ((2, 3), (3, 4)), np.matmul, torch=lambda a, b: a @ b),
+]
+
+
+# =============================================================================
+# EXTRA_CALLS: ops that no row (nor its backward) reaches
+# =============================================================================
+
+# op name -> a call returning an output Variable, for ops whose inputs a Row cannot
+# describe (integer labels, random ops ...). tests/test_core.py checks that every
+# registered op is reached by ROWS or by these calls, and rebuilds it from its attrs.
+def _x(*shape, seed=0):
+    return Variable(np.random.default_rng(seed).uniform(-2, 2, size=shape))
+
+
+def _labels():
+    return np.array([0, 2, 1, 2])
+
+
+EXTRA_CALLS = {
+    "sign": lambda: F.sign(Variable(np.array([-1.0, 0.0, 2.0]))),
+    # ---- neural-network functions (tested in depth in test_functions_nn.py) --
+    "accuracy": lambda: F.accuracy(_x(4, 3), _labels()),
+    "astype": lambda: F.astype(_x(2, 3), np.float32),
+    "sigmoid": lambda: F.sigmoid(_x(2, 3)),
+    "relu": lambda: F.relu(_x(2, 3)),
+    "leaky_relu": lambda: F.leaky_relu(_x(2, 3)),
+    "softmax": lambda: F.softmax(_x(2, 3)),
+    "log_softmax": lambda: F.log_softmax(_x(2, 3)),
+    "softplus": lambda: F.softplus(_x(2, 3)),
+    "softmax_cross_entropy": lambda: F.softmax_cross_entropy(_x(4, 3), _labels()),
+    "mean_squared_error": lambda: F.mean_squared_error(_x(2, 3), _x(2, 3, seed=1)),
+    "dropout_mask": lambda: F.dropout(_x(2, 3)),
+    "embed_id": lambda: F.embed_id(_labels(), _x(3, 5)),
+    # ---- convolution and pooling (tested in depth in test_functions_conv.py) --
+    "conv2d": lambda: F.conv2d(_x(1, 2, 5, 5), _x(3, 2, 3, 3, seed=1), _x(3, seed=2),
+                               stride=1, pad=1),
+    "deconv2d": lambda: F.deconv2d(_x(1, 3, 3, 3), _x(3, 2, 3, 3, seed=1), stride=2),
+    "im2col": lambda: F.im2col(_x(1, 2, 4, 4), 2),
+    "pooling": lambda: F.pooling(_x(1, 2, 4, 4), 2, 2),
+    # Reached only by a third derivative of pooling, so called directly.
+    "pooling_with_indexes": lambda: Pooling2DWithIndexes(2, 2)(_x(1, 2, 4, 4),
+                                                              _x(1, 2, 4, 4, seed=1)),
+    "average_pooling": lambda: F.average_pooling(_x(1, 2, 4, 4), 2, 2),
+}

@@ -1,0 +1,98 @@
+"""Drawing the dynamic graph: DOT text, rendering by extension, a clear error
+when Graphviz is missing."""
+import os
+
+import numpy as np
+import pytest
+
+import dezero.functions as F
+from dezero import Variable, utils
+
+
+def _small_graph():
+    x = Variable(np.ones((2, 3)), name="x")
+    W = Variable(np.ones((3, 4)), name="W")
+    y = F.tanh(F.matmul(x, W))
+    y.name = "y"
+    return y
+
+
+needs_dot = pytest.mark.skipif(utils.find_dot() is None, reason="no Graphviz dot installed")
+
+
+def test_dot_text_has_labels_shapes_and_edges():
+    text = utils.get_dot_graph(_small_graph())
+    lines = text.splitlines()
+    assert lines[0] == "digraph g {" and lines[-1] == "}"
+    assert 'v0 [label="y: (2, 4) float64", color=orange, style=filled]' in lines
+    assert any('label="x: (2, 3) float64"' in line for line in lines)
+    assert any('label="W: (3, 4) float64"' in line for line in lines)
+    assert 'f1 [label="Tanh", color=lightblue, style=filled, shape=box]' in lines
+    assert any('label="MatMul"' in line and "shape=box" in line for line in lines)
+    edges = [line for line in lines if "->" in line]
+    assert "f1 -> v0" in edges and "v2 -> f1" in edges
+    assert len(edges) == 5  # x, W -> MatMul -> tmp -> Tanh -> y
+
+
+def test_dot_text_without_verbose_shows_only_names():
+    text = utils.get_dot_graph(_small_graph(), verbose=False)
+    assert 'label="y"' in text and "float64" not in text
+
+
+def test_dot_text_is_deterministic():
+    assert utils.get_dot_graph(_small_graph()) == utils.get_dot_graph(_small_graph())
+
+
+def test_dot_labels_escape_quotes():
+    x = Variable(np.ones(2), name='say "hi"')
+    text = utils.get_dot_graph(F.sin(x), verbose=False)
+    assert 'label="say \\"hi\\""' in text
+
+
+def test_dot_extension_writes_text_without_graphviz(tmp_path, monkeypatch):
+    monkeypatch.setattr(utils, "find_dot", lambda: None)
+    path = tmp_path / "g.dot"
+    utils.plot_dot_graph(_small_graph(), to_file=str(path))
+    assert path.read_text().startswith("digraph g {")
+
+
+@needs_dot
+def test_png_is_rendered(tmp_path):
+    path = tmp_path / "sub" / "graph.png"
+    shown = utils.plot_dot_graph(_small_graph(), verbose=False, to_file=str(path))
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert shown._repr_png_() == data and shown._repr_svg_() is None
+
+
+@needs_dot
+def test_format_comes_from_the_extension(tmp_path):
+    path = tmp_path / "graph.svg"
+    shown = utils.plot_dot_graph(_small_graph(), to_file=str(path))
+    text = path.read_text()
+    assert "<svg" in text and "MatMul" in text
+    assert shown._repr_svg_() == text
+
+
+@needs_dot
+def test_graph_of_a_higher_order_derivative_draws(tmp_path):
+    x = Variable(np.array(1.0), name="x")
+    y = F.sin(x) * x
+    y.backward(create_graph=True)
+    gx = x.grad
+    gx.name = "gx"
+    text = utils.get_dot_graph(gx)
+    assert "Cos" in text and "Mul" in text
+    path = tmp_path / "gx.png"
+    utils.plot_dot_graph(gx, to_file=str(path))
+    assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_missing_dot_names_how_to_install_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing on PATH
+    assert utils.find_dot() is None
+    path = tmp_path / "graph.png"
+    with pytest.raises(utils.GraphvizNotFoundError, match="apt-get install graphviz") as info:
+        utils.plot_dot_graph(_small_graph(), to_file=str(path))
+    assert "dezero[viz]" in str(info.value)
+    assert not os.path.exists(path)

@@ -1,0 +1,248 @@
+"""Op tests driven by the op table (tests/op_table.py): forward against numpy,
+gradients against numerical ones, second derivatives, broadcasting and dtypes."""
+import numpy as np
+import pytest
+from op_table import ROWS
+
+import dezero.functions as F
+from dezero import Variable
+from dezero.utils import gradient_check, numerical_grad
+
+IDS = [row.name for row in ROWS]
+
+
+def _grads_of(fn, xs, create_graph=False):
+    """Backprop of sum(fn(*xs)); a missing gradient counts as zero."""
+    for x in xs:
+        x.cleargrad()
+    y = F.sum(fn(*xs))
+    y.backward(create_graph=create_graph)
+    return [x.grad if x.grad is not None else Variable(np.zeros_like(x.data)) for x in xs]
+
+
+# =============================================================================
+# Forward, first and second derivatives of every row
+# =============================================================================
+
+
+@pytest.mark.parametrize("row", ROWS, ids=IDS)
+def test_forward_matches_numpy(row):
+    arrays = row.inputs()
+    y = row.fn(*[Variable(a) for a in arrays])
+    expected = row.ref(*arrays)
+    assert y.shape == np.shape(expected)
+    np.testing.assert_allclose(y.data, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=IDS)
+def test_gradient_check_each_input(row):
+    arrays = row.inputs()
+    for i in range(len(arrays)):
+        def f(x, i=i):
+            xs = [Variable(a) for a in arrays]
+            xs[i] = x
+            return row.fn(*xs)
+
+        assert gradient_check(f, arrays[i]), f"{row.name}: input {i}"
+
+
+@pytest.mark.parametrize("row", [r for r in ROWS if r.second], ids=[r.name for r in ROWS
+                                                                      if r.second])
+def test_second_derivative_matches_numerical_derivative_of_gradient(row):
+    # s(xs) = sum_i <w_i, d sum(f) / d x_i> is a scalar made of the gradients; its
+    # backprop (through the backward graph) must match its numerical derivative.
+    # Cross terms (d/dW of dL/dx for matmul, mul ...) are covered this way too.
+    arrays = row.inputs()
+    rng = np.random.default_rng(1)
+    weights = [rng.uniform(0.5, 1.5, size=a.shape) for a in arrays]
+
+    def s(*values):
+        xs = [Variable(v) for v in values]
+        gxs = _grads_of(row.fn, xs, create_graph=True)
+        total = F.sum(gxs[0] * weights[0])
+        for gx, w in zip(gxs[1:], weights[1:]):
+            total = total + F.sum(gx * w)
+        return total, xs
+
+    total, xs = s(*arrays)
+    for x in xs:
+        x.cleargrad()
+    total.backward()
+    for i, x in enumerate(xs):
+        backprop = np.zeros_like(arrays[i]) if x.grad is None else x.grad.data
+
+        def s_i(v, i=i):
+            values = list(arrays)
+            values[i] = v
+            return s(*values)[0]
+
+        numerical = numerical_grad(s_i, arrays[i].copy())
+        np.testing.assert_allclose(backprop, numerical, rtol=1e-4, atol=1e-6,
+                                   err_msg=f"{row.name}: input {i}")
+
+
+# =============================================================================
+# dtypes: float32 stays float32, forward and backward, with Python scalars too
+# =============================================================================
+
+
+@pytest.mark.parametrize("row", ROWS, ids=IDS)
+def test_float32_in_float32_out_and_grads(row):
+    xs = [Variable(a) for a in row.inputs(np.float32)]
+    y = row.fn(*xs)
+    assert y.dtype == np.float32, row.name
+    gxs = _grads_of(row.fn, xs, create_graph=True)
+    assert [g.dtype for g in gxs] == [np.float32] * len(xs), row.name
+    if row.second:
+        total = F.sum(gxs[0])
+        for gx in gxs[1:]:
+            total = total + F.sum(gx)
+        for x in xs:
+            x.cleargrad()
+        total.backward()
+        for x in xs:
+            assert x.grad is None or x.grad.dtype == np.float32, row.name
+
+
+SCALAR_FORMS = {
+    "x+2.0": lambda x: x + 2.0, "2.0+x": lambda x: 2.0 + x,
+    "x-1": lambda x: x - 1, "1-x": lambda x: 1 - x,
+    "x*2.0": lambda x: x * 2.0, "2.0*x": lambda x: 2.0 * x,
+    "x/3": lambda x: x / 3, "3.0/x": lambda x: 3.0 / x,
+    "x**2": lambda x: x ** 2, "x**0.5": lambda x: F.abs(x) ** 0.5,
+    "-x": lambda x: -x,
+    "F.add(2.0,x)": lambda x: F.add(2.0, x), "F.mul(2.0,x)": lambda x: F.mul(2.0, x),
+    "F.sub(2.0,x)": lambda x: F.sub(2.0, x), "F.div(2.0,x)": lambda x: F.div(2.0, x),
+    "mean": lambda x: F.mean(x), "average_axis": lambda x: F.average(x, axis=0),
+    "np.float64*x": lambda x: np.float64(2.0) * x,
+}
+
+
+@pytest.mark.parametrize("form", SCALAR_FORMS)
+def test_python_scalars_are_weak(form):
+    x = Variable(np.array([[1.5, 2.0], [0.5, 3.0]], dtype=np.float32))
+    y = SCALAR_FORMS[form](x)
+    assert y.dtype == np.float32
+    y.backward(create_graph=True)
+    assert x.grad.dtype == np.float32
+    gx = x.grad
+    x.cleargrad()
+    gx.backward()
+    assert x.grad is None or x.grad.dtype == np.float32
+
+
+def test_int_variable_with_float_scalar_promotes_like_numpy():
+    x = Variable(np.array([1, 2], dtype=np.int32))
+    assert (x * 2).dtype == np.int32
+    assert (x * 0.5).dtype == np.result_type(np.int32, np.float64)
+
+
+# =============================================================================
+# Broadcasting: add, sub, mul, div with (2,3)+(3,), (2,3)+(2,1), scalar
+# =============================================================================
+
+BINARY = {"add": (F.add, np.add), "sub": (F.sub, np.subtract),
+          "mul": (F.mul, np.multiply), "div": (F.div, np.divide)}
+SHAPE_PAIRS = [((2, 3), (3,)), ((3,), (2, 3)), ((2, 3), (2, 1)), ((2, 1), (1, 3)),
+               ((2, 3), ()), ((), (2, 3))]
+
+
+@pytest.mark.parametrize("op", BINARY)
+@pytest.mark.parametrize("shapes", SHAPE_PAIRS, ids=str)
+def test_broadcasting_forward_and_gradients(op, shapes):
+    fn, ref = BINARY[op]
+    rng = np.random.default_rng(2)
+    a, b = (rng.uniform(0.5, 2.0, size=s) for s in shapes)
+    y = fn(Variable(a), Variable(b))
+    np.testing.assert_allclose(y.data, ref(a, b))
+    x0, x1 = Variable(a), Variable(b)
+    F.sum(fn(x0, x1)).backward()
+    assert x0.grad.shape == a.shape and x1.grad.shape == b.shape
+    assert gradient_check(lambda x: fn(x, Variable(b)), a)
+    assert gradient_check(lambda x: fn(Variable(a), x), b)
+
+
+@pytest.mark.parametrize("op", BINARY)
+def test_broadcasting_with_python_scalar(op):
+    fn, ref = BINARY[op]
+    a = np.array([[1.0, 2.0, 3.0]], dtype=np.float32)
+    x = Variable(a)
+    y = fn(x, 2.0)
+    np.testing.assert_allclose(y.data, ref(a, np.float32(2.0)))
+    y.backward()
+    assert x.grad.shape == a.shape and x.grad.dtype == np.float32
+
+
+# =============================================================================
+# Ops with special gradients: get_item scatter-add, max/min ties, clip, pow
+# =============================================================================
+
+
+def test_get_item_index_array_with_repeats_scatter_adds():
+    x = Variable(np.arange(12.0).reshape(4, 3))
+    y = x[np.array([0, 0, 1, 0])]
+    F.sum(y).backward()
+    np.testing.assert_array_equal(x.grad.data[:, 0], [3, 1, 0, 0])
+
+
+def test_get_item_on_operator_form():
+    x = Variable(np.arange(24.0).reshape(2, 3, 4))
+    y = x[1, ..., ::2]
+    np.testing.assert_array_equal(y.data, x.data[1, ..., ::2])
+    y.backward()
+    expected = np.zeros((2, 3, 4))
+    expected[1, :, ::2] = 1
+    np.testing.assert_array_equal(x.grad.data, expected)
+
+
+@pytest.mark.parametrize("fn, expected", [
+    (lambda x: F.max(x, axis=1), [[0, 1, 1], [1, 1, 0]]),
+    (lambda x: F.min(x, axis=1), [[1, 0, 0], [0, 0, 1]]),
+    (lambda x: F.max(x), [[0, 1, 1], [0, 0, 0]]),
+    (lambda x: x.max(axis=0, keepdims=True), [[0, 1, 1], [1, 0, 0]]),
+])
+def test_max_min_gradient_goes_to_every_extreme(fn, expected):
+    x = Variable(np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 0.0]]))
+    y = fn(x)
+    y.backward()
+    np.testing.assert_array_equal(x.grad.data, expected)
+
+
+def test_clip_gradient_is_zero_outside_the_range():
+    x = Variable(np.array([-2.0, -0.5, 0.5, 2.0], dtype=np.float32))
+    F.clip(x, -1.0, 1.0).backward()
+    np.testing.assert_array_equal(x.grad.data, [0, 1, 1, 0])
+    assert x.grad.dtype == np.float32
+
+
+def test_pow_rejects_a_variable_exponent():
+    x = Variable(np.array(2.0))
+    with pytest.raises(TypeError, match="exponent"):
+        F.pow(x, x)
+
+
+def test_matmul_shape_error_names_op_and_shapes():
+    with pytest.raises(ValueError, match=r"matmul.*\(2, 3\).*\(2, 4\)"):
+        F.matmul(Variable(np.ones((2, 3))), Variable(np.ones((2, 4))))
+
+
+def test_transpose_negative_axes_backward():
+    x = Variable(np.arange(24.0).reshape(2, 3, 4))
+    y = F.transpose(x, (-1, 0, 1))
+    assert y.shape == (4, 2, 3)
+    assert gradient_check(lambda v: F.transpose(v, (-1, 0, 1)) * np.arange(24.0).reshape(4, 2, 3),
+                          x.data)
+
+
+def test_sum_negative_axis_and_axis_list():
+    x = Variable(np.arange(6.0).reshape(2, 3))
+    np.testing.assert_array_equal(F.sum(x, axis=-1).data, [3, 12])
+    np.testing.assert_array_equal(F.sum(x, axis=[0, 1]).data, 15)
+    assert gradient_check(lambda v: F.sum(v, axis=-1) * np.array([1.0, 2.0]), x.data)
+
+
+def test_reshape_and_broadcast_of_same_shape_return_the_input():
+    x = Variable(np.ones((2, 3)))
+    assert F.reshape(x, (2, 3)) is x
+    assert F.broadcast_to(x, (2, 3)) is x
+    assert F.sum_to(x, (2, 3)) is x
