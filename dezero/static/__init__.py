@@ -44,7 +44,7 @@ the gradients backward() left are written back too::
       e: f32[8,1] = sub(c, t)
       f: f32[8,1] = mul(e, a)
       g: f32[3,8] = transpose(x) [axes=None]
-      h: f32[3,1] = mat_mul(g, f)
+      h: f32[3,1] = matmul(g, f)
       i: f32[1] = sum_to(f) [shape=(1,)]
       j: f32[3,1] = mul(lr, h)
       k: f32[3,1] = sub(W, j)
