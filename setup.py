@@ -4,11 +4,12 @@ from setuptools import find_packages, setup
 EXTRAS = {
     "gpu": ["cupy>=12"],
     "viz": ["graphviz>=0.20", "matplotlib>=3.5", "graphviz-pure"],
-    "test": ["pytest>=7", "hypothesis>=6"],
+    "test": ["pytest>=7", "hypothesis>=6", "pillow>=9", "tqdm>=4"],
     "reference": ["torch==2.13.0"],
+    # The Jupyter kernel is ipykernel; graphviz-pure renders graphs where `dot` is missing.
     "notebooks": [
         "nbclient>=0.7", "nbformat>=5", "ipykernel>=6", "matplotlib>=3.5",
-        "scikit-learn>=1.1", "graphviz>=0.20",
+        "scikit-learn>=1.1", "graphviz>=0.20", "graphviz-pure",
     ],
     "docs": ["mkdocs>=1.5", "mkdocs-material>=9", "mkdocstrings[python]>=0.24"],
 }

@@ -20,7 +20,18 @@ if is_simple_core:
         using_config,
     )
 else:
-    from dezero import cuda, functions, utils  # noqa: F401
+    from dezero import (  # noqa: F401
+        cuda,
+        dataloaders,
+        datasets,
+        downloads,
+        functions,
+        layers,
+        models,
+        optimizers,
+        transforms,
+        utils,
+    )
     from dezero.core import (  # noqa: F401
         Config,
         Function,
@@ -33,6 +44,12 @@ else:
         test_mode,
         using_config,
     )
+    from dezero.dataloaders import DataLoader, SeqDataLoader  # noqa: F401
+    from dezero.datasets import Dataset  # noqa: F401
+    from dezero.layers import Layer  # noqa: F401
+    from dezero.models import Model  # noqa: F401
 
 setup_variable()
+from dezero.static import TraceError, trace  # noqa: E402,F401
+
 __version__ = "0.1.0"

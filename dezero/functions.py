@@ -10,7 +10,7 @@ Sits on core.py; layers, optimizers and the tracer build on it.
 import numpy as np
 
 from dezero import cuda, utils
-from dezero.core import Constant, Function, Variable, as_operand, as_variable
+from dezero.core import Config, Constant, Function, Variable, as_operand, as_variable, no_grad
 
 # =============================================================================
 # Arithmetic: add, sub, rsub, mul, div, rdiv, neg, pow
@@ -603,3 +603,593 @@ def linear(x, W, b=None):
     if b is None:
         return Linear()(x, W)
     return Linear()(x, W, b)
+
+
+# =============================================================================
+# Activations: sigmoid, relu, leaky_relu, softmax, log_softmax, softplus
+# =============================================================================
+
+
+class Sigmoid(Function):
+    """y = 1 / (1 + exp(-x)), computed as 0.5 * tanh(0.5 * x) + 0.5 (no overflow)."""
+    cpp = "tanh({x} * 0.5) * 0.5 + 0.5"
+
+    def forward(self, x):
+        xp = cuda.get_array_module(x)
+        return xp.tanh(x * 0.5) * 0.5 + 0.5
+
+    def backward(self, gy):
+        y = self.outputs[0]()
+        return gy * y * (1 - y)
+
+
+def sigmoid(x):
+    """1 / (1 + exp(-x)), elementwise and stable for large |x|.
+
+    >>> float(sigmoid(np.array(0.0)).data)
+    0.5
+    """
+    return Sigmoid()(x)
+
+
+class ReLU(Function):
+    op_name = "relu"
+    cpp = "({x} > 0) ? {x} : 0"
+
+    def forward(self, x):
+        return cuda.get_array_module(x).maximum(x, 0)
+
+    def backward(self, gy):
+        x, = self.inputs
+        return gy * Positive()(x)
+
+
+class Positive(Function):
+    """1 where x > 0, else 0 (in x's dtype): the derivative of relu; not differentiable."""
+    cpp = "({x} > 0) ? 1 : 0"
+
+    def forward(self, x):
+        return (x > 0).astype(x.dtype)
+
+    def backward(self, gy):
+        return None
+
+
+def relu(x):
+    """max(x, 0), elementwise.
+
+    >>> relu(np.array([-1.0, 2.0])).data
+    array([0., 2.])
+    """
+    return ReLU()(x)
+
+
+class LeakyReLU(Function):
+    op_name = "leaky_relu"
+    cpp = "({x} > 0) ? {x} : {x} * {slope}"
+
+    def __init__(self, slope):
+        self.slope = slope
+
+    def forward(self, x):
+        return cuda.get_array_module(x).where(x > 0, x, x * self.slope)
+
+    def backward(self, gy):
+        x, = self.inputs
+        return gy * LeakyReLUGrad(self.slope)(x)
+
+
+class LeakyReLUGrad(Function):
+    """1 where x > 0, else slope (in x's dtype); not differentiable."""
+    op_name = "leaky_relu_grad"
+    cpp = "({x} > 0) ? 1 : {slope}"
+
+    def __init__(self, slope):
+        self.slope = slope
+
+    def forward(self, x):
+        # Built from a 0/1 mask so that no float64 array appears for float32 x.
+        return (x > 0).astype(x.dtype) * (1 - self.slope) + self.slope
+
+    def backward(self, gy):
+        return None
+
+
+def leaky_relu(x, slope=0.2):
+    """x where x > 0, else slope * x.
+
+    >>> leaky_relu(np.array([-1.0, 2.0])).data
+    array([-0.2,  2. ])
+    """
+    return LeakyReLU(slope)(x)
+
+
+class Softmax(Function):
+    def __init__(self, axis=1):
+        self.axis = axis
+
+    def forward(self, x):
+        xp = cuda.get_array_module(x)
+        # Shifting by the max keeps exp from overflowing; the result is unchanged.
+        y = xp.exp(x - x.max(axis=self.axis, keepdims=True))
+        return y / y.sum(axis=self.axis, keepdims=True)
+
+    def backward(self, gy):
+        y = self.outputs[0]()
+        gx = y * gy
+        return gx - y * sum(gx, axis=self.axis, keepdims=True)
+
+
+def softmax(x, axis=1):
+    """exp(x) / sum(exp(x), axis), without overflow.
+
+    >>> softmax(np.array([[0.0, 0.0]])).data
+    array([[0.5, 0.5]])
+    """
+    return Softmax(axis)(x)
+
+
+class LogSoftmax(Function):
+    def __init__(self, axis=1):
+        self.axis = axis
+
+    def forward(self, x):
+        return x - utils.logsumexp(x, self.axis)
+
+    def backward(self, gy):
+        y = self.outputs[0]()
+        return gy - exp(y) * sum(gy, axis=self.axis, keepdims=True)
+
+
+def log_softmax(x, axis=1):
+    """x - logsumexp(x, axis): the log of softmax, stable for large logits.
+
+    >>> log_softmax(np.array([[1000.0, 1000.0]])).data
+    array([[-0.69314718, -0.69314718]])
+    """
+    return LogSoftmax(axis)(x)
+
+
+class Softplus(Function):
+    """y = log(1 + exp(x)), elementwise."""
+    cpp = "fmax({x}, 0) + log1p(exp(-fabs({x})))"
+
+    def forward(self, x):
+        return cuda.get_array_module(x).logaddexp(0, x)
+
+    def backward(self, gy):
+        x, = self.inputs
+        return gy * sigmoid(x)
+
+
+def softplus(x):
+    """log(1 + exp(x)), elementwise and stable for large |x|.
+
+    >>> softplus(np.array([0.0])).data
+    array([0.69314718])
+    """
+    return Softplus()(x)
+
+
+# =============================================================================
+# Losses: softmax_cross_entropy, sigmoid_cross_entropy, binary_cross_entropy,
+#         mean_squared_error, and the labels' helpers OneHot, AsType
+# =============================================================================
+
+
+class AsType(Function):
+    """y = x as another dtype; the gradient goes back in x's dtype (none for integers)."""
+    op_name = "astype"
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+    def forward(self, x):
+        return x.astype(self.dtype)
+
+    def backward(self, gy):
+        x, = self.inputs
+        if x.dtype.kind not in "fc":
+            return None
+        return AsType(x.dtype.name)(gy)
+
+
+def astype(x, dtype):
+    """x converted to `dtype` (a recorded op, so traces see it)."""
+    x = as_variable(x)
+    dtype = np.dtype(dtype).name
+    if x.dtype == dtype:
+        return x
+    return AsType(dtype)(x)
+
+
+class OneHot(Function):
+    """Rows of the identity of size num_classes picked by integer labels t."""
+
+    def __init__(self, num_classes, dtype):
+        self.num_classes = num_classes
+        self.dtype = dtype
+
+    def forward(self, t):
+        xp = cuda.get_array_module(t)
+        return xp.eye(self.num_classes, dtype=self.dtype)[t]
+
+    def backward(self, gy):
+        return None
+
+
+def _check_labels(op, x, t):
+    if x.ndim != 2:
+        raise ValueError(f"{op}: x must be 2-d scores of shape (N, classes), got shape "
+                         f"{x.shape}; reshape it, e.g. x.reshape(len(x), -1)")
+    if t.dtype.kind not in "iu":
+        raise TypeError(f"{op}: t must hold integer class labels, got dtype {t.dtype}; "
+                        f"convert it, e.g. t.astype(np.int64)")
+    if t.size != x.shape[0]:
+        raise ValueError(f"{op}: {x.shape[0]} rows of scores but {t.size} labels "
+                         f"(t has shape {t.shape}); give one label per row")
+
+
+class SoftmaxCrossEntropy(Function):
+    """Mean over the batch of -log softmax(x)[i, t[i]]; x: (N, C), t: (N,) integers."""
+
+    def forward(self, x, t):
+        _check_labels(self.op_name, x, t)
+        xp = cuda.get_array_module(x)
+        log_p = x - utils.logsumexp(x, axis=1)
+        picked = log_p[xp.arange(len(x)), t.ravel()]
+        # .mean() of a float32 array is float32: the loss keeps x's dtype.
+        return -picked.mean()
+
+    def backward(self, gy):
+        x, t = self.inputs
+        n, classes = x.shape
+        t_onehot = OneHot(classes, x.dtype.name)(reshape(t, (n,)))
+        gx = (softmax(x, axis=1) - t_onehot) * (gy * (1 / n))
+        return gx, None
+
+
+def softmax_cross_entropy(x, t):
+    """mean_i(-log softmax(x)[i, t[i]]) for scores x (N, C) and integer labels t (N,).
+
+    >>> float(softmax_cross_entropy(np.zeros((2, 4)), np.array([0, 3])).data)  # log 4
+    1.3862943611198906
+    """
+    return SoftmaxCrossEntropy()(x, t)
+
+
+def _labels_like(t, x):
+    # Targets enter the arithmetic in x's dtype: int64 labels must not turn a
+    # float32 loss into float64.
+    t = as_variable(t)
+    if t.dtype != x.dtype:
+        t = AsType(x.dtype.name)(t)
+    return t
+
+
+def _paired(op, x, t, what):
+    """t in x's shape when the two differ only by axes of length 1 that broadcasting
+    would not multiply ((1, 1) and (1,), as the book's RNN example passes them);
+    any other difference raises (see _check_same_shape)."""
+    if x.shape != t.shape and x.size == t.size:
+        try:
+            paired_size = int(np.prod(np.broadcast_shapes(x.shape, t.shape)))
+        except ValueError:
+            paired_size = None
+        if paired_size == x.size:
+            t = reshape(t, x.shape)
+    _check_same_shape(op, x, t, what)
+    return t
+
+
+def _check_same_shape(op, x, t, what):
+    if x.shape != t.shape:
+        raise ValueError(
+            f"{op}: x has shape {x.shape} but {what} has shape {t.shape}; they must match "
+            f"(they are not broadcast, which would silently pair every x with every "
+            f"target); reshape one of them, e.g. t.reshape({x.shape})")
+
+
+def sigmoid_cross_entropy(x, t):
+    """Binary cross entropy of logits x against targets t in {0, 1}, summed and divided
+    by N = len(x): sum(softplus(x) - t * x) / N, stable for large |x|.
+
+    >>> float(sigmoid_cross_entropy(np.zeros((2, 1)), np.array([[0], [1]])).data)  # log 2
+    0.6931471805599453
+    """
+    x = as_variable(x)
+    t = as_variable(t)
+    if x.ndim != t.ndim and t.size == x.size:
+        t = reshape(t, x.shape)  # as in the book: labels (N,) for logits (N, 1)
+    _check_same_shape("sigmoid_cross_entropy", x, t, "t")
+    t = _labels_like(t, x)
+    return sum(softplus(x) - t * x) * (1 / len(x))
+
+
+def binary_cross_entropy(p, t):
+    """Cross entropy of probabilities p against targets t in {0, 1}, summed and divided
+    by N = len(p): -sum(t log p + (1 - t) log(1 - p)) / N. The logs are taken of
+    values clipped to at least 1e-15 so that p = 0 or 1 gives a finite loss.
+
+    >>> float(binary_cross_entropy(np.array([0.5, 0.5]), np.array([0, 1])).data)  # log 2
+    0.6931471805599453
+    """
+    p = as_variable(p)
+    t = as_variable(t)
+    if p.ndim != t.ndim and t.size == p.size:
+        t = reshape(t, p.shape)
+    _check_same_shape("binary_cross_entropy", p, t, "t")
+    t = _labels_like(t, p)
+    log_p = log(clip(p, 1e-15, 1.0))
+    log_q = log(clip(1 - p, 1e-15, 1.0))
+    return -sum(t * log_p + (1 - t) * log_q) * (1 / len(p))
+
+
+class MeanSquaredError(Function):
+    """sum((x0 - x1) ** 2) / len(x0): the book's mean over the batch axis."""
+
+    def forward(self, x0, x1):
+        _check_same_shape(self.op_name, x0, x1, "x1")
+        diff = x0 - x1
+        # A numpy scalar of x0's dtype: float32 * python float would be float64 on numpy 1.x.
+        return (diff * diff).sum() * x0.dtype.type(1 / len(diff))
+
+    def backward(self, gy):
+        x0, x1 = self.inputs
+        gx0 = (x0 - x1) * (gy * (2 / len(x0)))
+        return gx0, -gx0
+
+
+def mean_squared_error(x0, x1):
+    """sum((x0 - x1) ** 2) / len(x0); x0 and x1 must have the same shape (up to axes
+    of length 1 that pair the same elements, like (1, 1) and (1,)).
+
+    >>> float(mean_squared_error(np.array([[1.0], [3.0]]), np.array([[0.0], [0.0]])).data)
+    5.0
+    """
+    x0 = as_variable(x0)
+    x1 = _paired("mean_squared_error", x0, as_variable(as_operand(x1, x0)), "x1")
+    return MeanSquaredError()(x0, x1)
+
+
+# =============================================================================
+# Metrics and regularisation: accuracy, dropout
+# =============================================================================
+
+
+class Accuracy(Function):
+    """The fraction of rows of y whose argmax equals the label t.
+
+    It is piecewise constant in y, so its gradient is zero: backward gives none."""
+
+    def forward(self, y, t):
+        pred = y.argmax(axis=1).reshape(t.shape)
+        dtype = y.dtype if y.dtype.kind == "f" else np.float64
+        return (pred == t).mean(dtype=dtype)
+
+    def backward(self, gy):
+        return None, None
+
+
+def accuracy(y, t):
+    """Fraction of correct predictions: mean(argmax(y, axis=1) == t), as a Variable.
+
+    >>> float(accuracy(np.array([[0.1, 0.9], [0.8, 0.2]]), np.array([1, 1])).data)
+    0.5
+    """
+    y = as_variable(y)
+    t = as_variable(t)
+    if y.ndim < 2 or t.size != y.shape[0]:
+        raise ValueError(f"accuracy: y of shape {y.shape} needs one label per row, "
+                         f"got t of shape {t.shape}")
+    return Accuracy()(y, t)
+
+
+class DropoutMask(Function):
+    """A fresh random mask shaped like x: 0 with probability ratio, else 1 / (1 - ratio)."""
+    random = True
+
+    def __init__(self, ratio):
+        self.ratio = ratio
+
+    def forward(self, x):
+        xp = cuda.get_array_module(x)
+        keep = xp.random.rand(*x.shape) > self.ratio
+        # The scale keeps each element's expected value: E[x * mask] = x.
+        return keep.astype(x.dtype) * (1 / (1 - self.ratio))
+
+    def backward(self, gy):
+        return None
+
+
+def dropout(x, dropout_ratio=0.5):
+    """In training, x * mask with mask 0 (probability dropout_ratio) or
+    1 / (1 - dropout_ratio); x unchanged when dezero.Config.train is False.
+
+    >>> with dezero.test_mode(): dropout(np.ones(3)).data
+    array([1., 1., 1.])
+    """
+    x = as_variable(x)
+    if not 0 <= dropout_ratio < 1:
+        raise ValueError(f"dropout: dropout_ratio must be in [0, 1), got {dropout_ratio}")
+    if not Config.train:
+        return x
+    return x * DropoutMask(dropout_ratio)(x)
+
+
+# =============================================================================
+# Normalisation and lookup: batch_norm (batch_nrom), embed_id
+# =============================================================================
+
+
+def batch_norm(x, gamma, beta, mean, var, decay=0.9, eps=2e-5):
+    """Batch normalisation over every axis but axis 1 (the features or channels):
+    y = gamma * (x - mu) / sqrt(sigma2 + eps) + beta.
+
+    In training (dezero.Config.train) mu and sigma2 are the batch's mean and
+    variance, and the running statistics are updated by assignment:
+        mean.data <- decay * mean + (1 - decay) * mu
+        var.data  <- decay * var + (1 - decay) * sigma2 * m / (m - 1)
+    with m the number of values per feature (the running variance is unbiased,
+    as in the book and in PyTorch). `mean` and `var` must then be Variables of
+    shape (C,): the book updated arrays in place, here the new values are
+    assigned, so that a traced step sees the write. In test mode `mean` and
+    `var` (Variables or arrays) are used as they are. gamma and beta: shape (C,).
+
+    >>> with dezero.test_mode(): batch_norm(np.ones((1, 2)), np.ones(2), np.zeros(2),
+    ...     np.ones(2), np.zeros(2)).data.round(3)
+    array([[0., 0.]])
+    """
+    x = as_variable(x)
+    if x.ndim < 2:
+        raise ValueError(f"batch_norm: x must have a batch axis and a feature axis, "
+                         f"got shape {x.shape}")
+    channels = x.shape[1]
+    for name, v in (("gamma", gamma), ("beta", beta), ("mean", mean), ("var", var)):
+        if tuple(v.shape) != (channels,):
+            raise ValueError(f"batch_norm: {name} must have shape ({channels},) for x of "
+                             f"shape {x.shape}, got {tuple(v.shape)}")
+    axes = (0,) + tuple(range(2, x.ndim))
+    # (C,) -> (1, C, 1, ...) so that the per-channel values broadcast against x.
+    stat_shape = (1, channels) + (1,) * (x.ndim - 2)
+
+    if not Config.train:
+        mu = reshape(as_variable(mean), stat_shape)
+        inv_std = reshape((as_variable(var) + eps) ** -0.5, stat_shape)
+        xc = (x - mu) * inv_std
+        return xc * reshape(gamma, stat_shape) + reshape(beta, stat_shape)
+
+    for name, v in (("mean", mean), ("var", var)):
+        if not isinstance(v, Variable):
+            raise TypeError(
+                f"batch_norm: in training the running {name} must be a Variable, since "
+                f"its new value is assigned to {name}.data; got {type(v).__name__}. "
+                f"Wrap it once and keep the Variable, e.g. {name} = Variable(array)")
+    m = x.size // channels
+    # Batch statistics are outputs of Functions, so backward reaches them.
+    mu = sum(x, axis=axes, keepdims=True) * (1 / m)
+    xc = x - mu
+    sigma2 = sum(xc * xc, axis=axes, keepdims=True) * (1 / m)
+    inv_std = (sigma2 + eps) ** -0.5
+    y = xc * inv_std * reshape(gamma, stat_shape) + reshape(beta, stat_shape)
+
+    unbias = m / (m - 1) if m > 1 else 1.0
+    with no_grad():
+        new_mean = mean * decay + reshape(mu, mean.shape) * (1 - decay)
+        new_var = var * decay + reshape(sigma2, var.shape) * ((1 - decay) * unbias)
+    mean.data = new_mean.data
+    var.data = new_var.data
+    return y
+
+
+# The book spells it this way; the old name keeps its code running.
+batch_nrom = batch_norm
+
+
+class EmbedID(Function):
+    """Rows of W picked by the integer ids x: y = W[x]."""
+    op_name = "embed_id"
+
+    def forward(self, x, W):
+        return W[x]
+
+    def backward(self, gy):
+        x, W = self.inputs
+        return None, EmbedIDGrad(W.shape)(x, gy)
+
+
+class EmbedIDGrad(Function):
+    """Scatter-add gy into zeros of W's shape at rows x: the adjoint of embed_id."""
+    op_name = "embed_id_grad"
+
+    def __init__(self, w_shape):
+        self.w_shape = w_shape
+
+    def forward(self, x, gy):
+        xp = cuda.get_array_module(gy)
+        gW = xp.zeros(self.w_shape, dtype=gy.dtype)
+        if xp is np:
+            np.add.at(gW, x, gy)
+        else:
+            import cupyx
+            cupyx.scatter_add(gW, x, gy)
+        return gW
+
+    def backward(self, ggW):
+        x, gy = self.inputs
+        return None, embed_id(x, ggW)
+
+
+def embed_id(x, W):
+    """W[x]: the rows of the embedding matrix W (V, D) for integer ids x.
+
+    >>> embed_id(np.array([1, 1]), np.eye(2)).data
+    array([[0., 1.],
+           [0., 1.]])
+    """
+    return EmbedID()(x, W)
+
+
+# =============================================================================
+# Teaching versions composed of other functions: sigmoid_simple, softmax_simple,
+#   softmax_cross_entropy_simple, mean_squared_error_simple, linear_simple
+# =============================================================================
+
+
+def sigmoid_simple(x):
+    """1 / (1 + exp(-x)) as three functions (overflows exp for x < -88 in float32)."""
+    x = as_variable(x)
+    return 1 / (1 + exp(-x))
+
+
+def softmax_simple(x, axis=1):
+    """exp(x) / sum(exp(x), axis) without the max shift (overflows for large x)."""
+    x = as_variable(x)
+    y = exp(x)
+    return y / sum(y, axis=axis, keepdims=True)
+
+
+def softmax_cross_entropy_simple(x, t):
+    """softmax_cross_entropy composed: -mean(log(clip(softmax(x)))[i, t[i]])."""
+    x = as_variable(x)
+    t = as_variable(t)
+    _check_labels("softmax_cross_entropy_simple", x, t)
+    n = len(x)
+    p = clip(softmax(x), 1e-15, 1.0)  # keeps log away from log(0)
+    log_p = log(p)
+    xp = cuda.get_array_module(x)
+    picked = get_item(log_p, (xp.arange(n), t.data.ravel()))
+    return -sum(picked) * (1 / n)
+
+
+def mean_squared_error_simple(x0, x1):
+    """mean_squared_error composed: sum((x0 - x1) ** 2) / len(x0)."""
+    x0 = as_variable(x0)
+    x1 = _paired("mean_squared_error_simple", x0, as_variable(as_operand(x1, x0)), "x1")
+    diff = x0 - x1
+    return sum(diff ** 2) * (1 / len(diff))
+
+
+def linear_simple(x, W, b=None):
+    """x @ W + b composed of matmul and add."""
+    t = matmul(x, W)
+    if b is None:
+        return t
+    return t + b
+
+
+# =============================================================================
+# Convolution and pooling, defined in functions_conv.py: conv2d, deconv2d,
+#   conv2d_simple, pooling, pooling_simple, average_pooling, im2col, col2im
+# =============================================================================
+# Imported last: functions_conv builds on the functions above.
+from dezero.functions_conv import (  # noqa: E402, F401
+    average_pooling,
+    col2im,
+    conv2d,
+    conv2d_simple,
+    deconv2d,
+    im2col,
+    pooling,
+    pooling_simple,
+)

@@ -14,6 +14,7 @@ import tempfile
 import numpy as np
 
 from dezero import cuda
+from dezero.downloads import cache_dir, get_file  # noqa: F401  (the book's dezero.utils names)
 
 # =============================================================================
 # Shapes: sum_to, reshape_sum_backward, max_backward_shape, logsumexp

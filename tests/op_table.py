@@ -12,6 +12,7 @@ import numpy as np
 
 import dezero.functions as F
 from dezero import Variable
+from dezero.functions_conv import Pooling2DWithIndexes
 
 # =============================================================================
 # Row: one function under test
@@ -137,6 +138,37 @@ ROWS = [
 # op name -> a call returning an output Variable, for ops whose inputs a Row cannot
 # describe (integer labels, random ops ...). tests/test_core.py checks that every
 # registered op is reached by ROWS or by these calls, and rebuilds it from its attrs.
+def _x(*shape, seed=0):
+    return Variable(np.random.default_rng(seed).uniform(-2, 2, size=shape))
+
+
+def _labels():
+    return np.array([0, 2, 1, 2])
+
+
 EXTRA_CALLS = {
     "sign": lambda: F.sign(Variable(np.array([-1.0, 0.0, 2.0]))),
+    # ---- neural-network functions (tested in depth in test_functions_nn.py) --
+    "accuracy": lambda: F.accuracy(_x(4, 3), _labels()),
+    "astype": lambda: F.astype(_x(2, 3), np.float32),
+    "sigmoid": lambda: F.sigmoid(_x(2, 3)),
+    "relu": lambda: F.relu(_x(2, 3)),
+    "leaky_relu": lambda: F.leaky_relu(_x(2, 3)),
+    "softmax": lambda: F.softmax(_x(2, 3)),
+    "log_softmax": lambda: F.log_softmax(_x(2, 3)),
+    "softplus": lambda: F.softplus(_x(2, 3)),
+    "softmax_cross_entropy": lambda: F.softmax_cross_entropy(_x(4, 3), _labels()),
+    "mean_squared_error": lambda: F.mean_squared_error(_x(2, 3), _x(2, 3, seed=1)),
+    "dropout_mask": lambda: F.dropout(_x(2, 3)),
+    "embed_id": lambda: F.embed_id(_labels(), _x(3, 5)),
+    # ---- convolution and pooling (tested in depth in test_functions_conv.py) --
+    "conv2d": lambda: F.conv2d(_x(1, 2, 5, 5), _x(3, 2, 3, 3, seed=1), _x(3, seed=2),
+                               stride=1, pad=1),
+    "deconv2d": lambda: F.deconv2d(_x(1, 3, 3, 3), _x(3, 2, 3, 3, seed=1), stride=2),
+    "im2col": lambda: F.im2col(_x(1, 2, 4, 4), 2),
+    "pooling": lambda: F.pooling(_x(1, 2, 4, 4), 2, 2),
+    # Reached only by a third derivative of pooling, so called directly.
+    "pooling_with_indexes": lambda: Pooling2DWithIndexes(2, 2)(_x(1, 2, 4, 4),
+                                                              _x(1, 2, 4, 4, seed=1)),
+    "average_pooling": lambda: F.average_pooling(_x(1, 2, 4, 4), 2, 2),
 }

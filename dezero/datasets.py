@@ -1,0 +1,477 @@
+"""Datasets: indexable (x, t) collections, generated or read from downloaded files.
+
+datasets.py sits between the files on disk (downloads.py fetches them into the
+cache directory) and dataloaders.py, which batches what a Dataset returns.
+Spiral and SinCurve are generated; MNIST, CIFAR10/100 and Shakespear read the
+original file formats (offline, a DownloadError says where to place a file).
+
+    x, t = dezero.datasets.Spiral(train=True)[0]
+"""
+import ast
+import gzip
+import os
+import pickle
+import struct
+import sys
+import tarfile
+import tempfile
+
+import numpy as np
+
+from dezero.downloads import DownloadError, get_cache_dir, get_file
+from dezero.transforms import Compose, Flatten, Normalize, ToFloat
+
+
+# =============================================================================
+# Base class: Dataset
+# =============================================================================
+def _identity(x):
+    return x
+
+
+class Dataset:
+    """Holds `data` and `label` arrays, filled by `prepare()`, and serves one example at a time.
+
+    transform is applied to each data item, target_transform to each label;
+    None means no change. Subclasses override `prepare()`.
+    """
+
+    def __init__(self, train=True, transform=None, target_transform=None):
+        self.train = train
+        self.transform = _identity if transform is None else transform
+        self.target_transform = _identity if target_transform is None else target_transform
+        self.data = None
+        self.label = None
+        self.prepare()
+
+    def __getitem__(self, index):
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise TypeError(
+                f'{type(self).__name__}[{index!r}]: a dataset returns one example for an int '
+                f'index, not for {type(index).__name__}; use a DataLoader to get batches')
+        x = self.transform(self.data[index])
+        if self.label is None:
+            return x, None
+        return x, self.target_transform(self.label[index])
+
+    def __len__(self):
+        if self.data is None:
+            raise TypeError(f'{type(self).__name__} has no data: its prepare() must set self.data')
+        return len(self.data)
+
+    def prepare(self):
+        pass
+
+
+# =============================================================================
+# Toy datasets: get_spiral, Spiral
+# =============================================================================
+def get_spiral(train=True):
+    """Three interleaved spirals of 100 points each: x float32 (300, 2), t int (300,).
+
+    The numbers are the book's (seed 1984 for train, 2020 for test), drawn from
+    a private RandomState so that the global numpy RNG is left untouched.
+    """
+    rng = np.random.RandomState(1984 if train else 2020)
+    num_data, num_class = 100, 3
+    # The book draws one randn() per point, class by class; one call of
+    # randn(300) yields the same sequence in the same order.
+    noise = rng.randn(num_class, num_data)
+    rate = np.arange(num_data) / num_data
+    radius = 1.0 * rate
+    theta = np.arange(num_class)[:, None] * 4.0 + 4.0 * rate + noise * 0.2
+    x = np.stack([radius * np.sin(theta), radius * np.cos(theta)], axis=-1)
+    x = x.reshape(num_class * num_data, 2).astype(np.float32)
+    t = np.repeat(np.arange(num_class), num_data)
+    indices = rng.permutation(num_data * num_class)
+    return x[indices], t[indices]
+
+
+class Spiral(Dataset):
+    """The spiral toy dataset: 300 two-dimensional points in 3 classes."""
+
+    def prepare(self):
+        self.data, self.label = get_spiral(self.train)
+
+
+# =============================================================================
+# Image datasets: MNIST, CIFAR10, CIFAR100
+# =============================================================================
+def _pyplot(caller):
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ImportError(f'{caller} draws with matplotlib, which is not installed: '
+                          f'pip install matplotlib') from None
+    return plt
+
+
+def _get_from_mirrors(bases, file_name, md5):
+    """get_file from the first of several base URLs that works."""
+    failures = []
+    for base in bases:
+        try:
+            return get_file(base + file_name, md5=md5)
+        except DownloadError as e:
+            failures.append(f'  {e.url}: {e.reason}')
+    path = os.path.join(get_cache_dir(), file_name)
+    raise DownloadError(
+        f'could not download {file_name} from any mirror:\n' + '\n'.join(failures) +
+        f'\nWithout a network, download it elsewhere and place it by hand at\n  {path}\n'
+        f'(the cache directory is set by $DEZERO_CACHE_DIR).', path=path)
+
+
+def _read_idx(path, ndim):
+    """Read a gzipped idx file of unsigned bytes (the MNIST format) into a uint8 array."""
+    try:
+        with gzip.open(path, 'rb') as f:
+            raw = f.read()
+    except (OSError, EOFError) as e:
+        raise ValueError(f'{path}: not a readable gzip file ({e}); '
+                         f'delete it to download it again') from e
+    # Header: two zero bytes, a type code (0x08 = unsigned byte), the number
+    # of dimensions, then each dimension as a big-endian uint32.
+    if len(raw) < 4 + 4 * ndim or raw[:3] != b'\x00\x00\x08' or raw[3] != ndim:
+        raise ValueError(f'{path}: not an MNIST idx file of {ndim}-d unsigned bytes '
+                         f'(header {raw[:4].hex()}, expected 000008{ndim:02x})')
+    shape = struct.unpack(f'>{ndim}I', raw[4:4 + 4 * ndim])
+    data = np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim)
+    if data.size != int(np.prod(shape)):
+        raise ValueError(f'{path}: the header announces shape {shape} ({int(np.prod(shape))} '
+                         f'bytes) but the file holds {data.size} bytes; it may be truncated')
+    return data.reshape(shape)
+
+
+# The book's default transforms. They hold no state, so one shared instance
+# serves every dataset object.
+MNIST_TRANSFORM = Compose([Flatten(), ToFloat(), Normalize(0., 255.)])
+CIFAR_TRANSFORM = Compose([ToFloat(), Normalize(mean=0.5, std=0.5)])
+
+
+class MNIST(Dataset):
+    """Handwritten digits: data uint8 (N, 1, 28, 28), label uint8 (N,).
+
+    The default transform flattens to 784 values and scales to [0, 1] float32.
+    """
+    mirrors = ('https://ossci-datasets.s3.amazonaws.com/mnist/',
+               'http://yann.lecun.com/exdb/mnist/')
+    files = {True: ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz'),
+             False: ('t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz')}
+    md5 = {'train-images-idx3-ubyte.gz': 'f68b3c2dcbeaaa9fbdd348bbdeb94873',
+           'train-labels-idx1-ubyte.gz': 'd53e105ee54ea40749a09fcbcd1e9432',
+           't10k-images-idx3-ubyte.gz': '9fb629c4189551a2d022fa330f9573f3',
+           't10k-labels-idx1-ubyte.gz': 'ec29112dd5afa0611ce80d1b7f02629c'}
+
+    def __init__(self, train=True,
+                 transform=MNIST_TRANSFORM,
+                 target_transform=None):
+        super().__init__(train, transform, target_transform)
+
+    def prepare(self):
+        data_name, label_name = self.files[bool(self.train)]
+        data_path = _get_from_mirrors(self.mirrors, data_name, self.md5[data_name])
+        label_path = _get_from_mirrors(self.mirrors, label_name, self.md5[label_name])
+        self.data = self._load_data(data_path)
+        self.label = self._load_label(label_path)
+        if len(self.data) != len(self.label):
+            raise ValueError(f'MNIST: {data_path} holds {len(self.data)} images but '
+                             f'{label_path} holds {len(self.label)} labels')
+
+    def _load_label(self, filepath):
+        return _read_idx(filepath, 1)
+
+    def _load_data(self, filepath):
+        images = _read_idx(filepath, 3)
+        return images.reshape(-1, 1, *images.shape[1:])
+
+    def show(self, row=10, col=10):
+        """Draw row x col random images in one grid (needs matplotlib)."""
+        plt = _pyplot('MNIST.show()')
+        H, W = self.data.shape[-2:]
+        img = np.zeros((H * row, W * col))
+        for r in range(row):
+            for c in range(col):
+                i = np.random.randint(0, len(self.data))
+                img[r * H:(r + 1) * H, c * W:(c + 1) * W] = self.data[i].reshape(H, W)
+        plt.imshow(img, cmap='gray', interpolation='nearest')
+        plt.axis('off')
+        plt.show()
+
+    @staticmethod
+    def labels():
+        return {i: str(i) for i in range(10)}
+
+
+def _reconstruct_ndarray():
+    # numpy pickles an ndarray as a call of this function; asking an array for
+    # it avoids naming numpy's private module, which moved in numpy 2.
+    return np.empty(0).__reduce__()[0]
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """Unpickles a CIFAR batch: dicts, lists, strings, numbers and uint8 arrays, nothing else.
+
+    The only globals a CIFAR batch refers to are the three numpy names an
+    ndarray needs; any other global means the file is no CIFAR batch, and
+    loading it could run arbitrary code, so it is refused.
+    """
+    allowed = {('numpy.core.multiarray', '_reconstruct'): _reconstruct_ndarray(),
+               ('numpy._core.multiarray', '_reconstruct'): _reconstruct_ndarray(),
+               ('numpy', 'ndarray'): np.ndarray,
+               ('numpy', 'dtype'): np.dtype}
+
+    def __init__(self, file, source):
+        # latin1 is how numpy arrays pickled by Python 2 (the official files) load.
+        super().__init__(file, encoding='latin1')
+        self.source = source
+
+    def find_class(self, module, name):
+        try:
+            return self.allowed[module, name]
+        except KeyError:
+            raise pickle.UnpicklingError(
+                f'{self.source}: refers to {module}.{name}, which no CIFAR batch holds; '
+                f'refusing to load it (the file is corrupt or not a CIFAR batch)') from None
+
+
+def _read_cifar_batches(tar_path, member_names, label_key):
+    """Read pickled batches out of a CIFAR python .tar.gz: data uint8 (N, 3, 32, 32), labels."""
+    try:
+        tar = tarfile.open(tar_path, 'r:gz')
+    except (tarfile.TarError, OSError, EOFError) as e:
+        raise ValueError(f'{tar_path}: not a readable .tar.gz ({e}); '
+                         f'delete it to download it again') from e
+    data, labels = [], []
+    with tar:
+        for name in member_names:
+            source = f'{tar_path}:{name}'
+            try:
+                f = tar.extractfile(name)
+            except KeyError:
+                f = None
+            if f is None:
+                raise ValueError(f'{tar_path} has no file {name}; it is not the CIFAR '
+                                 f'python archive (delete it to download it again)')
+            with f:
+                batch = _CifarUnpickler(f, source).load()
+            if not isinstance(batch, dict):
+                raise ValueError(f'{source}: holds a {type(batch).__name__}, not a dict')
+            batch = {k.decode('latin1') if isinstance(k, bytes) else k: v
+                     for k, v in batch.items()}
+            x, t = batch.get('data'), batch.get(label_key)
+            if not (isinstance(x, np.ndarray) and x.dtype == np.uint8 and x.ndim == 2
+                    and x.shape[1] == 3 * 32 * 32) or t is None or len(t) != len(x):
+                raise ValueError(f'{source}: expected "data" uint8 (N, 3072) and "{label_key}" '
+                                 f'of N ints; found keys {sorted(batch)}')
+            data.append(x)
+            labels.append(np.asarray(t, dtype=int))
+    return np.concatenate(data).reshape(-1, 3, 32, 32), np.concatenate(labels)
+
+
+class CIFAR10(Dataset):
+    """Small colour images in 10 classes: data uint8 (N, 3, 32, 32), label int (N,).
+
+    The default transform is the book's: float32, then (x - 0.5) / 0.5.
+    """
+    url = 'https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz'
+    md5 = 'c58f30108f718f92721af3b95e74349a'
+
+    def __init__(self, train=True,
+                 transform=CIFAR_TRANSFORM,
+                 target_transform=None):
+        super().__init__(train, transform, target_transform)
+
+    def _members(self):
+        if self.train:
+            return [f'cifar-10-batches-py/data_batch_{i}' for i in range(1, 6)]
+        return ['cifar-10-batches-py/test_batch']
+
+    def _cache_name(self):
+        return self.url
+
+    def _label_key(self):
+        return 'labels'
+
+    def prepare(self):
+        # The arrays are cached as .npz next to the archive: later loads skip
+        # the slow unpickling.
+        self.data, self.label = load_cache_npz(self._cache_name(), self.train)
+        if self.data is not None:
+            return
+        filepath = get_file(self.url, md5=self.md5)
+        self.data, self.label = _read_cifar_batches(filepath, self._members(), self._label_key())
+        save_cache_npz(self.data, self.label, self._cache_name(), self.train)
+
+    def show(self, row=10, col=10):
+        """Draw row x col random images in one grid (needs matplotlib)."""
+        plt = _pyplot(f'{type(self).__name__}.show()')
+        H, W = 32, 32
+        img = np.zeros((H * row, W * col, 3))
+        for r in range(row):
+            for c in range(col):
+                i = np.random.randint(0, len(self.data))
+                img[r * H:(r + 1) * H, c * W:(c + 1) * W] = self.data[i].transpose(1, 2, 0) / 255
+        plt.imshow(img, interpolation='nearest')
+        plt.axis('off')
+        plt.show()
+
+    @staticmethod
+    def labels():
+        # The book spells the first class 'ariplane'; the dataset says 'airplane'.
+        return dict(enumerate(['airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog',
+                               'horse', 'ship', 'truck']))
+
+
+_CIFAR100_FINE = (
+    'apple aquarium_fish baby bear beaver bed bee beetle bicycle bottle bowl boy bridge bus '
+    'butterfly camel can castle caterpillar cattle chair chimpanzee clock cloud cockroach couch '
+    'crab crocodile cup dinosaur dolphin elephant flatfish forest fox girl hamster house '
+    'kangaroo keyboard lamp lawn_mower leopard lion lizard lobster man maple_tree motorcycle '
+    'mountain mouse mushroom oak_tree orange orchid otter palm_tree pear pickup_truck pine_tree '
+    'plain plate poppy porcupine possum rabbit raccoon ray road rocket rose sea seal shark shrew '
+    'skunk skyscraper snail snake spider squirrel streetcar sunflower sweet_pepper table tank '
+    'telephone television tiger tractor train trout tulip turtle wardrobe whale willow_tree wolf '
+    'woman worm').split()
+_CIFAR100_COARSE = [
+    'aquatic mammals', 'fish', 'flowers', 'food containers', 'fruit and vegetables',
+    'household electrical device', 'household furniture', 'insects', 'large carnivores',
+    'large man-made outdoor things', 'large natural outdoor scenes',
+    'large omnivores and herbivores', 'medium-sized mammals', 'non-insect invertebrates',
+    'people', 'reptiles', 'small mammals', 'trees', 'vehicles 1', 'vehicles 2']
+
+
+class CIFAR100(CIFAR10):
+    """Small colour images in 100 fine classes grouped into 20 coarse ones.
+
+    label_type: 'fine' (100 classes) or 'coarse' (20 superclasses).
+    """
+    url = 'https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz'
+    md5 = 'eb9058c3a382ffc7106e4002c42a8d85'
+
+    def __init__(self, train=True,
+                 transform=CIFAR_TRANSFORM,
+                 target_transform=None, label_type='fine'):
+        if label_type not in ('fine', 'coarse'):
+            raise ValueError(f"CIFAR100(label_type={label_type!r}): use 'fine' or 'coarse'")
+        self.label_type = label_type
+        super().__init__(train, transform, target_transform)
+
+    def _members(self):
+        return ['cifar-100-python/train' if self.train else 'cifar-100-python/test']
+
+    def _cache_name(self):
+        # One cache per label type: the book kept one, so a coarse load after
+        # a fine one silently returned fine labels.
+        return f'{self.url}.{self.label_type}'
+
+    def _label_key(self):
+        return f'{self.label_type}_labels'
+
+    @staticmethod
+    def labels(label_type='fine'):
+        if label_type not in ('fine', 'coarse'):
+            raise ValueError(f"CIFAR100.labels(label_type={label_type!r}): "
+                             f"use 'fine' or 'coarse'")
+        names = _CIFAR100_FINE if label_type == 'fine' else _CIFAR100_COARSE
+        return {i: name.replace('_', ' ') for i, name in enumerate(names)}
+
+
+# =============================================================================
+# Big datasets: ImageNet (labels only)
+# =============================================================================
+class ImageNet(Dataset):
+    """Only the 1000 ImageNet class names, for models pretrained on ImageNet."""
+    labels_url = ('https://gist.githubusercontent.com/yrevar/942d3a0ac09ec9e5eb3a/raw/'
+                  '238f720ff059c1f82f368259d1ca4ffa5dd8f9f5/imagenet1000_clsidx_to_labels.txt')
+
+    def __init__(self, *args, **kwargs):
+        raise NotImplementedError('dezero.datasets.ImageNet provides only ImageNet.labels(); '
+                                  'the images themselves are not downloadable here')
+
+    @staticmethod
+    def labels():
+        """{class index: name} for the 1000 classes (downloaded once)."""
+        path = get_file(ImageNet.labels_url)
+        with open(path, encoding='utf-8') as f:
+            # The file is a Python dict literal; literal_eval reads it without running code.
+            return ast.literal_eval(f.read())
+
+
+# =============================================================================
+# Sequential datasets: SinCurve, Shakespear
+# =============================================================================
+class SinCurve(Dataset):
+    """A sine wave for next-value prediction: data[i] = y[i], label[i] = y[i + 1].
+
+    train: sin with uniform noise in [-0.05, 0.05); test: cos without noise.
+    As in the book, the values are float64 and the noise comes from the global
+    numpy RNG (np.random.seed makes it reproducible).
+    """
+
+    def prepare(self):
+        num_data = 1000
+        x = np.linspace(0, 2 * np.pi, num_data)
+        # Drawn for the test set too, so the global RNG advances as in the book.
+        noise = np.random.uniform(-0.05, 0.05, size=x.shape)
+        y = np.sin(x) + noise if self.train else np.cos(x)
+        y = y.astype(np.float64)
+        self.data = y[:-1][:, np.newaxis]
+        self.label = y[1:][:, np.newaxis]
+
+
+class Shakespear(Dataset):
+    """Tiny Shakespeare as character ids: data[i] = id of char i, label[i] = id of char i+1.
+
+    char_to_id and id_to_char map between characters and ids (in order of first use).
+    """
+    url = 'https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt'
+
+    def prepare(self):
+        path = get_file(self.url, 'shakespear.txt')
+        with open(path, encoding='utf-8') as f:
+            text = f.read()
+        char_to_id = {}
+        for ch in text:
+            char_to_id.setdefault(ch, len(char_to_id))
+        indices = np.array([char_to_id[ch] for ch in text], dtype=int)
+        self.data = indices[:-1]
+        self.label = indices[1:]
+        self.char_to_id = char_to_id
+        self.id_to_char = {i: ch for ch, i in char_to_id.items()}
+
+
+# =============================================================================
+# Array cache: load_cache_npz, save_cache_npz
+# =============================================================================
+def _cache_npz_path(filename, train):
+    name = filename[filename.rfind('/') + 1:]
+    return os.path.join(get_cache_dir(), name + ('.train.npz' if train else '.test.npz'))
+
+
+def load_cache_npz(filename, train=False):
+    """(data, label) saved by save_cache_npz for `filename` (a URL or name), or (None, None)."""
+    path = _cache_npz_path(filename, train)
+    if not os.path.exists(path):
+        return None, None
+    with np.load(path, allow_pickle=False) as loaded:
+        return loaded['data'], loaded['label']
+
+
+def save_cache_npz(data, label, filename, train=False):
+    """Save (data, label) as a compressed .npz in the cache directory; return its path."""
+    path = _cache_npz_path(filename, train)
+    if os.path.exists(path):
+        return path
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    print(f'Saving {os.path.basename(path)} ...', file=sys.stderr)
+    # Written under a temporary name and renamed, so no half-written cache survives.
+    fd, tmp_path = tempfile.mkstemp(suffix='.npz.part', dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, 'wb') as f:
+            np.savez_compressed(f, data=data, label=label)
+        os.replace(tmp_path, path)
+    except BaseException:
+        if os.path.exists(tmp_path):
+            os.remove(tmp_path)
+        raise
+    return path

@@ -1,0 +1,203 @@
+"""The demo behind `python -m dezero demo`: train the spiral network, show both graphs.
+
+It trains the book's spiral classifier (MLP((10, 3)), SGD, lr=1.0) once eagerly and,
+when trace mode is available, once more with the training step wrapped in
+`dezero.trace`, from the same initial weights. It prints accuracy and timings and
+writes the dynamic graph of the loss (and the static graph of the traced step) as
+.dot files, plus .svg when Graphviz's `dot` is installed.
+
+    python -m dezero demo --out dezero-demo
+"""
+import argparse
+import contextlib
+import os
+import sys
+import time
+
+import numpy as np
+
+import dezero
+import dezero.functions as F
+from dezero import optimizers, utils
+from dezero.datasets import get_spiral
+from dezero.models import MLP
+
+# =============================================================================
+# Command line: build_parser, main
+# =============================================================================
+
+
+def build_parser(parser=None):
+    """The options of the demo, added to `parser` (a new one when None)."""
+    if parser is None:
+        parser = argparse.ArgumentParser(prog="python -m dezero demo")
+    parser.description = ("Train the spiral classifier eagerly and traced, print accuracy "
+                          "and timings, and write the dynamic and static graphs.")
+    parser.add_argument("--out", metavar="DIR", default="dezero-demo",
+                        help="folder for the graph files (default: ./dezero-demo)")
+    parser.add_argument("--epochs", type=int, default=300,
+                        help="training epochs of 10 batches each (default: 300)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed for the initial weights and the batch order (default: 0)")
+    return parser
+
+
+def main(args):
+    """Run the demo for parsed `args`; return the exit status."""
+    if args.epochs < 1:
+        print(f"dezero demo: --epochs must be at least 1, got {args.epochs}", file=sys.stderr)
+        return 2
+    x, t = get_spiral(train=True)
+    x_test, t_test = get_spiral(train=False)
+    print(f"dezero demo: spiral classification, {len(x)} points in 3 classes; "
+          f"MLP((10, 3)), SGD(lr=1.0), {args.epochs} epochs of 10 batches")
+
+    with _seeded(args.seed):
+        initial = MLP((10, 3))
+        initial(x[:1])      # the layers make their weights at the first call
+    runs = [("eager", False)] + ([("traced", True)] if hasattr(dezero, "trace") else [])
+    results = {}
+    for name, traced in runs:
+        model = _copy_of(initial)
+        seconds, loss, graph = _train(model, x, t, args.epochs, args.seed, traced, name)
+        with dezero.no_grad():
+            accuracy = float(F.accuracy(model(x), t).data)
+            test_accuracy = float(F.accuracy(model(x_test), t_test).data)
+        results[name] = (seconds, graph)
+        print(f"{name:6s}: {seconds:6.2f} s   final loss {loss:.4f}   "
+              f"train accuracy {accuracy:.3f}   test accuracy {test_accuracy:.3f}")
+    if "traced" in results:
+        speedup = results["eager"][0] / max(results["traced"][0], 1e-9)
+        print(f"traced / eager: {speedup:.1f}x as fast")
+    else:
+        print("traced: skipped, this build of dezero has no trace mode (dezero.trace)")
+
+    written = _write_graphs(args.out, _dynamic_graph(initial, x, t), results)
+    print(f"wrote {', '.join(written)} to {args.out}")
+    return 0
+
+
+# =============================================================================
+# Training: _train, _copy_of, _seeded, _progress
+# =============================================================================
+
+
+@contextlib.contextmanager
+def _seeded(seed):
+    # The layers draw their initial weights from the global numpy RNG (as in the
+    # book); seed it for a repeatable demo and give the caller its state back.
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
+
+
+def _copy_of(model):
+    """A new MLP((10, 3)) with the same weights as `model`, named W0, b0, W1, b1."""
+    copy = MLP((10, 3))
+    for i, (source, target) in enumerate(zip(model.layers, copy.layers)):
+        target.W = dezero.Parameter(source.W.data.copy(), name=f"W{i}")
+        target.b = dezero.Parameter(source.b.data.copy(), name=f"b{i}")
+    return copy
+
+
+def _train(model, x, t, epochs, seed, traced, name):
+    """Train `model`; return (seconds, mean loss of the last epoch, traced function)."""
+    optimizer = optimizers.SGD(lr=1.0).setup(model)
+
+    def step(xb, tb):
+        loss = F.softmax_cross_entropy(model(xb), tb)
+        model.cleargrads()
+        loss.backward()
+        optimizer.update()
+        return loss
+
+    if traced:
+        step = dezero.trace(step)
+    # The same batch order for both runs, from a private generator.
+    rng = np.random.RandomState(seed)
+    batch_size = 30
+    start = time.perf_counter()
+    with _progress(epochs, name) as progress:
+        for _ in range(epochs):
+            order = rng.permutation(len(x))
+            total = 0.0
+            for i in range(0, len(x), batch_size):
+                batch = order[i:i + batch_size]
+                loss = step(x[batch], t[batch])
+                total += float(loss.data) * len(batch)
+            progress(total / len(x))
+    seconds = time.perf_counter() - start
+    return seconds, total / len(x), (step if traced else None)
+
+
+@contextlib.contextmanager
+def _progress(epochs, name):
+    """A callable taking the epoch's loss: a tqdm bar when tqdm is installed,
+    otherwise a line every tenth of the run."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        tqdm = None
+    if tqdm is not None:
+        bar = tqdm(total=epochs, desc=f"{name:6s}", unit="epoch", leave=False,
+                   file=sys.stderr, mininterval=0.2)
+
+        def update(loss):
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+        try:
+            yield update
+        finally:
+            bar.close()
+        return
+    count = 0
+    every = max(1, epochs // 10)
+
+    def report(loss):
+        nonlocal count
+        count += 1
+        if count % every == 0 or count == epochs:
+            print(f"  {name} epoch {count}/{epochs}  loss {loss:.4f}", file=sys.stderr)
+    yield report
+
+
+# =============================================================================
+# Graphs: _dynamic_graph, _static_graph_dot, _write_graphs
+# =============================================================================
+
+
+def _dynamic_graph(model, x, t):
+    """DOT text of the dynamic graph of one batch's loss, with shapes."""
+    model = _copy_of(model)
+    loss = F.softmax_cross_entropy(model(x[:30]), t[:30])
+    loss.name = "loss"
+    return utils.get_dot_graph(loss, verbose=True)
+
+
+def _static_graph_dot(traced_step):
+    """DOT text of the static graph a traced function recorded."""
+    return traced_step.graph.to_dot()
+
+
+def _write_graphs(out, dynamic_dot, results):
+    """Write the graphs as .dot (and .svg with Graphviz); return the file names."""
+    os.makedirs(out, exist_ok=True)
+    graphs = [("dynamic_graph", dynamic_dot)]
+    if "traced" in results:
+        graphs.append(("static_graph", _static_graph_dot(results["traced"][1])))
+    render = utils.find_dot() is not None
+    written = []
+    for stem, text in graphs:
+        utils.render_dot(text, os.path.join(out, stem + ".dot"))
+        written.append(stem + ".dot")
+        if render:
+            utils.render_dot(text, os.path.join(out, stem + ".svg"))
+            written.append(stem + ".svg")
+    if not render:
+        print("no .svg files: Graphviz's `dot` was not found (install Graphviz, or "
+              "pip install 'dezero[viz]' for graphviz-pure); the .dot files hold the graphs",
+              file=sys.stderr)
+    return written

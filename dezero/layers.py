@@ -1,0 +1,435 @@
+"""Layers: objects that own Parameters and compute with the functions of F.
+
+A Layer registers the Parameters, state Variables and sub-Layers assigned to it,
+in definition order, so `params()` and saved files are deterministic. Sits on
+core.py and functions.py; models.py and optimizers.py build on it.
+
+    fc = L.Linear(10); y = fc(x); fc.save_weights("fc.npz")
+"""
+import contextlib
+import os
+import tempfile
+import zipfile
+import zlib
+
+import numpy as np
+
+import dezero.functions as F
+from dezero import core, cuda
+from dezero.core import Parameter, Variable
+from dezero.utils import pair
+
+# =============================================================================
+# Layer: the base class, params, devices, save_weights / load_weights
+# =============================================================================
+
+
+class Layer:
+    """Holds Parameters and sub-Layers, found again by `params()`.
+
+    Subclasses list the names of Variables that are state but not trained
+    (BatchNorm's running statistics) in `persistent`: they are saved, loaded and
+    moved between devices with the parameters, but an optimizer never sees them.
+    """
+
+    persistent = ()
+
+    def __init__(self):
+        # name -> None: an insertion-ordered set, so order is definition order.
+        self._params = {}
+
+    def __setattr__(self, name, value):
+        registered = self.__dict__.get("_params")
+        if registered is None:
+            registered = {}
+            object.__setattr__(self, "_params", registered)
+        if isinstance(value, (Parameter, Layer)) or (
+                isinstance(value, Variable) and name in self.persistent):
+            registered.setdefault(name, None)
+        else:
+            # `self.b = None` (nobias) or any plain value unregisters the name.
+            registered.pop(name, None)
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        self.__dict__.get("_params", {}).pop(name, None)
+        object.__delattr__(self, name)
+
+    def __call__(self, *inputs):
+        return self.forward(*inputs)
+
+    def forward(self, *inputs):
+        raise NotImplementedError(f"{type(self).__name__}.forward is not defined")
+
+    def _named(self, prefix=""):
+        # ("l0/W", variable) for every registered Variable below this layer.
+        for name in self.__dict__.get("_params", ()):
+            obj = self.__dict__[name]
+            if isinstance(obj, Layer):
+                yield from obj._named(prefix + name + "/")
+            else:
+                yield prefix + name, obj
+
+    def params(self):
+        """The Parameters of this layer and its sub-layers, in definition order
+        (a Parameter shared by two layers comes once)."""
+        seen = set()
+        for param in self._all_params():
+            if id(param) not in seen:
+                seen.add(id(param))
+                yield param
+
+    def _all_params(self):
+        # Like _named without building key strings: params() runs at every step.
+        attrs = self.__dict__
+        for name in attrs.get("_params", ()):
+            obj = attrs[name]
+            if isinstance(obj, Parameter):
+                yield obj
+            elif isinstance(obj, Layer):
+                yield from obj._all_params()
+
+    def cleargrads(self):
+        for param in self.params():
+            param.grad = None
+
+    def to_cpu(self):
+        for _, var in self._named():
+            var.to_cpu()
+
+    def to_gpu(self):
+        for _, var in self._named():
+            var.to_gpu()
+
+    def _flatten_params(self, params_dict, parent_key=""):
+        """Fill params_dict with "sub/name" -> Variable, parameters and state alike."""
+        prefix = parent_key + "/" if parent_key else ""
+        for key, var in self._named(prefix):
+            params_dict[key] = var
+
+    def save_weights(self, path):
+        """Write every parameter and state array to the npz file `path`.
+
+        As with np.savez, ".npz" is appended to a path without it. The file is
+        written beside the target and then renamed over it, so a failure never
+        leaves a partial file or loses an old one. Returns the path written.
+        """
+        params_dict = {}
+        self._flatten_params(params_dict)
+        empty = [key for key, var in params_dict.items() if var.data is None]
+        if empty:
+            raise ValueError(
+                f"{type(self).__name__}.save_weights: {', '.join(empty)} have no data yet "
+                f"(their shapes are set by the first forward); call the model on an "
+                f"input once before saving")
+        arrays = {key: cuda.as_numpy(var.data) for key, var in params_dict.items()}
+        path = os.fspath(path)
+        if not path.endswith(".npz"):
+            path += ".npz"
+        directory = os.path.dirname(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".", suffix=".npz.tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez_compressed(f, **arrays)
+            os.chmod(tmp, _file_mode())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise
+        return path
+
+    def load_weights(self, path):
+        """Load arrays saved by `save_weights` into this layer's Variables.
+
+        The file must hold exactly this layer's keys with the same shapes;
+        otherwise nothing is changed and the error lists what differs.
+        """
+        path = os.fspath(path)
+        if not os.path.exists(path) and os.path.exists(path + ".npz"):
+            path += ".npz"  # the name save_weights gave it
+        arrays = _read_npz(path)
+        params_dict = {}
+        self._flatten_params(params_dict)
+        name = type(self).__name__
+        missing = [key for key in params_dict if key not in arrays]
+        extra = [key for key in arrays if key not in params_dict]
+        wrong = [f"{key}: file {arrays[key].shape}, model {var.shape}"
+                 for key, var in params_dict.items()
+                 if key in arrays and var.data is not None and arrays[key].shape != var.shape]
+        problems = []
+        if missing:
+            problems.append(f"missing from the file: {', '.join(missing)}")
+        if extra:
+            problems.append(f"not in the model: {', '.join(extra)}")
+        if wrong:
+            problems.append(f"shapes differ: {'; '.join(wrong)}")
+        if problems:
+            raise ValueError(f"{name}.load_weights({path!r}): the file does not match "
+                             f"the model ({' | '.join(problems)}); was it saved from a "
+                             f"model built the same way?")
+        for key, var in params_dict.items():
+            array = arrays[key]
+            if var.data is not None:
+                # Keep the model's dtype and device (float32 stays float32).
+                array = array.astype(var.dtype, copy=False)
+                if cuda.get_array_module(var.data) is not np:
+                    array = cuda.as_cupy(array)
+            var.data = array
+
+
+def _file_mode():
+    # mkstemp creates files readable by the owner only; give the saved file the
+    # mode an ordinary open() would (0o666 less the umask).
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _read_npz(path):
+    """All arrays of an npz file, read at once; a bad file is one clear error."""
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            if not isinstance(npz, np.lib.npyio.NpzFile):
+                raise ValueError("it holds a single array, not an npz archive")
+            return {key: npz[key] for key in npz.files}
+    except FileNotFoundError:
+        raise FileNotFoundError(f"load_weights: no such file: {path!r}") from None
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+        raise ValueError(f"load_weights: cannot read {path!r} as saved weights: {e} "
+                         f"(the file is corrupt or truncated; save it again)") from e
+
+
+@contextlib.contextmanager
+def _untraced():
+    """Initialisation (of parameters or optimizer state) happens once, at the
+    first call; a trace of that call must not record it as a step to replay."""
+    tracer = core.set_tracer(None)
+    try:
+        yield
+    finally:
+        core.set_tracer(tracer)
+
+
+def _randn(xp, shape, scale, dtype):
+    # Cast before scaling by a scalar of the same dtype, so float32 stays float32
+    # (a float64 numpy scalar would upcast the whole array under numpy 2).
+    W = xp.random.randn(*shape).astype(dtype)
+    return W * xp.asarray(scale, dtype=dtype)
+
+
+# =============================================================================
+# Linear / Conv2d / Deconv2d
+# =============================================================================
+
+
+class Linear(Layer):
+    """y = x @ W + b with W of shape (in_size, out_size), drawn from
+    N(0, 1/in_size). With in_size=None, W is made at the first call."""
+
+    def __init__(self, out_size, nobias=False, dtype=np.float32, in_size=None):
+        super().__init__()
+        self.in_size = in_size
+        self.out_size = out_size
+        self.dtype = dtype
+        self.W = Parameter(None, name="W")
+        if in_size is not None:
+            self._init_W()
+        if nobias:
+            self.b = None
+        else:
+            self.b = Parameter(np.zeros(out_size, dtype=dtype), name="b")
+
+    def _init_W(self, xp=np):
+        I, O = self.in_size, self.out_size
+        with _untraced():
+            self.W.data = _randn(xp, (I, O), np.sqrt(1 / I), self.dtype)
+
+    def forward(self, x):
+        if self.W.data is None:
+            self.in_size = x.shape[-1]
+            xp = cuda.get_array_module(x)
+            self._init_W(xp)
+            if self.b is not None and xp is not np:
+                self.b.to_gpu()
+        return F.linear(x, self.W, self.b)
+
+
+class _ConvBase(Layer):
+    """The shared constructor of Conv2d and Deconv2d."""
+
+    def __init__(self, out_channels, kernel_size, stride=1, pad=0, nobias=False,
+                 dtype=np.float32, in_channels=None):
+        super().__init__()
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.kernel_size = kernel_size
+        self.stride = stride
+        self.pad = pad
+        self.dtype = dtype
+        self.W = Parameter(None, name="W")
+        if in_channels is not None:
+            self._init_W()
+        if nobias:
+            self.b = None
+        else:
+            self.b = Parameter(np.zeros(out_channels, dtype=dtype), name="b")
+
+    def _w_shape(self, C, OC, KH, KW):
+        raise NotImplementedError
+
+    def _init_W(self, xp=np):
+        C, OC = self.in_channels, self.out_channels
+        KH, KW = pair(self.kernel_size)
+        with _untraced():
+            self.W.data = _randn(xp, self._w_shape(C, OC, KH, KW), np.sqrt(1 / (C * KH * KW)),
+                                 self.dtype)
+
+    def _lazy_init(self, x):
+        if self.W.data is None:
+            self.in_channels = x.shape[1]
+            xp = cuda.get_array_module(x)
+            self._init_W(xp)
+            if self.b is not None and xp is not np:
+                self.b.to_gpu()
+
+
+class Conv2d(_ConvBase):
+    """2-D convolution; W of shape (out_channels, in_channels, KH, KW) drawn
+    from N(0, 1/(C*KH*KW)). With in_channels=None, W is made at the first call."""
+
+    def _w_shape(self, C, OC, KH, KW):
+        return (OC, C, KH, KW)
+
+    def forward(self, x):
+        self._lazy_init(x)
+        return F.conv2d(x, self.W, self.b, self.stride, self.pad)
+
+
+class Deconv2d(_ConvBase):
+    """2-D transposed convolution; W of shape (in_channels, out_channels, KH, KW)
+    drawn from N(0, 1/(C*KH*KW)). With in_channels=None, W is made at the first call."""
+
+    def _w_shape(self, C, OC, KH, KW):
+        return (C, OC, KH, KW)
+
+    def forward(self, x):
+        self._lazy_init(x)
+        return F.deconv2d(x, self.W, self.b, self.stride, self.pad)
+
+
+# =============================================================================
+# RNN / LSTM
+# =============================================================================
+
+
+class RNN(Layer):
+    """An Elman RNN: h = tanh(x2h(x) + h2h(h_prev)); reset_state() forgets h."""
+
+    def __init__(self, hidden_size, in_size=None):
+        super().__init__()
+        self.x2h = Linear(hidden_size, in_size=in_size)
+        # h2h maps the hidden state to itself, so its input size is hidden_size
+        # (not in_size, which only fits when both happen to be equal).
+        self.h2h = Linear(hidden_size, in_size=hidden_size, nobias=True)
+        self.h = None
+
+    def reset_state(self):
+        self.h = None
+
+    def forward(self, x):
+        if self.h is None:
+            h_new = F.tanh(self.x2h(x))
+        else:
+            h_new = F.tanh(self.x2h(x) + self.h2h(self.h))
+        self.h = h_new
+        return h_new
+
+
+class LSTM(Layer):
+    """A long short-term memory layer: forget, input and output gates and the
+    update u; reset_state() forgets h and c."""
+
+    def __init__(self, hidden_size, in_size=None):
+        super().__init__()
+        H, I = hidden_size, in_size
+        self.x2f = Linear(H, in_size=I)
+        self.x2i = Linear(H, in_size=I)
+        self.x2o = Linear(H, in_size=I)
+        self.x2u = Linear(H, in_size=I)
+        self.h2f = Linear(H, in_size=H, nobias=True)
+        self.h2i = Linear(H, in_size=H, nobias=True)
+        self.h2o = Linear(H, in_size=H, nobias=True)
+        self.h2u = Linear(H, in_size=H, nobias=True)
+        self.reset_state()
+
+    def reset_state(self):
+        self.h = None
+        self.c = None
+
+    def forward(self, x):
+        f, i, o, u = self.x2f(x), self.x2i(x), self.x2o(x), self.x2u(x)
+        if self.h is not None:
+            f = f + self.h2f(self.h)
+            i = i + self.h2i(self.h)
+            o = o + self.h2o(self.h)
+            u = u + self.h2u(self.h)
+        f, i, o, u = F.sigmoid(f), F.sigmoid(i), F.sigmoid(o), F.tanh(u)
+        c_new = i * u if self.c is None else f * self.c + i * u
+        h_new = o * F.tanh(c_new)
+        self.h, self.c = h_new, c_new
+        return h_new
+
+
+# =============================================================================
+# EmbedID / BatchNorm
+# =============================================================================
+
+
+class EmbedID(Layer):
+    """A lookup table: y = W[x] for integer ids x, W (in_size, out_size) ~ N(0, 1)."""
+
+    def __init__(self, in_size, out_size, dtype=np.float32):
+        super().__init__()
+        with _untraced():
+            W = np.random.randn(in_size, out_size).astype(dtype)
+        self.W = Parameter(W, name="W")
+
+    def forward(self, x):
+        return F.embed_id(x, self.W)
+
+
+class BatchNorm(Layer):
+    """Batch normalisation over axis 1 with learned gamma (ones) and beta (zeros).
+
+    avg_mean and avg_var are the running statistics: state Variables, saved with
+    the weights but not trained. F.batch_norm assigns their new values in
+    training and uses them in test mode. All four are made at the first call,
+    with x's size along axis 1, dtype and device.
+    """
+
+    persistent = ("avg_mean", "avg_var")
+
+    def __init__(self, decay=0.9, eps=2e-5):
+        super().__init__()
+        self.decay = decay
+        self.eps = eps
+        self.avg_mean = Variable(None, name="avg_mean")
+        self.avg_var = Variable(None, name="avg_var")
+        self.gamma = Parameter(None, name="gamma")
+        self.beta = Parameter(None, name="beta")
+
+    def _init_params(self, x):
+        xp = cuda.get_array_module(x)
+        D = x.shape[1]
+        with _untraced():
+            for var, fill in ((self.avg_mean, 0), (self.avg_var, 1),
+                              (self.gamma, 1), (self.beta, 0)):
+                if var.data is None:
+                    var.data = xp.full(D, fill, dtype=x.dtype)
+
+    def forward(self, x):
+        if self.avg_mean.data is None or self.gamma.data is None:
+            self._init_params(x)
+        return F.batch_norm(x, self.gamma, self.beta, self.avg_mean, self.avg_var,
+                            decay=self.decay, eps=self.eps)

@@ -1,0 +1,243 @@
+"""Models: Layers with a drawing helper, and ready-made networks.
+
+Model adds `plot()` to Layer; Sequential and MLP stack layers; VGG16 and
+ResNet50/101/152 are the classic image classifiers, with the book's layer names
+so that its pretrained weight files load. Sits on layers.py.
+
+    model = MLP((10, 3)); y = model(x); model.plot(x, to_file="mlp.png")
+"""
+import numpy as np
+
+import dezero.functions as F
+import dezero.layers as L
+from dezero import utils
+from dezero.layers import Layer
+
+# =============================================================================
+# Model / Sequential / MLP
+# =============================================================================
+
+
+class Model(Layer):
+    def plot(self, *inputs, to_file="model.png"):
+        """Run forward on inputs and draw the graph of the output into to_file."""
+        y = self.forward(*inputs)
+        return utils.plot_dot_graph(y, verbose=True, to_file=to_file)
+
+
+class Sequential(Model):
+    """Calls the given layers (or functions) one after another."""
+
+    def __init__(self, *layers):
+        super().__init__()
+        self.layers = []
+        for i, layer in enumerate(layers):
+            setattr(self, "l" + str(i), layer)
+            self.layers.append(layer)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class MLP(Model):
+    """Linear layers of the given output sizes, `activation` between them."""
+
+    def __init__(self, fc_output_sizes, activation=F.sigmoid):
+        super().__init__()
+        self.activation = activation
+        self.layers = []
+        for i, out_size in enumerate(fc_output_sizes):
+            layer = L.Linear(out_size)
+            setattr(self, "l" + str(i), layer)
+            self.layers.append(layer)
+
+    def forward(self, x):
+        for layer in self.layers[:-1]:
+            x = self.activation(layer(x))
+        return self.layers[-1](x)
+
+
+def _weights_file(url):
+    """The local path of a pretrained weight file, downloaded into the cache
+    directory when missing (offline: an error naming the file and where to put it)."""
+    from dezero.downloads import get_file
+    return get_file(url)
+
+
+# =============================================================================
+# VGG16
+# =============================================================================
+
+
+class VGG16(Model):
+    """VGG-16: 13 3x3 convolutions (conv1_1 ... conv5_3) and 3 linear layers
+    (fc6, fc7, fc8) for 224x224 BGR images made by `VGG16.preprocess`."""
+
+    WEIGHTS_PATH = "https://github.com/koki0702/dezero-models/releases/download/v0.1/vgg16.npz"
+
+    def __init__(self, pretrained=False):
+        super().__init__()
+        weights = _weights_file(VGG16.WEIGHTS_PATH) if pretrained else None
+        for name, channels in (("conv1_1", 64), ("conv1_2", 64),
+                               ("conv2_1", 128), ("conv2_2", 128),
+                               ("conv3_1", 256), ("conv3_2", 256), ("conv3_3", 256),
+                               ("conv4_1", 512), ("conv4_2", 512), ("conv4_3", 512),
+                               ("conv5_1", 512), ("conv5_2", 512), ("conv5_3", 512)):
+            setattr(self, name, L.Conv2d(channels, kernel_size=3, stride=1, pad=1))
+        self.fc6 = L.Linear(4096)
+        self.fc7 = L.Linear(4096)
+        self.fc8 = L.Linear(1000)
+        if weights is not None:
+            self.load_weights(weights)
+
+    def forward(self, x):
+        for stage in (("conv1_1", "conv1_2"), ("conv2_1", "conv2_2"),
+                      ("conv3_1", "conv3_2", "conv3_3"), ("conv4_1", "conv4_2", "conv4_3"),
+                      ("conv5_1", "conv5_2", "conv5_3")):
+            for name in stage:
+                x = F.relu(getattr(self, name)(x))
+            x = F.pooling(x, 2, 2)
+        x = F.reshape(x, (x.shape[0], -1))
+        x = F.dropout(F.relu(self.fc6(x)))
+        x = F.dropout(F.relu(self.fc7(x)))
+        return self.fc8(x)
+
+    @staticmethod
+    def preprocess(image, size=(224, 224), dtype=np.float32):
+        """A PIL image -> a (3, H, W) BGR array minus the training images' mean."""
+        image = image.convert("RGB")
+        if size:
+            image = image.resize(size)
+        image = np.asarray(image, dtype=dtype)[:, :, ::-1]  # RGB -> BGR
+        image = image - np.array([103.939, 116.779, 123.68], dtype=dtype)
+        return image.transpose((2, 0, 1))
+
+
+# =============================================================================
+# ResNet: ResNet, ResNet50, ResNet101, ResNet152, BuildingBlock, BottleneckA/B
+# =============================================================================
+
+
+class ResNet(Model):
+    """The residual network (He et al. 2015) with n_layers 50, 101 or 152:
+    conv1/bn1, four stages res2..res5 of bottleneck blocks, global average
+    pooling, fc6."""
+
+    WEIGHTS_PATH = "https://github.com/koki0702/dezero-models/releases/download/v0.1/resnet{}.npz"
+    BLOCKS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
+
+    def __init__(self, n_layers=152, pretrained=False):
+        super().__init__()
+        if n_layers not in self.BLOCKS:
+            raise ValueError(f"ResNet: n_layers must be 50, 101 or 152, got {n_layers!r}")
+        block = self.BLOCKS[n_layers]
+        weights = _weights_file(ResNet.WEIGHTS_PATH.format(n_layers)) if pretrained else None
+        # Keyword arguments throughout: Conv2d takes (out_channels, kernel_size,
+        # stride, pad), not the (in, out, ...) order these sizes are often given in.
+        self.conv1 = L.Conv2d(64, kernel_size=7, stride=2, pad=3, in_channels=3)
+        self.bn1 = L.BatchNorm()
+        self.res2 = BuildingBlock(block[0], 64, 64, 256, 1)
+        self.res3 = BuildingBlock(block[1], 256, 128, 512, 2)
+        self.res4 = BuildingBlock(block[2], 512, 256, 1024, 2)
+        self.res5 = BuildingBlock(block[3], 1024, 512, 2048, 2)
+        self.fc6 = L.Linear(1000)
+        if weights is not None:
+            self.load_weights(weights)
+
+    def forward(self, x):
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = F.pooling(x, kernel_size=3, stride=2)
+        x = self.res2(x)
+        x = self.res3(x)
+        x = self.res4(x)
+        x = self.res5(x)
+        x = _global_average_pooling_2d(x)
+        return self.fc6(x)
+
+
+class ResNet152(ResNet):
+    def __init__(self, pretrained=False):
+        super().__init__(152, pretrained)
+
+
+class ResNet101(ResNet):
+    def __init__(self, pretrained=False):
+        super().__init__(101, pretrained)
+
+
+class ResNet50(ResNet):
+    def __init__(self, pretrained=False):
+        super().__init__(50, pretrained)
+
+
+def _global_average_pooling_2d(x):
+    """(N, C, H, W) -> (N, C): the mean over each feature map."""
+    return F.average(x, axis=(2, 3))
+
+
+class BuildingBlock(Layer):
+    """One stage: a BottleneckA (`a`, changes channels and stride) followed by
+    n_layers - 1 BottleneckB (`b1`, `b2`, ...)."""
+
+    def __init__(self, n_layers=None, in_channels=None, mid_channels=None,
+                 out_channels=None, stride=None, downsample_fb=None):
+        super().__init__()
+        self.a = BottleneckA(in_channels, mid_channels, out_channels, stride, downsample_fb)
+        self._forward = ["a"]
+        for i in range(n_layers - 1):
+            name = f"b{i + 1}"
+            setattr(self, name, BottleneckB(out_channels, mid_channels))
+            self._forward.append(name)
+
+    def forward(self, x):
+        for name in self._forward:
+            x = getattr(self, name)(x)
+        return x
+
+
+class BottleneckA(Layer):
+    """1x1 -> 3x3 -> 1x1 convolutions plus a 1x1 projection of the shortcut;
+    reduces the resolution by `stride`. downsample_fb=True puts the stride on the
+    3x3 convolution (Facebook's variant) instead of the first 1x1 (the original)."""
+
+    def __init__(self, in_channels, mid_channels, out_channels, stride=2, downsample_fb=False):
+        super().__init__()
+        stride_1x1, stride_3x3 = (1, stride) if downsample_fb else (stride, 1)
+        self.conv1 = L.Conv2d(mid_channels, 1, stride_1x1, 0, nobias=True,
+                              in_channels=in_channels)
+        self.bn1 = L.BatchNorm()
+        self.conv2 = L.Conv2d(mid_channels, 3, stride_3x3, 1, nobias=True,
+                              in_channels=mid_channels)
+        self.bn2 = L.BatchNorm()
+        self.conv3 = L.Conv2d(out_channels, 1, 1, 0, nobias=True, in_channels=mid_channels)
+        self.bn3 = L.BatchNorm()
+        self.conv4 = L.Conv2d(out_channels, 1, stride, 0, nobias=True, in_channels=in_channels)
+        self.bn4 = L.BatchNorm()
+
+    def forward(self, x):
+        h1 = F.relu(self.bn1(self.conv1(x)))
+        h1 = F.relu(self.bn2(self.conv2(h1)))
+        h1 = self.bn3(self.conv3(h1))
+        h2 = self.bn4(self.conv4(x))
+        return F.relu(h1 + h2)
+
+
+class BottleneckB(Layer):
+    """1x1 -> 3x3 -> 1x1 convolutions added to the unchanged input."""
+
+    def __init__(self, in_channels, mid_channels):
+        super().__init__()
+        self.conv1 = L.Conv2d(mid_channels, 1, 1, 0, nobias=True, in_channels=in_channels)
+        self.bn1 = L.BatchNorm()
+        self.conv2 = L.Conv2d(mid_channels, 3, 1, 1, nobias=True, in_channels=mid_channels)
+        self.bn2 = L.BatchNorm()
+        self.conv3 = L.Conv2d(in_channels, 1, 1, 0, nobias=True, in_channels=mid_channels)
+        self.bn3 = L.BatchNorm()
+
+    def forward(self, x):
+        h = F.relu(self.bn1(self.conv1(x)))
+        h = F.relu(self.bn2(self.conv2(h)))
+        h = self.bn3(self.conv3(h))
+        return F.relu(h + x)

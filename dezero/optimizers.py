@@ -1,0 +1,366 @@
+"""Optimizers and their hooks: SGD, MomentumSGD, AdaGrad, AdaDelta, Adam, AdamW;
+WeightDecay, ClipGrad, FreezeParam.
+
+Every update is computed with dezero functions under no_grad and assigned
+(`param.data = new.data`); slots, the step counter and the hyperparameters are
+Variables, so a traced training step replays the update faithfully.
+
+    optimizer = optimizers.SGD(lr=0.1).setup(model); ...; optimizer.update()
+"""
+import math
+
+import numpy as np
+
+import dezero.functions as F
+from dezero import cuda
+from dezero.core import Parameter, Variable, no_grad
+from dezero.layers import _untraced
+
+# =============================================================================
+# Hyperparameter: a float for users, a 0-d Variable for the update math
+# =============================================================================
+
+
+class Hyperparameter:
+    """A float attribute (`opt.lr = 0.1`) backed by a 0-d float32 Variable.
+
+    Reading gives the float last set. Setting assigns the Variable's data, so an
+    update, traced or not, reads the new value. The update math reads the
+    Variable as `opt._<name>`.
+    """
+
+    def __set_name__(self, owner, name):
+        self.name = name
+        self.var_key = "_" + name
+        self.value_key = "_" + name + "_value"
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        return obj.__dict__[self.value_key]
+
+    def __set__(self, obj, value):
+        value = float(value)
+        var = obj.__dict__.get(self.var_key)
+        if var is None:
+            obj.__dict__[self.var_key] = Variable(np.array(value, dtype=np.float32),
+                                                  name=self.name)
+        else:
+            xp = cuda.get_array_module(var.data)
+            var.data = xp.array(value, dtype=np.float32)
+        obj.__dict__[self.value_key] = value
+
+
+def _hyper_vars(obj):
+    return [obj.__dict__[attr.var_key] for klass in type(obj).__mro__
+            for attr in vars(klass).values()
+            if isinstance(attr, Hyperparameter) and attr.var_key in obj.__dict__]
+
+
+def _to_device_of(variables, like):
+    """Move 0-d Variables (hyperparameters, counters) to the device of `like`,
+    since numpy and cupy arrays do not mix in one operation."""
+    xp = cuda.get_array_module(like)
+    for var in variables:
+        if cuda.get_array_module(var.data) is not xp:
+            var.to_cpu() if xp is np else var.to_gpu()
+
+
+def _zeros_like(param):
+    """Optimizer state for param: zeros of its shape, dtype and device, made
+    outside any trace (it is made once, not at every step)."""
+    with _untraced():
+        xp = cuda.get_array_module(param.data)
+        return Variable(xp.zeros_like(param.data))
+
+
+# =============================================================================
+# Optimizer: setup, update, update_one, add_hook
+# =============================================================================
+
+
+class Optimizer:
+    """Updates the parameters of `target` (a Layer or a Model) from their grads.
+
+    update() runs the hooks on the parameters that have a gradient, then
+    update_one on each parameter that still has one.
+    """
+
+    def __init__(self):
+        self.target = None
+        self.hooks = []
+
+    def setup(self, target):
+        self.target = target
+        return self
+
+    def update(self):
+        if self.target is None:
+            raise RuntimeError(f"{type(self).__name__}.update: no target; call "
+                               f"optimizer.setup(model) first")
+        params = [p for p in self.target.params() if p.grad is not None]
+        if not params:
+            return
+        with no_grad():
+            self._prepare(params[0])
+            for hook in self.hooks:
+                hook(params)
+            for param in params:
+                # A hook may drop a gradient (FreezeParam, or a user's hook).
+                if param.grad is not None:
+                    self.update_one(param)
+
+    def _prepare(self, like):
+        """Per-update work shared by every parameter (devices, step counters)."""
+        if cuda.gpu_enable:
+            _to_device_of(_hyper_vars(self) + [v for h in self.hooks for v in _hyper_vars(h)],
+                          like)
+
+    def update_one(self, param):
+        raise NotImplementedError(f"{type(self).__name__}.update_one is not defined")
+
+    def add_hook(self, f):
+        self.hooks.append(f)
+
+
+# =============================================================================
+# Hooks: WeightDecay, ClipGrad, FreezeParam
+# =============================================================================
+
+
+class WeightDecay:
+    """grad <- grad + rate * param (L2 regularisation added to the gradient)."""
+
+    rate = Hyperparameter()
+
+    def __init__(self, rate):
+        self.rate = rate
+
+    def __call__(self, params):
+        for param in params:
+            param.grad = param.grad + self._rate * param
+
+
+class ClipGrad:
+    """Scale all gradients by min(1, max_norm / (norm + 1e-6)), where norm is the
+    L2 norm of all gradients together."""
+
+    max_norm = Hyperparameter()
+
+    def __init__(self, max_norm):
+        self.max_norm = max_norm
+
+    def __call__(self, params):
+        if not params:
+            return
+        total = None
+        for param in params:
+            s = F.sum(F.square(param.grad))
+            total = s if total is None else total + s
+        # Branch-free min(1, .): a traced step cannot branch on a computed value.
+        rate = F.clip(self._max_norm / (F.sqrt(total) + 1e-6), 0.0, 1.0)
+        for param in params:
+            param.grad = param.grad * rate
+
+
+class FreezeParam:
+    """Leave the parameters of the given layers (or the given Parameters) unchanged."""
+
+    def __init__(self, *layers):
+        self.freeze_params = []
+        for layer in layers:
+            if isinstance(layer, Parameter):
+                self.freeze_params.append(layer)
+            else:
+                self.freeze_params.extend(layer.params())
+
+    def __call__(self, params):
+        # Take them off the list (their gradients stay readable) rather than
+        # setting grad to None under update()'s feet.
+        frozen = {id(p) for p in self.freeze_params}
+        params[:] = [p for p in params if id(p) not in frozen]
+
+
+# =============================================================================
+# SGD / MomentumSGD / AdaGrad / AdaDelta
+# =============================================================================
+
+
+class SGD(Optimizer):
+    """param <- param - lr * grad."""
+
+    lr = Hyperparameter()
+
+    def __init__(self, lr=0.01):
+        super().__init__()
+        self.lr = lr
+
+    def update_one(self, param):
+        param.data = (param - self._lr * param.grad).data
+
+
+class MomentumSGD(Optimizer):
+    """v <- momentum * v - lr * grad; param <- param + v."""
+
+    lr = Hyperparameter()
+    momentum = Hyperparameter()
+
+    def __init__(self, lr=0.01, momentum=0.9):
+        super().__init__()
+        self.lr = lr
+        self.momentum = momentum
+        self.vs = {}
+
+    def update_one(self, param):
+        v = self.vs.get(id(param))
+        if v is None:
+            v = self.vs[id(param)] = _zeros_like(param)
+        v.data = (self._momentum * v - self._lr * param.grad).data
+        param.data = (param + v).data
+
+
+class AdaGrad(Optimizer):
+    """h <- h + grad^2; param <- param - lr * grad / (sqrt(h) + eps)."""
+
+    lr = Hyperparameter()
+    eps = Hyperparameter()
+
+    def __init__(self, lr=0.001, eps=1e-8):
+        super().__init__()
+        self.lr = lr
+        self.eps = eps
+        self.hs = {}
+
+    def update_one(self, param):
+        h = self.hs.get(id(param))
+        if h is None:
+            h = self.hs[id(param)] = _zeros_like(param)
+        grad = param.grad
+        h.data = (h + grad * grad).data
+        param.data = (param - self._lr * grad / (F.sqrt(h) + self._eps)).data
+
+
+class AdaDelta(Optimizer):
+    """msg <- rho msg + (1 - rho) grad^2; dx = sqrt((msdx + eps) / (msg + eps)) grad;
+    msdx <- rho msdx + (1 - rho) dx^2; param <- param - dx."""
+
+    rho = Hyperparameter()
+    eps = Hyperparameter()
+
+    def __init__(self, rho=0.95, eps=1e-6):
+        super().__init__()
+        self.rho = rho
+        self.eps = eps
+        self.msg = {}
+        self.msdx = {}
+
+    def _prepare(self, like):
+        super()._prepare(like)
+        self._one_minus_rho = 1 - self._rho
+
+    def update_one(self, param):
+        key = id(param)
+        if key not in self.msg:
+            self.msg[key] = _zeros_like(param)
+            self.msdx[key] = _zeros_like(param)
+        msg, msdx = self.msg[key], self.msdx[key]
+        rho, eps, grad = self._rho, self._eps, param.grad
+        msg.data = (rho * msg + self._one_minus_rho * (grad * grad)).data
+        dx = F.sqrt((msdx + eps) / (msg + eps)) * grad
+        msdx.data = (rho * msdx + self._one_minus_rho * (dx * dx)).data
+        param.data = (param - dx).data
+
+
+# =============================================================================
+# Adam / AdamW
+# =============================================================================
+
+
+class Adam(Optimizer):
+    """m <- m + (1 - beta1)(grad - m); v <- v + (1 - beta2)(grad^2 - v);
+    param <- param - lr * m / (sqrt(v) + eps), with the bias-corrected step size
+    lr = alpha * sqrt(1 - beta2^t) / (1 - beta1^t) at step t = 1, 2, ...
+    """
+
+    alpha = Hyperparameter()
+    beta1 = Hyperparameter()
+    beta2 = Hyperparameter()
+    eps = Hyperparameter()
+
+    def __init__(self, alpha=0.001, beta1=0.9, beta2=0.999, eps=1e-8):
+        super().__init__()
+        # The step counter is a Variable so that a replayed step increments it.
+        self._t = Variable(np.array(0, dtype=np.float32), name="t")
+        self.alpha = alpha
+        self.beta1 = beta1
+        self.beta2 = beta2
+        self.eps = eps
+        self.ms = {}
+        self.vs = {}
+
+    @property
+    def t(self):
+        """The number of updates done so far."""
+        return int(self._t.data)
+
+    @t.setter
+    def t(self, value):
+        xp = cuda.get_array_module(self._t.data)
+        self._t.data = xp.array(value, dtype=np.float32)
+
+    @property
+    def lr(self):
+        """The step size of the latest update (of the first one, before any)."""
+        t = max(self.t, 1)
+        return self.alpha * math.sqrt(1 - self.beta2 ** t) / (1 - self.beta1 ** t)
+
+    @lr.setter
+    def lr(self, value):
+        raise AttributeError(f"{type(self).__name__}.lr is derived from alpha, beta1, "
+                             f"beta2 and the step count; set alpha instead")
+
+    def _prepare(self, like):
+        super()._prepare(like)
+        t = self._t
+        if cuda.gpu_enable:
+            _to_device_of([t], like)
+        t.data = (t + 1).data
+        # beta ** t written as exp(t * log(beta)): the exponent is a Variable.
+        fix1 = 1 - F.exp(t * F.log(self._beta1))
+        fix2 = 1 - F.exp(t * F.log(self._beta2))
+        self._lr_t = self._alpha * F.sqrt(fix2) / fix1
+        self._one_minus_beta1 = 1 - self._beta1
+        self._one_minus_beta2 = 1 - self._beta2
+
+    def _moments(self, param):
+        key = id(param)
+        if key not in self.ms:
+            self.ms[key] = _zeros_like(param)
+            self.vs[key] = _zeros_like(param)
+        m, v, grad = self.ms[key], self.vs[key], param.grad
+        m.data = (m + self._one_minus_beta1 * (grad - m)).data
+        v.data = (v + self._one_minus_beta2 * (grad * grad - v)).data
+        return m, v
+
+    def update_one(self, param):
+        m, v = self._moments(param)
+        param.data = (param - self._lr_t * m / (F.sqrt(v) + self._eps)).data
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay: param <- param * (1 - alpha * weight_decay)
+    before the Adam step (the decay does not pass through m and v)."""
+
+    weight_decay = Hyperparameter()
+
+    def __init__(self, alpha=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01):
+        super().__init__(alpha, beta1, beta2, eps)
+        self.weight_decay = weight_decay
+
+    def _prepare(self, like):
+        super()._prepare(like)
+        self._keep = 1 - self._alpha * self._weight_decay
+
+    def update_one(self, param):
+        m, v = self._moments(param)
+        param.data = (param * self._keep - self._lr_t * m / (F.sqrt(v) + self._eps)).data

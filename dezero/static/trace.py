@@ -1,0 +1,501 @@
+"""trace() and TracedFunction: record once per signature, then replay.
+
+The entry point of static/ (re-exported as dezero.trace). A TracedFunction keys
+its cache on the signature of a call; a miss records one eager run (tracer.py),
+optimises the graph (passes.py) and compiles its replay code (backends/); a hit
+replays that code after checking that the captured state still has its types.
+
+    step = dezero.trace(train_step); step(x, t); step(x, t)  # recorded, replayed
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+import types
+import warnings
+
+import numpy as np
+
+from dezero import core, cuda
+from dezero.core import Config, Variable
+from dezero.static import debugging
+from dezero.static.ir import StaticGraph, TraceError, read_slot, type_str
+from dezero.static.passes import optimize
+from dezero.static.tracer import Tracer, find_attribute_values, restore
+
+# =============================================================================
+# Signatures: flatten (the cache key of one call), describe_change
+# =============================================================================
+
+
+def _array_key(data, is_variable, grad):
+    # Device: numpy arrays are one kind; a cupy array also names its GPU.
+    device = "cpu" if type(data) is np.ndarray else ("gpu", data.device.id)
+    return (data.shape, data.dtype, device, is_variable, grad is not None)
+
+
+def flatten(obj, leaves, key, labels=None, label=""):
+    """Append obj's arrays/Variables to leaves and its signature parts to key
+    (and, when labels is a list, a name for each part)."""
+    if isinstance(obj, Variable):
+        key.append(_array_key(obj._data, True, obj.grad))
+        leaves.append(obj)
+    elif isinstance(obj, cuda.array_types):
+        key.append(_array_key(obj, False, None))
+        leaves.append(obj)
+    elif type(obj) in (tuple, list, dict):
+        key.append((type(obj), tuple(obj) if type(obj) is dict else len(obj)))
+        if labels is not None:
+            labels.append(label)
+        items = obj.items() if type(obj) is dict else enumerate(obj)
+        for k, item in items:
+            flatten(item, leaves, key, labels, f"{label}_{k}")
+        return
+    else:
+        key.append(static_key(obj, label))
+    if labels is not None:
+        labels.append(label)
+
+
+def _attribute_key(value):
+    if isinstance(value, Variable) and value._data is not None:
+        return ("attr", value._data.shape, value._data.dtype, type(value._data))
+    return ("attr", type(value).__name__)
+
+
+def static_key(value, label):
+    try:
+        hash(value)
+    except TypeError:
+        raise TypeError(
+            f"argument {label} is static (its value is part of the trace's cache key), but "
+            f"a {type(value).__name__} is not hashable; pass a tuple or a hashable "
+            f"object") from None
+    # The type is part of the key: 1, 1.0 and True are equal but trace differently.
+    return ("static", type(value), value)
+
+
+def describe_change(label, old, new) -> str:
+    """'x shape (32, 784) -> (16, 784)' for one differing part of a signature."""
+    if len(old) == 5 and len(new) == 5 and old[0] != "static":
+        names = ("shape", "dtype", "device", "Variable", "has .grad")
+        for name, a, b in zip(names, old, new):
+            if a != b:
+                return f"{label} {name} {a} -> {b}"
+    if old[0] == "attr" and new[0] == "attr":
+        def text(part):
+            return type_str(part[1], part[2]) if len(part) > 2 else part[1]
+        return f"{label} {text(old)} -> {text(new)}"
+    if old[0] == "static" and new[0] == "static":
+        return f"{label}: {old[2]!r} -> {new[2]!r}"
+    return f"{label}: {old} -> {new}"
+
+
+# =============================================================================
+# Entry: one recorded graph with the guard on its captured state
+# =============================================================================
+
+
+class Entry:
+    """A compiled graph plus what its replay assumes about captured state.
+
+    guards     each state node's type when recorded (data or .grad)
+    grad_none  state whose .grad was None before the recording and set by it:
+               had it been set, backward() would have added to it instead
+    """
+
+    def __init__(self, graph: StaticGraph, tracer: Tracer):
+        self.graph = graph
+        self.compiled = graph.compile()
+        before = {id(c.node.outputs[0]): c.before_data for c in tracer.captures}
+        self.guards = []
+        for node in graph.of_kind("state"):
+            var, field = node.payload
+            data = before[id(node.outputs[0])]
+            if data is None:
+                continue  # initialised during the recording: this entry is not kept
+            self.guards.append((node.outputs[0].name, var, field, data.shape, data.dtype,
+                                type(data)))
+        self.grad_none = [(c.node.outputs[0].name, c.var) for c in tracer.captures
+                          if c.before_grad is None and c.var.grad is not None
+                          and c.node.attrs["field"] != "attr"]
+
+    def subsumes(self, other: Entry) -> bool:
+        """True if `other` differs from this entry only in requiring .grad unset,
+        while this graph works either way (it clears the grads, never reads them)."""
+        read = {id(var) for _, var, field, *_ in self.guards if field == "grad"}
+        return bool(other.grad_none) and not self.grad_none and \
+            all(id(var) not in read for _, var in other.grad_none) and \
+            other.type_failure() is None
+
+    def guard_failure(self) -> str | None:
+        """None if the graph may replay now, else why not."""
+        reason = self.type_failure()
+        if reason is not None:
+            return reason
+        for name, var in self.grad_none:
+            if var.grad is not None:
+                return f"state {name}.grad None -> set"
+        return None
+
+    def type_failure(self) -> str | None:
+        for name, var, field, shape, dtype, kind in self.guards:
+            data = var._data if field == "data" else read_slot(var, field)
+            if data is None or data.shape != shape or data.dtype != dtype or \
+                    type(data) is not kind:
+                now = "None" if data is None else type_str(data.shape, data.dtype)
+                return f"state {name} {type_str(shape, dtype)} -> {now}"
+        return None
+
+
+# =============================================================================
+# TracedFunction: __call__, lower, the cache
+# =============================================================================
+
+
+class TracedFunction:
+    """A function that records itself once per signature and replays afterwards.
+
+    The signature of a call: shapes, dtypes and devices of array/Variable
+    arguments; values of other (static) arguments; Config.train and
+    Config.enable_backprop. A recorded graph is replayed only while its captured
+    state keeps the types it had. At most `max_entries` graphs are kept; beyond
+    that a warning is given and new signatures run eagerly.
+    """
+
+    def __init__(self, fn, static_argnames=(), check=False, max_entries=8):
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.check = check
+        self.max_entries = max_entries
+        self.static_argnames = frozenset([static_argnames] if isinstance(
+            static_argnames, str) else static_argnames)
+        self.name = getattr(fn, "__name__", type(fn).__name__)
+        try:
+            parameters = list(inspect.signature(fn).parameters.values())
+        except (TypeError, ValueError):
+            parameters = []
+        self._names = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY,
+                                                                p.POSITIONAL_OR_KEYWORD)]
+        unknown = self.static_argnames - {p.name for p in parameters}
+        if parameters and unknown:
+            raise TypeError(f"trace({self.name}): static_argnames {sorted(unknown)} are not "
+                            f"parameters of {self.name}")
+        self._static_positions = frozenset(i for i, n in enumerate(self._names)
+                                           if n in self.static_argnames)
+        self._cache: dict[tuple, list[Entry]] = {}
+        # (object, name) of attributes that carry values between calls (LSTM.h):
+        # found after a recording, then part of the signature and read as state.
+        self._carried: list[tuple] = []
+        self._last = None  # (key, labels) of the latest recording, to explain misses
+        self._warned = False
+        self.graph: StaticGraph | None = None
+
+    def __get__(self, obj, objtype=None):
+        # Decorating a method: bind the instance as a static first argument.
+        return self if obj is None else functools.partial(self.__call__, obj)
+
+    def __repr__(self):
+        return f"<traced {self.name}: {self.entries} graphs>"
+
+    @property
+    def entries(self) -> int:
+        return sum(len(v) for v in self._cache.values())
+
+    # ---- signature --------------------------------------------------------
+    def _signature(self, args, kwargs, labels=None):
+        leaves, key = [], []
+        if labels is None and not kwargs and not self._static_positions:
+            # The common call, f(x, t) with arrays or Variables: the same key as
+            # below, built without a call per argument.
+            for arg in args:
+                if isinstance(arg, Variable):
+                    d = arg._data
+                    key.append((d.shape, d.dtype, "cpu" if type(d) is np.ndarray else
+                                ("gpu", d.device.id), True, arg.grad is not None))
+                elif type(arg) is np.ndarray:
+                    key.append((arg.shape, arg.dtype, "cpu", False, False))
+                else:
+                    flatten(arg, leaves, key)
+                    continue
+                leaves.append(arg)
+            key.append((Config.train, Config.enable_backprop))
+            for holder, name in self._carried:
+                key.append(_attribute_key(getattr(holder, name, None)))
+            return tuple(key), leaves
+        for i, arg in enumerate(args):
+            label = self._names[i] if i < len(self._names) else f"arg{i}"
+            if i in self._static_positions:
+                key.append(static_key(arg, label))
+                if labels is not None:
+                    labels.append(label)
+            else:
+                flatten(arg, leaves, key, labels, label)
+        for name in sorted(kwargs):
+            key.append(name)
+            if labels is not None:
+                labels.append(f"{name}=")
+            if name in self.static_argnames:
+                key.append(static_key(kwargs[name], name))
+                if labels is not None:
+                    labels.append(name)
+            else:
+                flatten(kwargs[name], leaves, key, labels, name)
+        key.append((Config.train, Config.enable_backprop))
+        if labels is not None:
+            labels.append("Config (train, enable_backprop)")
+        for holder, name in self._carried:
+            key.append(_attribute_key(getattr(holder, name, None)))
+            if labels is not None:
+                labels.append(f"{type(holder).__name__}.{name}")
+        return tuple(key), leaves
+
+    def _miss_reason(self, key, args, kwargs) -> str:
+        if self._last is None:
+            return "first call"
+        old_key, old_labels = self._last
+        labels = []
+        self._signature(args, kwargs, labels)
+        if len(old_key) != len(key):
+            if len(old_key) < len(key) and all(a == b for a, b in zip(old_key, key)):
+                return f"reads {', '.join(labels[len(old_key):])} as carried state"
+            return "the structure of the arguments changed"
+        for label, old, new in zip(labels, old_key, key):
+            if old != new:
+                return describe_change(label, old, new)
+        return "new signature"
+
+    # ---- calls ------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        if core._tracer is not None:
+            # Called while another trace records: run inline so that one records it all.
+            return self.fn(*args, **kwargs)
+        key, leaves = self._signature(args, kwargs)
+        entries = self._cache.get(key)
+        reason = None
+        if entries:
+            for entry in entries:
+                reason = entry.guard_failure()
+                if reason is None:
+                    if debugging.LEVEL >= 2:
+                        return self._replay_logged(entry, leaves)
+                    return entry.compiled.run(leaves)
+        else:
+            reason = self._miss_reason(key, args, kwargs)
+        if self.entries >= self.max_entries:
+            if not self._warned:
+                self._warned = True
+                warnings.warn(f"{self.name} has been traced {self.entries} times (the "
+                              f"limit, max_entries); new signatures now run eagerly. Last "
+                              f"change: {reason}", stacklevel=2)
+            return self.fn(*args, **kwargs)
+        return self._record(key, leaves, args, kwargs, reason)[0]
+
+    def lower(self, *args, **kwargs) -> StaticGraph:
+        """Record the graph for these example arguments and return it (also cached).
+
+        The function runs once eagerly to be recorded; captured state and the
+        random state are put back afterwards, so lowering a training step does not
+        step the model.
+        """
+        key, leaves = self._signature(args, kwargs)
+        reason = "lower" if self._last is None else self._miss_reason(key, args, kwargs)
+        return self._record(key, leaves, args, kwargs, reason, restore_state=True)[1]
+
+    def _replay_logged(self, entry, leaves):
+        start = time.perf_counter()
+        result = entry.compiled.run(leaves)
+        elapsed = time.perf_counter() - start
+        moved = sum(v.dtype.itemsize * int(np.prod(v.shape)) for v in entry.graph.nodes[-1]
+                    .inputs) + sum(getattr(x, "data", x).nbytes for x in leaves)
+        debugging.log(2, f"replay {self.name}: {elapsed * 1e3:.3f} ms, {moved} bytes in/out")
+        return result
+
+    # ---- recording -------------------------------------------------------------
+    def _record(self, key, leaves, args, kwargs, reason, restore_state=False):
+        labels = []
+        self._signature(args, kwargs, labels)
+        leaf_labels = [label for label, part in zip(labels, key)
+                       if isinstance(part, tuple) and len(part) == 5 and part[0] != "static"]
+        start = time.perf_counter()
+        tracer = Tracer(self.name)
+        for label, leaf in zip(leaf_labels, leaves):
+            tracer.add_input(label, leaf)
+        random_state = np.random.get_state() if (self.check or restore_state) else None
+        attrs_before = [(h, n, getattr(h, n, None)) for h, n in self._carried]
+        tracer.attr_before = {id(v): (h, n) for h, n, v in attrs_before
+                              if isinstance(v, Variable)}
+        previous = core.set_tracer(tracer)
+        try:
+            result = self.fn(*args, **kwargs)
+        finally:
+            core.set_tracer(previous)
+        attr_writes = find_attribute_values(self._roots(args, kwargs), tracer.computed)
+        new = [f"{type(h).__name__}.{n}" for h, n, _ in attr_writes
+               if not any(h is h2 and n == n2 for h2, n2 in self._carried)]
+        self._carried += [(h, n) for h, n, _ in attr_writes
+                          if not any(h is h2 and n == n2 for h2, n2 in self._carried)]
+        graph = tracer.finish(result, attr_writes)
+        recorded = time.perf_counter()
+        if debugging.LEVEL >= 5:
+            debugging.log(5, f"recorded:\n{graph}")
+        graph = optimize(graph)
+        kept = not tracer.uninitialised and not new
+        entry = Entry(graph, tracer)
+        if debugging.LEVEL >= 4:
+            debugging.log(4, f"replay code of {self.name}:\n{entry.compiled.source}\n"
+                             f"{entry.compiled.glue}")
+        if self.check:
+            self._check(tracer, graph, entry, leaves, result, random_state, attrs_before,
+                        attr_writes)
+        if restore_state:
+            restore(tracer.state_before())
+            _set_attributes(attrs_before)
+            np.random.set_state(random_state)
+        self.graph = graph
+        self._last = (key, labels)
+        counts = {k: len(graph.of_kind(k)) for k in ("input", "state", "op", "write")}
+        if kept:
+            entries = self._cache.setdefault(key, [])
+            entries[:] = [e for e in entries if not entry.subsumes(e)]
+            entries.append(entry)
+        debugging.log(1, f"{'trace' if reason == 'first call' else 'retrace'} {self.name}: "
+                         f"{reason}; {counts['op']} ops, {counts['input']} inputs, "
+                         f"{counts['state']} state, {counts['write']} writes, 0 kernels; "
+                         f"recorded in {(recorded - start) * 1e3:.1f} ms, prepared in "
+                         f"{(time.perf_counter() - recorded) * 1e3:.1f} ms"
+                         + (f"; not kept: state {', '.join(tracer.uninitialised)} was "
+                            f"initialised in the run" if tracer.uninitialised else "")
+                         + (f"; not kept: {', '.join(new)} carry values out of the run, "
+                            f"the next call records them as state" if new else ""))
+        return result, graph
+
+    def _roots(self, args, kwargs) -> list:
+        """Objects the traced function can reach: its static arguments, closure and
+        the globals it names (searched for attributes that carry values)."""
+        roots = [a for a in list(args) + list(kwargs.values())
+                 if not isinstance(a, (Variable, *cuda.array_types))]
+        functions, seen = [self.fn], set()
+        while functions:
+            f = functions.pop()
+            if id(f) in seen:
+                continue
+            seen.add(id(f))
+            while isinstance(f, functools.partial):
+                roots += list(f.args) + list(f.keywords.values())
+                f = f.func
+            if isinstance(f, types.MethodType):
+                roots.append(f.__self__)
+                f = f.__func__
+            code = getattr(f, "__code__", None)
+            if code is None or not isinstance(f, types.FunctionType):
+                roots.append(f)  # a callable object, such as a Model
+                continue
+            found = [c.cell_contents for c in f.__closure__ or () if _has_contents(c)]
+            found += [f.__globals__[n] for n in _names(code) if n in f.__globals__]
+            for obj in found:
+                (functions if isinstance(obj, types.FunctionType) else roots).append(obj)
+        return roots
+
+    def _check(self, tracer, graph, entry, leaves, result, random_state, attrs_before,
+               attr_writes):
+        """Replay right after recording (state put back in between) and compare."""
+        before = tracer.state_before()
+        eager_state = [(var, var._data, var.grad) for var, _, _ in before]
+        eager_attrs = [(h, n, getattr(h, n, None)) for h, n, _ in attrs_before + attr_writes]
+        eager_random = np.random.get_state()
+        restore(before)
+        _set_attributes(attrs_before)
+        np.random.set_state(random_state)
+        try:
+            replayed = entry.compiled.run(leaves)
+            pairs = list(zip(_arrays(result), _arrays(replayed),
+                             (f"output {v.name}" for v in graph.output_values)))
+            for (var, data, grad), (node, with_grad) in zip(eager_state, tracer.state_names()):
+                pairs.append((data, var._data, f"state {node}"))
+                if not with_grad:
+                    continue
+                if grad is not None and var.grad is not None:
+                    pairs.append((grad._data, var.grad._data, f"state {node}.grad"))
+                elif (grad is None) != (var.grad is None):
+                    pairs.append((grad, var.grad, f"state {node}.grad"))
+            for holder, name, var in attr_writes:
+                pairs.append((var._data, getattr(holder, name).data,
+                              f"attribute {type(holder).__name__}.{name}"))
+            for eager, replay, what in pairs:
+                problem = _difference(eager, replay)
+                if problem:
+                    raise TraceError(
+                        f"check failed for {self.name}: {what} differs between the replay "
+                        f"and the eager run ({problem})\n  an op may keep hidden state, read "
+                        f"a global, or compute with raw numpy outside dezero functions")
+        finally:
+            restore(eager_state)
+            _set_attributes(eager_attrs)
+            np.random.set_state(eager_random)
+        debugging.log(3, f"check {self.name}: replay equals the eager run")
+
+
+def _set_attributes(triples):
+    for holder, name, value in triples:
+        setattr(holder, name, value)
+
+
+def _has_contents(cell):
+    try:
+        _ = cell.cell_contents
+    except ValueError:  # a closure variable not assigned yet
+        return False
+    return True
+
+
+def _names(code):
+    """Global names a code object (and the functions defined inside it) uses."""
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names += _names(const)
+    return names
+
+
+def _arrays(result):
+    if isinstance(result, Variable):
+        return [result._data]
+    if isinstance(result, cuda.array_types):
+        return [result]
+    if isinstance(result, (tuple, list)):
+        return [a for item in result for a in _arrays(item)]
+    if isinstance(result, dict):
+        return [a for item in result.values() for a in _arrays(item)]
+    return []
+
+
+def _difference(eager, replay) -> str:
+    if eager is None or replay is None:
+        return f"eager {eager is not None and 'set' or None}, replay " \
+               f"{replay is not None and 'set' or None}"
+    eager, replay = cuda.as_numpy(eager), cuda.as_numpy(replay)
+    if eager.shape != replay.shape or eager.dtype != replay.dtype:
+        return f"eager {type_str(eager.shape, eager.dtype)}, replay " \
+               f"{type_str(replay.shape, replay.dtype)}"
+    if eager.dtype.kind in "fc":
+        close = np.allclose(eager, replay, rtol=1e-5, atol=1e-6, equal_nan=True)
+    else:
+        close = np.array_equal(eager, replay)
+    if close:
+        return ""
+    diff = np.max(np.abs(eager.astype(np.float64) - replay.astype(np.float64)))
+    return f"max abs difference {diff:.3g}"
+
+
+def trace(fn=None, *, static_argnames=(), check=False, max_entries=8):
+    """Trace `fn`: usable as @trace, @trace(check=True) or trace(fn, static_argnames=...)."""
+    if fn is None:
+        return functools.partial(trace, static_argnames=static_argnames, check=check,
+                                 max_entries=max_entries)
+    return TracedFunction(fn, static_argnames=static_argnames, check=check,
+                          max_entries=max_entries)
+
+
+__all__ = ["trace", "TracedFunction", "TraceError"]

@@ -1,0 +1,409 @@
+"""The tracer: records the Function calls of one eager run into a StaticGraph.
+
+First stage of the pipeline (tracer -> ir -> passes -> backends). While installed
+with dezero.core.set_tracer, the core reports every Variable made, every `.data`
+assignment, every read of a value into Python and every Function call; the tracer
+turns them into input, state, const, op and write nodes.
+
+    tracer = Tracer("step"); tracer.add_input("x", x); ...run...; graph = tracer.finish(y)
+"""
+from __future__ import annotations
+
+import keyword
+import linecache
+import os
+import sys
+import types
+
+import numpy as np
+
+from dezero import cuda
+from dezero.core import Variable
+from dezero.static.ir import Node, StaticGraph, TraceError, Value, identifier, letter_name
+
+_DEZERO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# =============================================================================
+# Locating the user's line: user_frame, where
+# =============================================================================
+
+
+def user_frame():
+    """The innermost stack frame outside the dezero package (the user's code)."""
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+            _DEZERO_DIR + os.sep):
+        frame = frame.f_back
+    return frame
+
+
+def where() -> str:
+    """'train.py:12, `if float(loss) > 10:`' for the user's line, or '' if unknown."""
+    frame = user_frame()
+    if frame is None:
+        return ""
+    filename, lineno = frame.f_code.co_filename, frame.f_lineno
+    source = linecache.getline(filename, lineno).strip()
+    text = f"{os.path.basename(filename)}:{lineno}"
+    return f"{text}, `{source}`" if source else text
+
+
+# =============================================================================
+# Tracer: the core hooks (created, assigned, concretized, record), then finish
+# =============================================================================
+
+
+class Capture:
+    """A Variable made before the run (or state made during it) that the graph reads."""
+
+    __slots__ = ("var", "node", "before_data", "before_grad", "made_in_run")
+
+    def __init__(self, var, node, before_data, before_grad, made_in_run=False):
+        self.var, self.node = var, node
+        self.before_data, self.before_grad = before_data, before_grad
+        self.made_in_run = made_in_run
+
+
+class Tracer:
+    """Receives the core's hooks during one run of a traced function."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.inputs: list[tuple[Node, object]] = []   # (input node, argument)
+        self.input_grads: list = []                    # .grad of Variable arguments before
+        self.captures: list[Capture] = []
+        self.consts: list[Node] = []
+        self.ops: list[Node] = []
+        self.values: dict[int, Value] = {}     # id(Variable) -> Value
+        self.arrays: dict[int, Value] = {}     # id(array) -> Value: inputs, state, op outputs
+        self.keep: list = []                   # keeps every id above alive during the run
+        self.made: set[int] = set()            # ids of Variables made by Variable() in the run
+        self.const_of: dict[int, Node] = {}    # id(Variable) -> its const node
+        self.captured: dict[int, Capture] = {}
+        self.writes: dict[int, tuple[Capture, Value]] = {}
+        self.producer: dict[int, str] = {}     # id(Value) -> name of the op that made it
+        self.uninitialised: list[str] = []     # state whose .data was None before the run
+        self.computed: dict[int, Variable] = {}  # id -> each Variable a Function made
+        # id(Variable) -> (object, name): attributes known to carry values between
+        # calls (LSTM.h); a captured Variable found here is read through the attribute.
+        self.attr_before: dict[int, tuple] = {}
+
+    # ---- arguments ---------------------------------------------------------
+    def add_input(self, name: str, arg) -> None:
+        data = arg._data if isinstance(arg, Variable) else arg
+        value = Value(name, data.shape, data.dtype)
+        self.inputs.append((Node("input", outputs=[value]), arg))
+        self.input_grads.append(arg.grad if isinstance(arg, Variable) else None)
+        if isinstance(arg, Variable):
+            self.values[id(arg)] = value
+        self.arrays[id(data)] = value
+        self.keep += [arg, data]
+
+    # ---- hooks called by the core -----------------------------------------------
+    def created(self, var: Variable) -> None:
+        self.made.add(id(var))
+        self.keep.append(var)
+
+    def record(self, function, inputs, outputs) -> None:
+        node = Node("op", function.op_name, [self.resolve(x) for x in inputs],
+                    function.attrs,
+                    [Value(None, y._data.shape, y._data.dtype) for y in outputs])
+        self.ops.append(node)
+        for y, value in zip(outputs, node.outputs):
+            self.computed[id(y)] = y
+            self.values[id(y)] = value
+            self.arrays[id(y._data)] = value
+            self.producer[id(value)] = function.op_name
+            self.keep += [y, y._data]
+
+    def assigned(self, var: Variable, value) -> None:
+        label = self.label(var)
+        if value is None:
+            raise TraceError(f"{label}.data = None in {self.name} ({where()}): a static "
+                             f"graph cannot remove a value")
+        source = self.arrays.get(id(value))
+        if source is None:
+            raise TraceError(
+                f"{label}.data is assigned an array that no recorded Function produced, in "
+                f"{self.name} ({where()})\n  the graph would freeze that array into every "
+                f"replay\n  fix: compute the new value with dezero functions (under "
+                f"dezero.no_grad()) and assign its .data")
+        capture = self.captured.get(id(var))
+        if capture is None:
+            if any(arg is var for _, arg in self.inputs):
+                raise TraceError(
+                    f"{self.name} assigns .data of its argument {self.values[id(var)].name} "
+                    f"({where()}); a replay cannot write into its arguments\n  fix: return "
+                    f"the new value instead")
+            if id(var) in self.made:
+                capture = self._state_made_in_run(var)
+            elif id(var) in self.values:
+                # A value computed in this run is overwritten: plain data flow.
+                self.values[id(var)] = source
+                return
+            else:
+                capture = self.capture(var)
+        target = capture.node.outputs[0]
+        if capture.before_data is None:
+            target.shape, target.dtype = source.shape, source.dtype
+        elif (source.shape, source.dtype) != (target.shape, target.dtype):
+            raise TraceError(
+                f"{label}.data ({target.type}) is assigned a {source.type} in {self.name} "
+                f"({where()}); a static graph cannot change the type of state")
+        self.writes[id(var)] = (capture, source)
+        self.values[id(var)] = source  # reads later in the run see the new value
+
+    def concretized(self, var: Variable, how: str) -> None:
+        if id(var) in self.const_of:
+            return  # a literal made in the run: its value is known for good
+        value = self.values.get(id(var)) or self.arrays.get(id(var._data))
+        if value is None and id(var) in self.made:
+            return
+        if value is None or id(var) in self.captured:
+            what = f"captured state {self.label(var)}" + (f": {value.type}" if value else "")
+        elif id(value) in self.producer:
+            what = f"{value.type} from {self.producer[id(value)]}"
+        else:
+            what = f"{value.type} (input {value.name})" if value.name else value.type
+        raise TraceError(
+            f"{how} of a traced value in {self.name} ({where()})\n  value: {what}\n"
+            f"  fix: make it a static argument (static_argnames=...), or express the "
+            f"branch with an op (shapes and dtypes are fine to branch on)")
+
+    # ---- values ------------------------------------------------------------
+    def resolve(self, var: Variable) -> Value:
+        """The Value a Variable stands for, capturing or making a const on first sight."""
+        value = self.values.get(id(var))
+        if value is not None:
+            return value
+        value = self.arrays.get(id(var._data))
+        if value is not None:  # a new Variable around a known array: Variable(x.data)
+            self.values[id(var)] = value
+            self.keep.append(var)
+            return value
+        if id(var) in self.made:
+            data = var._data
+            node = Node("const", outputs=[Value(None, data.shape, data.dtype)],
+                        payload=data.copy())
+            self.consts.append(node)
+            self.const_of[id(var)] = node
+            self.values[id(var)] = node.outputs[0]
+            return node.outputs[0]
+        return self.capture(var).node.outputs[0]
+
+    def capture(self, var: Variable) -> Capture:
+        """Read `var` by reference: at every replay its current .data is used."""
+        data = var._data
+        if data is None:
+            self.uninitialised.append(self.label(var))
+            value = Value(None, (), np.float32)  # typed by the first write
+        else:
+            value = Value(None, data.shape, data.dtype)
+            self.arrays[id(data)] = value
+        node = Node("state", outputs=[value], attrs={"field": "data"}, payload=(var, "data"))
+        if id(var) in self.attr_before:
+            holder, name = self.attr_before[id(var)]
+            node.attrs = {"field": "attr", "name": name, "of": type(holder).__name__}
+            node.payload = (holder, "attr:" + name)
+        capture = Capture(var, node, data, var.grad)
+        self.captures.append(capture)
+        self.captured[id(var)] = capture
+        self.values[id(var)] = value
+        self.keep += [var, data]
+        return capture
+
+    def _state_made_in_run(self, var: Variable) -> Capture:
+        # Variable(...) made in this run and then assigned is state created on the
+        # first call (an optimizer slot made lazily): later calls must read it.
+        node = self.const_of.pop(id(var), None)
+        if node is None:
+            capture = self.capture(var)
+        else:
+            self.consts.remove(node)
+            node.kind, node.attrs, node.payload = "state", {"field": "data"}, (var, "data")
+            capture = Capture(var, node, var._data, var.grad)
+            self.captures.append(capture)
+            self.captured[id(var)] = capture
+        capture.made_in_run = True
+        return capture
+
+    def label(self, var: Variable) -> str:
+        return var.name or f"a Variable of shape {getattr(var._data, 'shape', None)}"
+
+    # ---- the end of the run -------------------------------------------------------
+    def finish(self, result, attr_writes=()) -> StaticGraph:
+        """Build the graph once the traced function has returned `result`;
+        attr_writes: (object, name, Variable) for attributes the run set."""
+        outputs: list[Value] = []
+        out_tree = self._flatten_output(result, outputs)
+        grad_writes = self._grad_writes()
+        self._bind_grads()
+        self._name_values()
+        writes = [Node("write", inputs=[capture.node.outputs[0], source],
+                       attrs={"field": "data"})
+                  for capture, source in self.writes.values()
+                  if source is not capture.node.outputs[0]]
+        writes += [Node("write", inputs=[target] + ([source] if source else []),
+                        attrs={"field": "grad"}) for target, source in grad_writes]
+        writes += [Node("write", inputs=[self.values[id(var)]], payload=holder,
+                        attrs={"field": "attr", "name": name, "of": type(holder).__name__})
+                   for holder, name, var in attr_writes]
+        nodes = [n for n, _ in self.inputs] + [c.node for c in self.captures] + \
+            self.consts + self.ops + writes + [Node("output", inputs=outputs)]
+        graph = StaticGraph(self.name, nodes, out_tree)
+        arrays = [getattr(arg, "_data", arg) for _, arg in self.inputs] + \
+            [c.before_data for c in self.captures]
+        if any(cuda.cp is not None and isinstance(a, cuda.cp.ndarray) for a in arrays):
+            graph.device = "gpu"
+        return graph
+
+    def _flatten_output(self, obj, outputs):
+        if isinstance(obj, Variable):
+            outputs.append(self.resolve(obj))
+            return ("var", len(outputs) - 1)
+        if isinstance(obj, cuda.array_types):
+            value = self.arrays.get(id(obj))
+            if value is None:
+                raise TraceError(
+                    f"{self.name} returns an array that no recorded Function produced; "
+                    f"replays would return it frozen\n  fix: return the Variable, or "
+                    f"compute the array with dezero functions")
+            outputs.append(value)
+            return ("array", len(outputs) - 1)
+        if isinstance(obj, (tuple, list)):
+            kind = "tuple" if isinstance(obj, tuple) else "list"
+            return (kind, [self._flatten_output(o, outputs) for o in obj])
+        if isinstance(obj, dict):
+            return ("dict", [(k, self._flatten_output(v, outputs)) for k, v in obj.items()])
+        if obj is None or isinstance(obj, (bool, int, float, str)):
+            return ("static", obj)
+        raise TraceError(f"{self.name} returns a {type(obj).__name__}; a traced function "
+                         f"may return Variables, arrays, Python scalars and tuples, lists "
+                         f"or dicts of them")
+
+    def _grad_writes(self):
+        """(target, source or None) for each .grad that backward() left changed."""
+        writes = []
+        for capture in self.captures:
+            if capture.node.attrs["field"] == "attr":
+                continue  # the attribute write replaces this Variable, grad and all
+            if capture.var.grad is not capture.before_grad:
+                writes.append((capture.node.outputs[0], capture.var.grad))
+        for (node, arg), before in zip(self.inputs, self.input_grads):
+            if not isinstance(arg, Variable) or arg.grad is before:
+                continue
+            if before is not None and id(before) in self.captured:
+                raise TraceError(
+                    f"{self.name}: argument {node.outputs[0].name} had a .grad before the "
+                    f"call and backward() added to it; clear it first (x.cleargrad()), or "
+                    f"keep the accumulated gradient in a Variable made outside")
+            writes.append((node.outputs[0], arg.grad))
+        return [(target, None if grad is None else self.resolve(grad))
+                for target, grad in writes]
+
+    def _bind_grads(self):
+        # A Variable captured because backward() accumulated into it is the old
+        # .grad of some state: replays must read that state's .grad, not the object.
+        owner_of = {id(c.before_grad): c for c in self.captures if c.before_grad is not None}
+        for capture in self.captures:
+            owner = owner_of.get(id(capture.var))
+            if owner is not None and owner is not capture and \
+                    capture.node.attrs["field"] == "data":
+                capture.node.attrs = {"field": "grad", "of": owner}
+                capture.node.payload = (owner.var, "grad")
+
+    def _name_values(self):
+        used: set[str] = {identifier(self.name, "graph")}
+
+        def fresh(base):
+            name, i = base, 0
+            while name in used or not name.isidentifier():
+                i += 1
+                name = f"{base}_{i}"
+            used.add(name)
+            return name
+
+        for node, _ in self.inputs:
+            node.outputs[0].name = fresh(identifier(node.outputs[0].name, "x"))
+        grads = []
+        for capture in self.captures:
+            if capture.node.attrs["field"] == "grad":
+                grads.append(capture)
+            elif capture.node.attrs["field"] == "attr":
+                capture.node.outputs[0].name = fresh(identifier(capture.node.attrs["name"],
+                                                                "s"))
+            else:
+                capture.node.outputs[0].name = fresh(identifier(capture.var.name, "s"))
+        for capture in grads:
+            owner = capture.node.attrs["of"]
+            capture.node.attrs["of"] = owner.node.outputs[0].name
+            capture.node.outputs[0].name = fresh(owner.node.outputs[0].name + "_grad")
+        n = 0
+        for node in self.consts + self.ops:
+            for value in node.outputs:
+                while letter_name(n) in used or keyword.iskeyword(letter_name(n)):
+                    n += 1
+                value.name = fresh(letter_name(n))
+
+    # ---- state before and after (for check=True and lower) -------------------------
+    def state_before(self):
+        """[(variable, data, grad)] as they were before the run."""
+        before = [(c.var, c.before_data, c.before_grad) for c in self.captures]
+        before += [(arg, arg._data, grad) for (_, arg), grad in zip(self.inputs,
+                                                                     self.input_grads)
+                   if isinstance(arg, Variable)]
+        return before
+
+    def state_names(self):
+        """(name, whether its .grad is compared) for each entry of state_before()."""
+        names = [(c.node.outputs[0].name, c.node.attrs["field"] != "attr")
+                 for c in self.captures]
+        names += [(node.outputs[0].name, True) for (node, arg) in self.inputs
+                  if isinstance(arg, Variable)]
+        return names
+
+
+# =============================================================================
+# Values carried in attributes: find_attribute_values
+# =============================================================================
+
+# Objects the search for attributes never walks into.
+_OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
+           types.MethodType, str, bytes, int, float, complex, bool, np.ndarray, np.generic)
+
+
+def find_attribute_values(roots, wanted: dict, limit: int = 20000) -> list:
+    """(object, name, Variable) for every attribute, reachable from roots, that holds
+    one of the `wanted` Variables (id -> Variable): state a layer keeps in a Python
+    attribute, like LSTM.h, which a replay has to set again."""
+    found, seen, stack = [], set(), list(reversed(roots))
+    while stack and len(seen) < limit:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, _OPAQUE) or obj is None:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, Variable) or isinstance(obj, cuda.array_types):
+            continue
+        if isinstance(obj, dict):
+            stack.extend(reversed(list(obj.values())))
+            continue
+        if isinstance(obj, (list, tuple, set, frozenset)):
+            stack.extend(reversed(list(obj)))
+            continue
+        attributes = getattr(obj, "__dict__", None)
+        if not isinstance(attributes, dict):
+            continue
+        for name, value in attributes.items():
+            if isinstance(value, Variable):
+                if id(value) in wanted and wanted[id(value)] is value:
+                    found.append((obj, name, value))
+            else:
+                stack.append(value)
+    return found
+
+
+def restore(states) -> None:
+    """Put back [(variable, data, grad)] without reporting to any tracer."""
+    for var, data, grad in states:
+        var._data = data
+        var.grad = grad

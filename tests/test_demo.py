@@ -1,0 +1,72 @@
+"""`python -m dezero demo`: trains the spiral network, prints accuracy and timings,
+writes the graph files; unknown commands exit with status 2 and the usage."""
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import dezero
+from dezero import demo
+from dezero.utils import find_dot
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args, cwd):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
+                                     else "")
+    return subprocess.run([sys.executable, "-m", "dezero", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_demo_trains_and_writes_the_graphs_into_the_default_folder(tmp_path):
+    result = run_cli("demo", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "dezero-demo"
+    accuracies = re.findall(r"^eager.* train accuracy (\d\.\d+)", result.stdout, re.M)
+    assert len(accuracies) == 1 and float(accuracies[0]) > 0.9, result.stdout
+    dynamic = (out / "dynamic_graph.dot").read_text(encoding="utf-8")
+    assert dynamic.startswith("digraph") and "SoftmaxCrossEntropy" in dynamic
+    assert (out / "dynamic_graph.svg").exists() == (find_dot() is not None)
+    if hasattr(dezero, "trace"):
+        traced = re.findall(r"^traced.* train accuracy (\d\.\d+)", result.stdout, re.M)
+        assert len(traced) == 1 and float(traced[0]) > 0.9, result.stdout
+        assert (out / "static_graph.dot").read_text(encoding="utf-8").startswith("digraph")
+    else:
+        assert "traced: skipped" in result.stdout
+
+
+def test_demo_out_option_names_the_folder(tmp_path):
+    result = run_cli("demo", "--epochs", "2", "--out", "graphs/run1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "graphs" / "run1" / "dynamic_graph.dot").exists()
+    assert not (tmp_path / "dezero-demo").exists()
+
+
+def test_unknown_or_missing_command_prints_usage_and_exits_2(tmp_path):
+    for args in (("fly",), ()):
+        result = run_cli(*args, cwd=tmp_path)
+        assert result.returncode == 2
+        assert "usage: python -m dezero" in result.stderr
+        assert "demo" in result.stderr
+
+
+def test_progress_falls_back_to_plain_lines_without_tqdm(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # makes `import tqdm` fail
+    with demo._progress(20, "eager") as progress:
+        for epoch in range(20):
+            progress(1.0 / (epoch + 1))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "  eager epoch 2/20  loss 0.5000"
+    assert lines[-1] == "  eager epoch 20/20  loss 0.0500"
+    assert len(lines) == 10
+
+
+def test_demo_leaves_the_global_random_state_alone():
+    import numpy as np
+    before = np.random.get_state()[1].copy()
+    with demo._seeded(3):
+        np.random.rand()
+    np.testing.assert_array_equal(np.random.get_state()[1], before)

@@ -1,0 +1,431 @@
+"""Neural-network functions of dezero.functions: activations, losses, metrics,
+dropout, batch_norm, embed_id and the teaching *_simple variants.
+
+Gradients are checked numerically in float64 (and once more for the gradient of
+the gradient); values are compared against PyTorch where it is installed.
+"""
+import doctest
+
+import numpy as np
+import pytest
+
+import dezero
+import dezero.functions as F
+from dezero import Variable
+from dezero.utils import gradient_check
+
+
+def rng(seed=0):
+    return np.random.RandomState(seed)
+
+
+def away_from_zero(shape, seed=0):
+    # relu-like kinks at 0 would spoil central differences.
+    x = rng(seed).uniform(0.1, 1.0, shape) * rng(seed + 1).choice([-1, 1], shape)
+    return x
+
+
+def c(a, x):
+    """A constant operand in x's dtype, so that float32 cases stay float32."""
+    return np.asarray(a).astype(x.dtype)
+
+
+LABELS = np.array([0, 2, 1, 2])
+TARGETS = np.array([[0, 1], [1, 1], [0, 0], [1, 0]])
+
+
+def running_stats(n, dtype=np.float64, seed=5):
+    r = rng(seed)
+    return (Variable(r.randn(n).astype(dtype)),
+            Variable(r.uniform(0.5, 1.5, n).astype(dtype)))
+
+
+def bn_train(x, seed=3):
+    r = rng(seed)
+    n = x.shape[1]
+    mean, var = running_stats(n, x.dtype)
+    return F.batch_norm(x, c(r.randn(n), x), c(r.randn(n), x), mean, var)
+
+
+def bn_test(x, seed=3):
+    r = rng(seed)
+    n = x.shape[1]
+    mean, var = running_stats(n, x.dtype)
+    with dezero.test_mode():
+        return F.batch_norm(x, c(r.randn(n), x), c(r.randn(n), x), mean, var)
+
+
+# name -> (function of one differentiable input, input)
+CASES = {
+    "sigmoid": (F.sigmoid, rng().randn(3, 4) * 3),
+    "relu": (F.relu, away_from_zero((3, 4))),
+    "leaky_relu": (lambda x: F.leaky_relu(x, slope=0.1), away_from_zero((3, 4))),
+    "softmax_axis1": (F.softmax, rng().randn(3, 4)),
+    "softmax_axis0": (lambda x: F.softmax(x, axis=0) * c(np.arange(4.0), x), rng().randn(3, 4)),
+    "log_softmax": (lambda x: F.log_softmax(x) * c(np.arange(4.0), x), rng().randn(3, 4)),
+    "softplus": (F.softplus, rng().randn(3, 4) * 3),
+    "softmax_cross_entropy": (lambda x: F.softmax_cross_entropy(x, LABELS), rng().randn(4, 3)),
+    "sigmoid_cross_entropy": (lambda x: F.sigmoid_cross_entropy(x, TARGETS), rng().randn(4, 2)),
+    "binary_cross_entropy": (lambda p: F.binary_cross_entropy(p, TARGETS),
+                             rng().uniform(0.1, 0.9, (4, 2))),
+    "mean_squared_error_x0": (lambda x: F.mean_squared_error(x, c(rng(1).randn(4, 2), x)),
+                              rng().randn(4, 2)),
+    "mean_squared_error_x1": (lambda x: F.mean_squared_error(c(rng(1).randn(4, 2), x), x),
+                              rng().randn(4, 2)),
+    "batch_norm_train_2d": (lambda x: bn_train(x) * c(rng(7).randn(5, 3), x), rng().randn(5, 3)),
+    "batch_norm_train_4d": (lambda x: bn_train(x) * c(rng(7).randn(2, 3, 2, 2), x),
+                            rng().randn(2, 3, 2, 2)),
+    "batch_norm_test_4d": (lambda x: bn_test(x) * c(rng(7).randn(2, 3, 2, 2), x),
+                           rng().randn(2, 3, 2, 2)),
+    "batch_norm_gamma": (lambda g: F.batch_norm(c(rng(2).randn(5, 3), g), g, c(np.zeros(3), g),
+                                                *running_stats(3, g.dtype))
+                         * c(rng(7).randn(5, 3), g),
+                         rng().randn(3)),
+    "batch_norm_beta": (lambda b: F.batch_norm(c(rng(2).randn(5, 3), b), c(np.ones(3), b), b,
+                                               *running_stats(3, b.dtype))
+                        * c(rng(7).randn(5, 3), b),
+                        rng().randn(3)),
+    "embed_id": (lambda W: F.embed_id(np.array([[0, 2], [2, 2]]), W) * c(rng(7).randn(2, 2, 3), W),
+                 rng().randn(4, 3)),
+    "sigmoid_simple": (F.sigmoid_simple, rng().randn(3, 4)),
+    "softmax_simple": (lambda x: F.softmax_simple(x) * c(np.arange(4.0), x), rng().randn(3, 4)),
+    "softmax_cross_entropy_simple": (lambda x: F.softmax_cross_entropy_simple(x, LABELS),
+                                     rng().randn(4, 3)),
+    "mean_squared_error_simple": (lambda x: F.mean_squared_error_simple(x, c(np.ones((4, 2)), x)),
+                                  rng().randn(4, 2)),
+    "linear_simple": (lambda x: F.linear_simple(x, c(rng(1).randn(3, 2), x),
+                                                    c(rng(2).randn(2), x)),
+                      rng().randn(4, 3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gradient_matches_numerical(name):
+    f, x = CASES[name]
+    assert gradient_check(f, x)
+
+
+def gradient_of(f, seed=11):
+    """x -> w * d sum(f(x)) / dx, built with create_graph so that it can be differentiated."""
+    def g(x):
+        y = f(x)
+        y.backward(create_graph=True)
+        gx = x.grad
+        x.cleargrad()
+        return gx * rng(seed).randn(*x.shape)
+    return g
+
+
+# Not for ops linear in their input (relu, batch_norm in test mode, embed_id): their
+# gradient does not depend on the input, so there is nothing to differentiate.
+DOUBLE = ["sigmoid", "softmax_axis1", "softmax_axis0", "log_softmax", "softplus",
+          "softmax_cross_entropy", "sigmoid_cross_entropy", "binary_cross_entropy",
+          "mean_squared_error_x0", "batch_norm_train_2d", "batch_norm_train_4d"]
+
+
+@pytest.mark.parametrize("name", DOUBLE)
+def test_gradient_of_gradient_matches_numerical(name):
+    f, x = CASES[name]
+    assert gradient_check(gradient_of(f), x, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_float32_stays_float32(name):
+    f, x = CASES[name]
+    x = Variable(x.astype(np.float32))
+    y = f(x)
+    assert y.dtype == np.float32
+    F.sum(y).backward()
+    assert x.grad.dtype == np.float32
+
+
+def test_doc_examples_run():
+    finder, runner = doctest.DocTestFinder(), doctest.DocTestRunner()
+    names = ["sigmoid", "relu", "leaky_relu", "softmax", "log_softmax", "softplus",
+             "softmax_cross_entropy", "sigmoid_cross_entropy", "binary_cross_entropy",
+             "mean_squared_error", "accuracy", "dropout", "batch_norm", "embed_id"]
+    for name in names:
+        for test in finder.find(getattr(F, name), name, globs={"np": np, "dezero": dezero,
+                                                                **vars(F)}):
+            runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0
+    assert runner.summarize(verbose=False).attempted >= len(names)
+
+
+# =============================================================================
+# Activations
+# =============================================================================
+
+
+def test_sigmoid_values_and_no_overflow():
+    x = np.array([-1000.0, -2.0, 0.0, 3.0, 1000.0], dtype=np.float32)
+    with np.errstate(over="raise"):
+        y = F.sigmoid(x).data
+    with np.errstate(over="ignore"):
+        expected = 1 / (1 + np.exp(-x.astype(np.float64)))
+    np.testing.assert_allclose(y, expected, atol=1e-7)
+    assert F.Sigmoid.cpp is not None
+
+
+def test_relu_and_leaky_relu_values():
+    x = np.array([-2.0, 0.0, 3.0])
+    np.testing.assert_array_equal(F.relu(x).data, [0.0, 0.0, 3.0])
+    np.testing.assert_allclose(F.leaky_relu(x).data, [-0.4, 0.0, 3.0])
+    np.testing.assert_allclose(F.leaky_relu(x, slope=0.5).data, [-1.0, 0.0, 3.0])
+    assert F.ReLU.op_name == "relu" and F.LeakyReLU.op_name == "leaky_relu"
+
+
+def test_softmax_and_log_softmax_match_torch_with_large_logits():
+    torch = pytest.importorskip("torch")
+    x = rng().randn(4, 5) * 3
+    x[0] += 1000.0
+    x[1, 2] = -1000.0
+    for axis in (0, 1):
+        for dezero_f, torch_f in ((F.softmax, torch.softmax),
+                                  (F.log_softmax, torch.log_softmax)):
+            xv = Variable(x.copy())
+            w = rng(1).randn(4, 5)
+            y = dezero_f(xv, axis=axis)
+            F.sum(y * w).backward()
+            xt = torch.tensor(x, requires_grad=True)
+            yt = torch_f(xt, dim=axis)
+            (yt * torch.tensor(w)).sum().backward()
+            np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(xv.grad.data, xt.grad.numpy(), rtol=1e-10, atol=1e-12)
+            assert np.all(np.isfinite(y.data)) and np.all(np.isfinite(xv.grad.data))
+
+
+# =============================================================================
+# Losses
+# =============================================================================
+
+
+def test_softmax_cross_entropy_matches_torch_and_stays_float32():
+    torch = pytest.importorskip("torch")
+    x = (rng().randn(6, 4) * 2).astype(np.float32)
+    x[0] = [1000.0, -1000.0, 0.0, 999.0]  # large logits must not overflow
+    t = np.array([3, 0, 1, 2, 2, 0], dtype=np.int64)
+    xv = Variable(x.copy())
+    loss = F.softmax_cross_entropy(xv, t)
+    loss.backward()
+    xt = torch.tensor(x, requires_grad=True)
+    lt = torch.nn.functional.cross_entropy(xt, torch.tensor(t))
+    lt.backward()
+    assert loss.dtype == np.float32 and xv.grad.dtype == np.float32
+    np.testing.assert_allclose(loss.data, lt.item(), rtol=1e-5)
+    np.testing.assert_allclose(xv.grad.data, xt.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_softmax_cross_entropy_accepts_column_labels_and_rejects_bad_ones():
+    x = rng().randn(4, 3)
+    a = F.softmax_cross_entropy(x, LABELS).data
+    b = F.softmax_cross_entropy(x, LABELS.reshape(4, 1)).data
+    assert a == b
+    with pytest.raises(ValueError, match="4 rows of scores but 3 labels"):
+        F.softmax_cross_entropy(x, LABELS[:3])
+    with pytest.raises(TypeError, match="integer class labels"):
+        F.softmax_cross_entropy(x, LABELS.astype(np.float64))
+
+
+def test_softmax_cross_entropy_gives_no_gradient_to_labels():
+    t = Variable(LABELS)
+    x = Variable(rng().randn(4, 3))
+    F.softmax_cross_entropy(x, t).backward()
+    assert t.grad is None and x.grad is not None
+
+
+def test_sigmoid_cross_entropy_matches_torch_with_large_logits():
+    torch = pytest.importorskip("torch")
+    x = rng().randn(5, 3) * 3
+    x[0] = [500.0, -500.0, 0.0]
+    t = rng(1).randint(0, 2, (5, 3))
+    xv = Variable(x.copy())
+    loss = F.sigmoid_cross_entropy(xv, t)
+    loss.backward()
+    xt = torch.tensor(x, requires_grad=True)
+    # The book divides the sum by N = len(x), not by the number of elements.
+    lt = torch.nn.functional.binary_cross_entropy_with_logits(
+        xt, torch.tensor(t, dtype=torch.float64), reduction="sum") / len(x)
+    lt.backward()
+    np.testing.assert_allclose(loss.data, lt.item(), rtol=1e-10)
+    np.testing.assert_allclose(xv.grad.data, xt.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_sigmoid_cross_entropy_reshapes_flat_labels_for_column_logits():
+    x = rng().randn(4, 1)
+    t = np.array([0, 1, 1, 0])
+    assert F.sigmoid_cross_entropy(x, t).data == F.sigmoid_cross_entropy(x, t[:, None]).data
+    with pytest.raises(ValueError, match="sigmoid_cross_entropy"):
+        F.sigmoid_cross_entropy(x, np.zeros((2, 2)))
+
+
+def test_binary_cross_entropy_matches_torch_and_is_finite_at_0_and_1():
+    torch = pytest.importorskip("torch")
+    p = rng().uniform(0.05, 0.95, (5, 3))
+    t = rng(1).randint(0, 2, (5, 3)).astype(np.float64)
+    pv = Variable(p.copy())
+    loss = F.binary_cross_entropy(pv, t)
+    loss.backward()
+    pt = torch.tensor(p, requires_grad=True)
+    lt = torch.nn.functional.binary_cross_entropy(pt, torch.tensor(t), reduction="sum") / 5
+    lt.backward()
+    np.testing.assert_allclose(loss.data, lt.item(), rtol=1e-10)
+    np.testing.assert_allclose(pv.grad.data, pt.grad.numpy(), rtol=1e-10)
+    edge = F.binary_cross_entropy(np.array([0.0, 1.0]), np.array([1, 0]))
+    assert np.isfinite(edge.data) and edge.data > 30
+
+
+def test_mean_squared_error_value_float32_and_shape_mismatch():
+    x0 = np.array([[1.0], [2.0], [4.0]], dtype=np.float32)
+    x1 = np.zeros((3, 1), dtype=np.float32)
+    y = F.mean_squared_error(x0, x1)
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y.data, 21.0 / 3)
+    with pytest.raises(ValueError, match=r"\(3, 1\).*\(3,\).*reshape"):
+        F.mean_squared_error(x0, np.zeros(3, dtype=np.float32))
+    with pytest.raises(ValueError, match="mean_squared_error_simple"):
+        F.mean_squared_error_simple(x0, np.zeros(3))
+
+
+def test_mean_squared_error_pairs_shapes_that_differ_only_by_unit_axes():
+    # The book's RNN example compares a prediction (1, 1) with a target (1,).
+    y = Variable(np.array([[2.0]]))
+    loss = F.mean_squared_error(y, np.array([0.5]))
+    loss.backward()
+    np.testing.assert_allclose(loss.data, 2.25)
+    np.testing.assert_allclose(y.grad.data, [[3.0]])
+    assert F.mean_squared_error_simple(y, np.array([0.5])).data == 2.25
+
+
+def test_simple_versions_agree_with_the_fused_ones():
+    x = rng().randn(4, 3)
+    pairs = [(F.sigmoid_simple(x), F.sigmoid(x)), (F.softmax_simple(x), F.softmax(x)),
+             (F.softmax_cross_entropy_simple(x, LABELS), F.softmax_cross_entropy(x, LABELS)),
+             (F.mean_squared_error_simple(x, x * 2), F.mean_squared_error(x, x * 2))]
+    for a, b in pairs:
+        np.testing.assert_allclose(a.data, b.data, rtol=1e-12)
+    W, b = rng(1).randn(3, 2), rng(2).randn(2)
+    np.testing.assert_allclose(F.linear_simple(x, W, b).data, x @ W + b)
+    np.testing.assert_allclose(F.linear_simple(x, W).data, x @ W)
+
+
+# =============================================================================
+# accuracy, dropout
+# =============================================================================
+
+
+def test_accuracy_values_and_zero_gradient():
+    y = np.array([[0.1, 0.8, 0.1], [0.9, 0.05, 0.05], [0.2, 0.3, 0.5], [0.6, 0.3, 0.1]])
+    acc = F.accuracy(y, np.array([1, 0, 0, 0]))
+    assert isinstance(acc, Variable)
+    assert float(acc.data) == 0.75
+    assert float(F.accuracy(Variable(y), np.array([[1], [0], [2], [0]])).data) == 1.0
+    assert F.accuracy(y.astype(np.float32), np.array([2, 2, 2, 2])).dtype == np.float32
+    yv = Variable(y)
+    F.accuracy(yv, np.array([1, 0, 0, 0])).backward()
+    assert yv.grad is None  # piecewise constant: no gradient reaches y
+
+
+def test_dropout_mask_values_gradient_and_fresh_masks():
+    x = Variable(np.ones((200, 50), dtype=np.float32))
+    y1 = F.dropout(x, dropout_ratio=0.3)
+    assert y1.dtype == np.float32
+    values = set(np.unique(y1.data).tolist())
+    assert values <= {0.0, np.float32(1 / 0.7)} and len(values) == 2
+    # The scale keeps the mean: 10000 draws put it within a few percent of 1.
+    assert abs(float(y1.data.mean()) - 1.0) < 0.05
+    assert abs(float((y1.data == 0).mean()) - 0.3) < 0.03
+    y1.backward()
+    np.testing.assert_array_equal(x.grad.data, y1.data)  # dy/dx is the mask
+    y2 = F.dropout(x, dropout_ratio=0.3)
+    assert not np.array_equal(y1.data, y2.data)
+    assert F.DropoutMask.random
+
+
+def test_dropout_is_identity_in_test_mode_and_checks_ratio():
+    x = Variable(rng().randn(3, 4))
+    with dezero.test_mode():
+        y = F.dropout(x)
+    np.testing.assert_array_equal(y.data, x.data)
+    with pytest.raises(ValueError, match="dropout_ratio"):
+        F.dropout(x, 1.0)
+
+
+# =============================================================================
+# batch_norm, embed_id
+# =============================================================================
+
+
+@pytest.mark.parametrize("shape", [(8, 3), (4, 3, 2, 2)])
+def test_batch_norm_train_and_running_stats_match_torch(shape):
+    torch = pytest.importorskip("torch")
+    r = rng()
+    c = shape[1]
+    gamma, beta = r.randn(c), r.randn(c)
+    mean, var = Variable(np.zeros(c)), Variable(np.ones(c))
+    t_mean, t_var = torch.zeros(c, dtype=torch.float64), torch.ones(c, dtype=torch.float64)
+    for step in range(4):
+        x = r.randn(*shape) * (step + 1) + step
+        w = r.randn(*shape)
+        xv, gv, bv = Variable(x), Variable(gamma), Variable(beta)
+        y = F.batch_norm(xv, gv, bv, mean, var, decay=0.8, eps=1e-5)
+        F.sum(y * w).backward()
+        xt, gt, bt = (torch.tensor(a, requires_grad=True) for a in (x, gamma, beta))
+        # torch's momentum weighs the new value: momentum = 1 - decay. Both update
+        # the running variance with the unbiased batch variance.
+        yt = torch.nn.functional.batch_norm(xt, t_mean, t_var, gt, bt, training=True,
+                                            momentum=0.2, eps=1e-5)
+        (yt * torch.tensor(w)).sum().backward()
+        np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-8, atol=1e-10)
+        for got, want in ((xv, xt), (gv, gt), (bv, bt)):
+            np.testing.assert_allclose(got.grad.data, want.grad.numpy(), rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(mean.data, t_mean.numpy(), rtol=1e-10)
+        np.testing.assert_allclose(var.data, t_var.numpy(), rtol=1e-10)
+
+    x = r.randn(*shape)
+    with dezero.test_mode():
+        y = F.batch_norm(x, gamma, beta, mean, var, eps=1e-5)
+    before = mean.data.copy()
+    yt = torch.nn.functional.batch_norm(torch.tensor(x), t_mean, t_var, torch.tensor(gamma),
+                                        torch.tensor(beta), training=False, eps=1e-5)
+    np.testing.assert_allclose(y.data, yt.numpy(), rtol=1e-8, atol=1e-10)
+    np.testing.assert_array_equal(mean.data, before)  # test mode leaves them alone
+
+
+def test_batch_norm_assigns_new_running_stats_and_keeps_float32():
+    x = Variable(rng().randn(6, 2).astype(np.float32))
+    mean = Variable(np.zeros(2, dtype=np.float32))
+    var = Variable(np.ones(2, dtype=np.float32))
+    old_mean_array = mean.data
+    y = F.batch_norm(x, np.ones(2, np.float32), np.zeros(2, np.float32), mean, var)
+    assert mean.data is not old_mean_array and old_mean_array.tolist() == [0.0, 0.0]
+    np.testing.assert_allclose(mean.data, 0.1 * x.data.mean(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(var.data, 0.9 + 0.1 * x.data.var(axis=0, ddof=1), rtol=1e-5)
+    assert y.dtype == mean.dtype == var.dtype == np.float32
+    np.testing.assert_allclose(y.data.mean(axis=0), 0.0, atol=1e-5)
+
+
+def test_batch_norm_requires_variables_for_running_stats_in_training():
+    x = rng().randn(4, 2)
+    with pytest.raises(TypeError, match="running mean must be a Variable"):
+        F.batch_norm(x, np.ones(2), np.zeros(2), np.zeros(2), Variable(np.ones(2)))
+    with pytest.raises(ValueError, match=r"gamma must have shape \(2,\)"):
+        F.batch_norm(x, np.ones(3), np.zeros(2), Variable(np.zeros(2)), Variable(np.ones(2)))
+    with dezero.test_mode():  # arrays are fine when nothing is written
+        F.batch_norm(x, np.ones(2), np.zeros(2), np.zeros(2), np.ones(2))
+    assert F.batch_nrom is F.batch_norm
+
+
+def test_embed_id_matches_torch_with_repeated_ids():
+    torch = pytest.importorskip("torch")
+    W = rng().randn(5, 3)
+    ids = np.array([[0, 4, 4], [1, 4, 0]])
+    w = rng(1).randn(2, 3, 3)
+    Wv = Variable(W.copy())
+    y = F.embed_id(ids, Wv)
+    F.sum(y * w).backward()
+    Wt = torch.tensor(W, requires_grad=True)
+    yt = torch.nn.functional.embedding(torch.tensor(ids), Wt)
+    (yt * torch.tensor(w)).sum().backward()
+    np.testing.assert_array_equal(y.data, yt.detach().numpy())
+    np.testing.assert_allclose(Wv.grad.data, Wt.grad.numpy(), rtol=1e-12)

@@ -1,0 +1,336 @@
+"""Optimizers against their update rules written out in numpy, step by step,
+plus the hooks and the behaviours the book got wrong (FreezeParam)."""
+import numpy as np
+import pytest
+
+import dezero.optimizers as O
+from dezero import Parameter, Variable
+from dezero.layers import Layer
+
+STEPS = 4
+
+
+class Pair(Layer):
+    """Two parameters of different shapes and a gradient sequence for each."""
+
+    def __init__(self, dtype=np.float32):
+        super().__init__()
+        rng = np.random.RandomState(0)
+        self.w = Parameter(rng.randn(3, 2).astype(dtype))
+        self.b = Parameter(rng.randn(2).astype(dtype))
+        self.grads = [[rng.randn(*p.shape).astype(dtype) for p in self.params()]
+                      for _ in range(STEPS)]
+
+
+def run(opt, model, change=None):
+    """Apply STEPS updates with the model's gradient sequence; `change(opt, step)`
+    may set hyperparameters between steps. Returns the parameter values per step."""
+    opt.setup(model)
+    history = []
+    for step in range(STEPS):
+        if change is not None:
+            change(opt, step)
+        for p, g in zip(model.params(), model.grads[step]):
+            p.grad = Variable(g.copy())
+        opt.update()
+        history.append([p.data.copy() for p in model.params()])
+    return history
+
+
+def reference(model, rule, state_init):
+    """The same updates computed with numpy in float64 from the model's
+    initial values: rule(param, grad, state, step) -> new param."""
+    params = [p.data.astype(np.float64) for p in model.params()]
+    states = [state_init(p) for p in params]
+    history = []
+    for step in range(STEPS):
+        params = [rule(p, g.astype(np.float64), s, step)
+                  for p, g, s in zip(params, model.grads[step], states)]
+        history.append(params)
+    return history
+
+
+def assert_history(got, want, rtol=1e-5, atol=1e-6):
+    for step, (g_step, w_step) in enumerate(zip(got, want)):
+        for g, w in zip(g_step, w_step):
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"step {step}")
+
+
+def lr_schedule(opt, step):
+    # Changing a hyperparameter between steps must take effect at the next update.
+    if step == 2:
+        opt.lr = 0.5
+
+
+def test_sgd_matches_closed_form_and_lr_change_takes_effect():
+    model = Pair()
+    lrs = [0.1, 0.1, 0.5, 0.5]
+    want = reference(model, lambda p, g, s, k: p - lrs[k] * g, lambda p: None)
+    got = run(O.SGD(lr=0.1), model, lr_schedule)
+    assert_history(got, want)
+
+
+def test_momentum_sgd_matches_closed_form():
+    model = Pair()
+    lrs = [0.1, 0.1, 0.5, 0.5]
+
+    def rule(p, g, s, k):
+        s["v"] = 0.9 * s["v"] - lrs[k] * g
+        return p + s["v"]
+
+    want = reference(model, rule, lambda p: {"v": np.zeros_like(p)})
+    got = run(O.MomentumSGD(lr=0.1), model, lr_schedule)
+    assert_history(got, want)
+
+
+def test_adagrad_matches_closed_form():
+    model = Pair()
+
+    def rule(p, g, s, k):
+        s["h"] = s["h"] + g * g
+        return p - 0.01 * g / (np.sqrt(s["h"]) + 1e-8)
+
+    want = reference(model, rule, lambda p: {"h": np.zeros_like(p)})
+    got = run(O.AdaGrad(lr=0.01), model)
+    assert_history(got, want)
+
+
+def test_adadelta_matches_closed_form():
+    model = Pair()
+    rho, eps = 0.95, 1e-6
+
+    def rule(p, g, s, k):
+        s["msg"] = rho * s["msg"] + (1 - rho) * g * g
+        dx = np.sqrt((s["msdx"] + eps) / (s["msg"] + eps)) * g
+        s["msdx"] = rho * s["msdx"] + (1 - rho) * dx * dx
+        return p - dx
+
+    want = reference(model, rule, lambda p: {"msg": np.zeros_like(p), "msdx": np.zeros_like(p)})
+    got = run(O.AdaDelta(), model)
+    assert_history(got, want)
+
+
+def adam_rule(alphas, weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8):
+    def rule(p, g, s, k):
+        t = k + 1
+        s["m"] = s["m"] + (1 - b1) * (g - s["m"])
+        s["v"] = s["v"] + (1 - b2) * (g * g - s["v"])
+        lr = alphas[k] * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+        return p * (1 - alphas[k] * weight_decay) - lr * s["m"] / (np.sqrt(s["v"]) + eps)
+    return rule
+
+
+def adam_state(p):
+    return {"m": np.zeros_like(p), "v": np.zeros_like(p)}
+
+
+def alpha_schedule(opt, step):
+    if step == 2:
+        opt.alpha = 0.05
+
+
+def test_adam_matches_closed_form_with_bias_correction_at_every_step():
+    model = Pair()
+    want = reference(model, adam_rule([0.01, 0.01, 0.05, 0.05]), adam_state)
+    opt = O.Adam(alpha=0.01)
+    got = run(opt, model, alpha_schedule)
+    assert_history(got, want)
+    assert opt.t == STEPS
+    # The book's lr property: the bias-corrected step size of the latest step.
+    assert opt.lr == pytest.approx(0.05 * np.sqrt(1 - 0.999 ** STEPS) / (1 - 0.9 ** STEPS))
+
+
+def test_adamw_matches_closed_form_with_decoupled_decay():
+    model = Pair()
+    want = reference(model, adam_rule([0.01, 0.01, 0.05, 0.05], weight_decay=0.1), adam_state)
+    got = run(O.AdamW(alpha=0.01, weight_decay=0.1), model, alpha_schedule)
+    assert_history(got, want)
+
+
+def test_adamw_agrees_with_torch():
+    torch = pytest.importorskip("torch")
+    model = Pair(np.float64)
+    got = run(O.AdamW(alpha=0.01, weight_decay=0.1), model)
+    fresh = Pair(np.float64)
+    tparams = [torch.tensor(p.data.copy(), requires_grad=True) for p in fresh.params()]
+    topt = torch.optim.AdamW(tparams, lr=0.01, weight_decay=0.1, eps=1e-8)
+    for step in range(STEPS):
+        for p, g in zip(tparams, model.grads[step]):
+            p.grad = torch.tensor(g)
+        topt.step()
+    tparams = [p.detach() for p in tparams]
+    # torch adds eps to sqrt(v_hat) rather than sqrt(v); with eps 1e-8 that is
+    # far below the tolerance.
+    for g, p in zip(got[-1], tparams):
+        np.testing.assert_allclose(g, p.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_hyperparameters_read_as_floats_and_live_in_variables():
+    opt = O.MomentumSGD(lr=0.1, momentum=0.5)
+    assert opt.lr == 0.1 and isinstance(opt.lr, float)
+    opt.lr = 0.25
+    assert opt.lr == 0.25
+    assert opt._lr.data.dtype == np.float32 and float(opt._lr.data) == 0.25
+    with pytest.raises(AttributeError, match="alpha"):
+        O.Adam().lr = 0.1
+
+
+@pytest.mark.parametrize("make", [O.SGD, O.MomentumSGD, O.AdaGrad, O.AdaDelta, O.Adam, O.AdamW])
+def test_float32_params_and_state_stay_float32(make):
+    model = Pair(np.float32)
+    opt = make()
+    run(opt, model)
+    for p in model.params():
+        assert p.data.dtype == np.float32
+    for slots in ("vs", "hs", "msg", "msdx", "ms"):
+        for var in getattr(opt, slots, {}).values():
+            assert isinstance(var, Variable) and var.data.dtype == np.float32
+
+
+def test_float64_params_stay_float64():
+    model = Pair(np.float64)
+    run(O.Adam(), model)
+    assert all(p.data.dtype == np.float64 for p in model.params())
+
+
+def test_update_assigns_new_arrays_instead_of_writing_in_place():
+    # A traced step sees only assignments; an in-place write would go unseen.
+    model = Pair()
+    before = [p.data for p in model.params()]
+    snapshot = [a.copy() for a in before]
+    run(O.MomentumSGD(), model)
+    for old, copy in zip(before, snapshot):
+        np.testing.assert_array_equal(old, copy)
+
+
+def test_params_without_grad_are_skipped_and_update_needs_setup():
+    model = Pair()
+    w0 = model.w.data.copy()
+    model.b.grad = Variable(np.ones(2, np.float32))
+    O.SGD(lr=1.0).setup(model).update()
+    np.testing.assert_array_equal(model.w.data, w0)
+    with pytest.raises(RuntimeError, match="setup"):
+        O.SGD().update()
+
+
+# =============================================================================
+# Hooks
+# =============================================================================
+
+
+def test_weight_decay_adds_rate_times_param_to_the_gradient():
+    model = Pair()
+    want = reference(model, lambda p, g, s, k: p - 0.1 * (g + 0.01 * p), lambda p: None)
+    opt = O.SGD(lr=0.1)
+    opt.add_hook(O.WeightDecay(0.01))
+    assert_history(run(opt, model), want)
+
+
+def test_clip_grad_scales_by_the_global_norm_only_when_above_max():
+    model = Pair()
+    max_norm = 0.5
+
+    def clipped(step):
+        grads = model.grads[step]
+        norm = np.sqrt(sum((g.astype(np.float64) ** 2).sum() for g in grads))
+        return min(1.0, max_norm / (norm + 1e-6))
+
+    want = reference(model, lambda p, g, s, k: p - 0.1 * g * clipped(k), lambda p: None)
+    opt = O.SGD(lr=0.1)
+    opt.add_hook(O.ClipGrad(max_norm))
+    assert_history(run(opt, model), want)
+    assert all(clipped(k) < 1 for k in range(STEPS))
+
+    # Below max_norm the gradients pass unchanged.
+    model = Pair()
+    want = reference(model, lambda p, g, s, k: p - 0.1 * g, lambda p: None)
+    opt = O.SGD(lr=0.1)
+    opt.add_hook(O.ClipGrad(1e6))
+    assert_history(run(opt, model), want)
+
+
+def test_clip_grad_reassigns_grad_variables():
+    model = Pair()
+    grads = [Variable(np.full(p.shape, 10.0, np.float32)) for p in model.params()]
+    for p, g in zip(model.params(), grads):
+        p.grad = g
+    O.ClipGrad(1.0)(list(model.params()))
+    for p, g in zip(model.params(), grads):
+        assert p.grad is not g
+        np.testing.assert_array_equal(g.data, 10.0)  # the old gradient is untouched
+
+
+@pytest.mark.parametrize("make", [O.SGD, O.MomentumSGD, O.Adam])
+def test_freeze_param_leaves_frozen_params_unchanged_and_updates_others(make):
+    model = Pair()
+    w0, b0 = model.w.data.copy(), model.b.data.copy()
+    opt = make()
+    opt.add_hook(O.ClipGrad(1.0))
+    opt.add_hook(O.FreezeParam(model.w))
+    run(opt, model)  # the book's FreezeParam made update() crash here
+    np.testing.assert_array_equal(model.w.data, w0)
+    assert not np.allclose(model.b.data, b0)
+
+
+def test_freeze_param_accepts_layers():
+    class Outer(Layer):
+        def __init__(self):
+            super().__init__()
+            self.inner = Pair()
+            self.c = Parameter(np.zeros(2, np.float32))
+
+    model = Outer()
+    w0 = model.inner.w.data.copy()
+    opt = O.SGD(lr=1.0).setup(model)
+    opt.add_hook(O.FreezeParam(model.inner))
+    for p in model.params():
+        p.grad = Variable(np.ones_like(p.data))
+    opt.update()
+    np.testing.assert_array_equal(model.inner.w.data, w0)
+    np.testing.assert_array_equal(model.c.data, -1.0)
+
+
+# =============================================================================
+# Trace mode: a replayed step updates like an eager one
+# =============================================================================
+
+
+@pytest.mark.parametrize("make", [lambda: O.MomentumSGD(lr=0.1), lambda: O.AdamW(alpha=0.01)])
+def test_traced_step_with_lazy_weights_and_state_matches_eager(make):
+    import dezero
+    import dezero.functions as F
+    from dezero.models import MLP
+
+    rng = np.random.default_rng(0)
+    data = [(rng.standard_normal((8, 4)).astype(np.float32), rng.integers(0, 3, 8))
+            for _ in range(4)]
+    runs = []
+    state = np.random.get_state()
+    for traced in (False, True):
+        # Both models draw the same weights at their first call, inside the step.
+        np.random.set_state(state)
+        model, opt = MLP((5, 3)), make()
+        opt.setup(model).add_hook(O.ClipGrad(0.5))
+
+        def step(x, t, model=model, opt=opt):
+            loss = F.softmax_cross_entropy(model(x), t)
+            model.cleargrads()
+            loss.backward()
+            opt.update()
+            return loss
+
+        if traced:
+            step = dezero.trace(step)
+        losses = []
+        for i, (x, t) in enumerate(data):
+            if i == 2:  # a new rate must reach the replayed update
+                if isinstance(opt, O.Adam):
+                    opt.alpha = 0.05
+                else:
+                    opt.lr = 0.5
+            losses.append(float(step(x, t).data))
+        runs.append((losses, [p.data for p in model.params()]))
+    np.testing.assert_allclose(runs[1][0], runs[0][0], rtol=1e-5)
+    for eager, replayed in zip(runs[0][1], runs[1][1]):
+        np.testing.assert_allclose(replayed, eager, rtol=1e-5, atol=1e-6)
+    assert step.entries == 1
