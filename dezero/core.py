@@ -184,8 +184,9 @@ class Variable:
 
         # Heap entries are (-generation, tie, f): latest generation first, and the
         # `tie` counter keeps the order deterministic among equal generations.
-        heap, seen, tie = [(-self.creator.generation, 0, self.creator)], {self.creator}, \
-            itertools.count(1)
+        heap = [(-self.creator.generation, 0, self.creator)]
+        seen = {self.creator}
+        tie = itertools.count(1)
         old_backprop = Config.enable_backprop
         Config.enable_backprop = create_graph
         try:
