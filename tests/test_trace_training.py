@@ -190,3 +190,45 @@ def test_gradients_accumulate_without_cleargrads():
         assert_same_params(a, b)
     assert traced.entries == 2  # the first call had no grads to add to
     assert any(n.attrs.get("field") == "grad" for n in traced.graph.of_kind("state"))
+
+
+def test_lstm_truncated_bptt_carries_hidden_state_between_calls():
+    rng = np.random.default_rng(8)
+
+    class Net(models.Model):
+        def __init__(self):
+            super().__init__()
+            self.lstm, self.fc = L.LSTM(4), L.Linear(1)
+
+        def forward(self, x):
+            return self.fc(self.lstm(x))
+
+        def reset_state(self):
+            self.lstm.reset_state()
+
+    example = np.zeros((1, 1), np.float32)
+    a, b = twins(Net, example)
+    a.reset_state(), b.reset_state()
+
+    def make(model, optimizer):
+        def window(xs, ts):  # one window of truncated backpropagation through time
+            loss = 0
+            for x, t in zip(xs, ts):
+                loss = loss + F.mean_squared_error(model(x), t)
+            model.cleargrads()
+            loss.backward()
+            loss.unchain_backward()
+            optimizer.update()
+            return loss
+        return window
+
+    eager = make(a, optimizers.Adam(alpha=0.01).setup(a))
+    traced = dezero.trace(make(b, optimizers.Adam(alpha=0.01).setup(b)), check=True)
+    for _ in range(6):
+        xs = tuple(rng.standard_normal((1, 1)).astype(np.float32) for _ in range(3))
+        ts = tuple(np.sin(x) for x in xs)
+        np.testing.assert_allclose(traced(xs, ts).data, eager(xs, ts).data, rtol=1e-5)
+        assert_same_params(a, b)
+        np.testing.assert_allclose(b.lstm.h.data, a.lstm.h.data, rtol=1e-5, atol=1e-6)
+    assert traced.entries == 1
+    assert "LSTM.h <- " in str(traced.graph) and "(LSTM.c)" in str(traced.graph)

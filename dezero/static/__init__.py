@@ -1,7 +1,103 @@
-"""dezero.static: trace mode (define-and-run on top of define-by-run).
+"""dezero.static: trace mode, define-and-run on top of define-by-run.
 
-Pipeline: trace.py (TracedFunction) -> tracer.py (records one run) -> ir.py
-(StaticGraph) -> passes.py (dce, cse, fold) -> backends/ (interpreter, replay code).
+A traced function runs eagerly once per signature while every Function call is
+recorded; the recording becomes a StaticGraph that later calls replay without
+building Variables or a dynamic graph. The package reads as a pipeline:
+
+    trace.py      trace(), TracedFunction: signatures, the cache, check=True
+    tracer.py     records the Function calls of one run (hooks in dezero.core)
+    ir.py         StaticGraph, Node, Value: printing, check(), to_dot(), save/load
+    passes.py     graph -> graph: dce, cse, fold, simplify (fusion comes next)
+    backends/     the reference interpreter and the generated replay code
+    saving.py     the JSON + .npz file format; drawing.py the DOT pictures
+
+A tour. One training step of a linear regression, traced::
+
+    W = Variable(np.zeros((3, 1), np.float32), name="W")
+    b = Variable(np.zeros(1, np.float32), name="b")
+    lr = Variable(np.array(0.1, np.float32), name="lr")
+
+    @dezero.trace
+    def step(x, t):
+        loss = F.mean_squared_error(F.linear(x, W, b), t)
+        W.cleargrad(); b.cleargrad()
+        loss.backward()
+        with dezero.no_grad():
+            W.data = (W - lr * W.grad).data
+            b.data = (b - lr * b.grad).data
+        return loss
+
+    step(x, t)            # records (and runs eagerly), returns the eager loss
+    step(x, t)            # replays
+    graph = step.lower(x, t)   # or step.graph: the latest recording
+
+`print(graph)` shows one line per node, like a jaxpr. Inputs are the array
+arguments; W, b and lr were made before the call, so they are captured state, read
+afresh at every replay (change lr between steps and the replay sees it); the
+backward pass is part of the graph; `.data` assignments became state writes and
+the gradients backward() left are written back too::
+
+    trace step(x: f32[8,3], t: f32[8,1]) captures W: f32[3,1], b: f32[1], lr: f32[]
+      a: f32[] = const 0.25
+      c: f32[8,1] = linear(x, W, b)
+      d: f32[] = mean_squared_error(c, t)
+      e: f32[8,1] = sub(c, t)
+      f: f32[8,1] = mul(e, a)
+      g: f32[3,8] = transpose(x) [axes=None]
+      h: f32[3,1] = matmul(g, f)
+      i: f32[1] = sum_to(f) [shape=(1,)]
+      j: f32[3,1] = mul(lr, h)
+      k: f32[3,1] = sub(W, j)
+      l: f32[1] = mul(lr, i)
+      m: f32[1] = sub(b, l)
+      W <- k
+      b <- m
+      W.grad <- h
+      b.grad <- i
+      return d
+
+`graph.code` is the replay code: one line per node, simple ops spelled inline,
+the others calling their Function's forward on arrays::
+
+    def step(x, t, W, b, lr):  # generated from trace step: 11 ops
+        # constants (globals of this code): a
+        c = x @ W + b
+        d = _arr(_mean_squared_error0(c, t))
+        e = c - t
+        f = e * a
+        g = x.transpose(None)
+        h = g @ f
+        i = f.sum(axis=(0,))
+        j = lr * h
+        k = W - j
+        l = lr * i
+        m = b - l
+        # W <- k
+        # b <- m
+        # W.grad <- h
+        # b.grad <- i
+        return (d, k, m, h, i)
+
+Values in a trace: arguments are inputs; Variables made outside and read inside
+are captured by reference; Python scalars and literal arrays made inside are
+constants; random ops (dropout masks) draw afresh at every replay; values that a
+layer keeps in an attribute between calls (LSTM.h) are carried state. Branching
+in Python on a traced value (bool(), float(), int(), .item()) raises TraceError
+naming the line; shapes and dtypes are fine to branch on.
+
+The signature of a call: shapes, dtypes and devices of array arguments, values
+of the others (static_argnames=...), Config.train and Config.enable_backprop,
+and the types of captured state. Each new signature is recorded (DEZERO_DEBUG=1
+or `with dezero.static.debug(1):` says why); at most max_entries are kept.
+
+Debug ladder (DEZERO_DEBUG or debug(level)): 1 traces and retraces with reasons;
+2 each replay's time and bytes; 3 what each pass did and the IR checks; 4 the
+replay code; 5 the IR before and after every pass.
+
+Glossary: graph (a StaticGraph), node (one step of it), value (an array flowing
+between nodes), op (a registered Function name), attrs (an op's fixed
+arguments), state (captured Variables), write (a state update applied after the
+replay), signature (what selects a recorded graph).
 """
 from dezero.static.debugging import debug
 from dezero.static.ir import GraphError, Node, StaticGraph, TraceError, Value

@@ -71,11 +71,14 @@ class Node:
     kind     input | state | const | op | write | output
     op       the registered Function name (OPS key) of an op node, else None
     inputs   Values read by the node (for a write: [target, source])
-    attrs    fixed Python values: the op's attrs; for state {"field", "of"};
-             for input {"index"}; for write {"field"}
+    attrs    fixed Python values: the op's attrs; for state and write nodes
+             {"field": "data" | "grad" | "attr"} plus, for "grad", "of" (the data
+             state whose .grad it is) and, for "attr", "name" and "of" (the
+             attribute and the class of the object holding it)
     outputs  Values the node defines
-    payload  runtime data that is not part of the text: a const's array, the
-             (Variable, field) slot a state node reads
+    payload  runtime data that is not part of the text: a const's array; the
+             (object, field) slot a state node reads (see read_slot); the object
+             whose attribute an "attr" write sets
     """
 
     __slots__ = ("kind", "op", "inputs", "attrs", "outputs", "payload")
@@ -102,6 +105,17 @@ class Node:
 
     def __repr__(self):
         return format_node(self)
+
+
+def read_slot(obj, field: str):
+    """The array a state slot holds: obj.data, obj.grad.data or obj.<name>.data
+    (field "data", "grad" or "attr:<name>")."""
+    if field == "data":
+        return obj._data
+    if field == "grad":
+        return None if obj.grad is None else obj.grad._data
+    var = getattr(obj, field[5:], None)
+    return var._data if isinstance(var, Variable) else None
 
 
 def letter_name(n: int) -> str:
@@ -167,15 +181,28 @@ def format_node(node: Node) -> str:
     if node.kind == "const":
         return f"{binders} = const {_format_const(node.payload)}"
     if node.kind == "write":
+        if node.attrs["field"] == "attr":
+            return f"{node.attrs['of']}.{node.attrs['name']} <- {node.inputs[0].name}"
         target = node.inputs[0].name + (".grad" if node.attrs["field"] == "grad" else "")
         source = node.inputs[1].name if len(node.inputs) > 1 else "None"
         return f"{target} <- {source}"
     if node.kind == "output":
         return "return " + ", ".join(v.name for v in node.inputs)
     if node.kind == "state":
-        suffix = f"  # {node.attrs['of']}.grad" if node.attrs.get("field") == "grad" else ""
+        field = node.attrs.get("field")
+        suffix = f"  # {node.attrs['of']}.grad" if field == "grad" else \
+            f"  # {node.attrs['of']}.{node.attrs['name']}" if field == "attr" else ""
         return f"{binders} = state{suffix}"
     return f"{binders} = input"
+
+
+def _origin(node: Node) -> str:
+    field = node.attrs.get("field")
+    if field == "grad":
+        return f" ({node.attrs['of']}.grad)"
+    if field == "attr":
+        return f" ({node.attrs['of']}.{node.attrs['name']})"
+    return ""
 
 
 def format_graph(graph: StaticGraph) -> str:
@@ -185,7 +212,7 @@ def format_graph(graph: StaticGraph) -> str:
     states = [n for n in graph.nodes if n.kind == "state"]
     if states:
         header += " captures " + ", ".join(
-            f"{n.outputs[0].name}: {n.outputs[0].type}" for n in states)
+            f"{n.outputs[0].name}: {n.outputs[0].type}{_origin(n)}" for n in states)
     lines = [header]
     for node in graph.nodes:
         if node.kind in ("input", "state"):
@@ -215,6 +242,8 @@ class StaticGraph:
         # A loaded graph owns the Variables its state nodes read; a traced one
         # reads the caller's (parameters, optimizer slots) by reference.
         self.owns_state = False
+        # "cpu" or "gpu": which array module the replay code calls.
+        self.device = "cpu"
         self._compiled = None
 
     # ---- views ------------------------------------------------------------
@@ -243,7 +272,7 @@ class StaticGraph:
     def with_nodes(self, nodes: list[Node]) -> StaticGraph:
         """A new graph with the same name and outputs structure (used by passes)."""
         graph = StaticGraph(self.name, nodes, self.out_tree)
-        graph.owns_state = self.owns_state
+        graph.owns_state, graph.device = self.owns_state, self.device
         return graph
 
     def __str__(self):
@@ -266,6 +295,7 @@ class StaticGraph:
         """
         defined, writes = set(), set()
         values = {}
+        producers = {id(v): n for n in self.nodes for v in n.outputs}
         phase = 0
         order = {"input": 0, "state": 0, "const": 0, "op": 1, "write": 2, "output": 3}
 
@@ -303,19 +333,25 @@ class StaticGraph:
                         fail(node, f"elementwise output shape {node.outputs[0].shape} is not "
                                    f"the broadcast input shape {shape}")
             elif node.kind == "write":
-                self._check_write(node, fail, writes)
+                self._check_write(node, fail, writes, producers)
             elif node.kind == "output" and node is not self.nodes[-1]:
                 fail(node, "the output node must be last")
         if not self.nodes or self.nodes[-1].kind != "output":
             raise GraphError(f"graph {self.name}: the last node must be the output node")
         return self
 
-    def _check_write(self, node, fail, writes):
+    def _check_write(self, node, fail, writes, producers):
         field = node.attrs.get("field")
+        if field == "attr":
+            key = (node.attrs.get("of"), node.attrs.get("name"))
+            if len(node.inputs) != 1 or None in key or key in writes:
+                fail(node, "an attribute write needs one source, 'of' and 'name', once")
+            writes.add(key)
+            return
         target = node.inputs[0] if node.inputs else None
-        producer = next((n for n in self.nodes if target in n.outputs), None)
+        producer = producers.get(id(target)) if target is not None else None
         if field not in ("data", "grad") or producer is None:
-            fail(node, "a write needs field 'data' or 'grad' and a target")
+            fail(node, "a write needs field 'data', 'grad' or 'attr' and a target")
         if field == "data" and (producer.kind != "state" or
                                 producer.attrs.get("field", "data") != "data"):
             fail(node, "a .data write must target captured state")
@@ -377,20 +413,22 @@ class StaticGraph:
 
     # ---- devices ----------------------------------------------------------
     def to_gpu(self) -> StaticGraph:
-        """Move constants (and state the graph owns, i.e. a loaded graph's) to the GPU."""
-        return self._move(cuda.as_cupy)
+        """Move constants (and state the graph owns, i.e. a loaded graph's) to the GPU.
+        A traced graph's state belongs to its model: move the model too."""
+        return self._move(cuda.as_cupy, "gpu")
 
     def to_cpu(self) -> StaticGraph:
-        return self._move(cuda.as_numpy)
+        return self._move(cuda.as_numpy, "cpu")
 
-    def _move(self, convert):
+    def _move(self, convert, device):
         for node in self.nodes:
             if node.kind == "const":
                 node.payload = convert(node.payload)
             elif node.kind == "state" and self.owns_state:
                 var, field = node.payload
-                target = var if field == "data" else var.grad
+                target = var.grad if field == "grad" else var
                 target.data = convert(target.data)
+        self.device = device
         self._compiled = None  # compiled code closes over the old constants
         return self
 

@@ -5,10 +5,11 @@ graph (the old one stays printable) and reads op facts from the Function classes
 (`random`, `commutative`, `cpp`), never from lists of op names. Fusion of
 elementwise chains (ops with `cpp`) will be one more pass of the same shape.
 
-    graph = optimize(graph)   # dce, cse, fold, dce; each followed by graph.check()
+    graph = optimize(graph)   # dce, cse, fold, simplify, cse, dce; each then check()
 """
 from __future__ import annotations
 
+import importlib
 import json
 import keyword
 
@@ -143,6 +144,48 @@ def _evaluate(node: Node, arrays):
     return y.copy()
 
 
+def _identities():
+    # op class -> (operand that may be dropped, the constant that makes it a no-op):
+    # exact in floating point, x * 1 == x, x / 1 == x, x - 0 == x, x ** 1 == x.
+    F = importlib.import_module("dezero.functions")
+    return {F.Mul: ((0, 1), 1), F.Div: ((1,), 1), F.Sub: ((1,), 0)}
+
+
+def simplify(graph: StaticGraph) -> StaticGraph:
+    """Algebraic simplification: drop multiplications and divisions by one,
+    subtractions of zero and powers of one, where the other operand already has
+    the result's shape and dtype (so nothing is broadcast or cast)."""
+    identities = _identities()
+    consts = {id(n.outputs[0]): n.payload for n in graph.nodes if n.kind == "const"}
+    mapping: dict[int, Value] = {}
+    nodes = []
+    for node in graph.nodes:
+        node = _remap(node, mapping)
+        keep = None
+        if node.kind == "op" and len(node.outputs) == 1:
+            out = node.outputs[0]
+            cls = node.function_class
+            if cls in identities:
+                positions, neutral = identities[cls]
+                for i in positions:
+                    other = node.inputs[1 - i]
+                    const = consts.get(id(node.inputs[i]))
+                    if const is not None and (other.shape, other.dtype) == (out.shape,
+                                                                            out.dtype) \
+                            and bool((const == neutral).all()):
+                        keep = other
+                        break
+            elif cls.op_name == "pow" and node.attrs.get("c") == 1 and \
+                    (node.inputs[0].shape, node.inputs[0].dtype) == (out.shape, out.dtype):
+                keep = node.inputs[0]
+        if keep is not None:
+            mapping[id(node.outputs[0])] = keep
+            continue
+        nodes.append(node)
+    debugging.log(3, f"simplify {graph.name}: removed {len(graph.nodes) - len(nodes)} nodes")
+    return graph.with_nodes(nodes)
+
+
 def rename(graph: StaticGraph) -> StaticGraph:
     """Give computed values and constants the names a, b, c ... in node order again,
     closing the gaps the other passes leave (inputs and state keep their names)."""
@@ -159,15 +202,17 @@ def rename(graph: StaticGraph) -> StaticGraph:
     return graph
 
 
-PIPELINE = (dce, cse, fold, dce)
+PIPELINE = (dce, cse, fold, simplify, cse, dce)
 
 
 def optimize(graph: StaticGraph, passes=PIPELINE) -> StaticGraph:
     """Run the passes in order, checking the IR after each; then rename the values."""
     for p in passes:
-        debugging.log(5, f"before {p.__name__}:\n{graph}")
+        if debugging.LEVEL >= 5:
+            debugging.log(5, f"before {p.__name__}:\n{graph}")
         graph = p(graph).check()
         debugging.log(3, f"check {graph.name} after {p.__name__}: ok")
     graph = rename(graph).check()
-    debugging.log(5, f"after all passes:\n{graph}")
+    if debugging.LEVEL >= 5:
+        debugging.log(5, f"after all passes:\n{graph}")
     return graph

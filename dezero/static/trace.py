@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
+import types
 import warnings
 
 import numpy as np
@@ -19,9 +20,9 @@ import numpy as np
 from dezero import core, cuda
 from dezero.core import Config, Variable
 from dezero.static import debugging
-from dezero.static.ir import StaticGraph, TraceError, type_str
+from dezero.static.ir import StaticGraph, TraceError, read_slot, type_str
 from dezero.static.passes import optimize
-from dezero.static.tracer import Tracer, restore
+from dezero.static.tracer import Tracer, find_attribute_values, restore
 
 # =============================================================================
 # Signatures: flatten (the cache key of one call), describe_change
@@ -57,6 +58,12 @@ def flatten(obj, leaves, key, labels=None, label=""):
         labels.append(label)
 
 
+def _attribute_key(value):
+    if isinstance(value, Variable) and value._data is not None:
+        return ("attr", value._data.shape, value._data.dtype, type(value._data))
+    return ("attr", type(value).__name__)
+
+
 def static_key(value, label):
     try:
         hash(value)
@@ -76,6 +83,10 @@ def describe_change(label, old, new) -> str:
         for name, a, b in zip(names, old, new):
             if a != b:
                 return f"{label} {name} {a} -> {b}"
+    if old[0] == "attr" and new[0] == "attr":
+        def text(part):
+            return type_str(part[1], part[2]) if len(part) > 2 else part[1]
+        return f"{label} {text(old)} -> {text(new)}"
     if old[0] == "static" and new[0] == "static":
         return f"{label}: {old[2]!r} -> {new[2]!r}"
     return f"{label}: {old} -> {new}"
@@ -107,7 +118,8 @@ class Entry:
             self.guards.append((node.outputs[0].name, var, field, data.shape, data.dtype,
                                 type(data)))
         self.grad_none = [(c.node.outputs[0].name, c.var) for c in tracer.captures
-                          if c.before_grad is None and c.var.grad is not None]
+                          if c.before_grad is None and c.var.grad is not None
+                          and c.node.attrs["field"] != "attr"]
 
     def subsumes(self, other: Entry) -> bool:
         """True if `other` differs from this entry only in requiring .grad unset,
@@ -129,10 +141,7 @@ class Entry:
 
     def type_failure(self) -> str | None:
         for name, var, field, shape, dtype, kind in self.guards:
-            if field == "data":
-                data = var._data
-            else:
-                data = None if var.grad is None else var.grad._data
+            data = var._data if field == "data" else read_slot(var, field)
             if data is None or data.shape != shape or data.dtype != dtype or \
                     type(data) is not kind:
                 now = "None" if data is None else type_str(data.shape, data.dtype)
@@ -176,6 +185,9 @@ class TracedFunction:
         self._static_positions = frozenset(i for i, n in enumerate(self._names)
                                            if n in self.static_argnames)
         self._cache: dict[tuple, list[Entry]] = {}
+        # (object, name) of attributes that carry values between calls (LSTM.h):
+        # found after a recording, then part of the signature and read as state.
+        self._carried: list[tuple] = []
         self._last = None  # (key, labels) of the latest recording, to explain misses
         self._warned = False
         self.graph: StaticGraph | None = None
@@ -194,6 +206,24 @@ class TracedFunction:
     # ---- signature --------------------------------------------------------
     def _signature(self, args, kwargs, labels=None):
         leaves, key = [], []
+        if labels is None and not kwargs and not self._static_positions:
+            # The common call, f(x, t) with arrays or Variables: the same key as
+            # below, built without a call per argument.
+            for arg in args:
+                if isinstance(arg, Variable):
+                    d = arg._data
+                    key.append((d.shape, d.dtype, "cpu" if type(d) is np.ndarray else
+                                ("gpu", d.device.id), True, arg.grad is not None))
+                elif type(arg) is np.ndarray:
+                    key.append((arg.shape, arg.dtype, "cpu", False, False))
+                else:
+                    flatten(arg, leaves, key)
+                    continue
+                leaves.append(arg)
+            key.append((Config.train, Config.enable_backprop))
+            for holder, name in self._carried:
+                key.append(_attribute_key(getattr(holder, name, None)))
+            return tuple(key), leaves
         for i, arg in enumerate(args):
             label = self._names[i] if i < len(self._names) else f"arg{i}"
             if i in self._static_positions:
@@ -215,6 +245,10 @@ class TracedFunction:
         key.append((Config.train, Config.enable_backprop))
         if labels is not None:
             labels.append("Config (train, enable_backprop)")
+        for holder, name in self._carried:
+            key.append(_attribute_key(getattr(holder, name, None)))
+            if labels is not None:
+                labels.append(f"{type(holder).__name__}.{name}")
         return tuple(key), leaves
 
     def _miss_reason(self, key, args, kwargs) -> str:
@@ -224,6 +258,8 @@ class TracedFunction:
         labels = []
         self._signature(args, kwargs, labels)
         if len(old_key) != len(key):
+            if len(old_key) < len(key) and all(a == b for a, b in zip(old_key, key)):
+                return f"reads {', '.join(labels[len(old_key):])} as carried state"
             return "the structure of the arguments changed"
         for label, old, new in zip(labels, old_key, key):
             if old != new:
@@ -287,22 +323,35 @@ class TracedFunction:
         for label, leaf in zip(leaf_labels, leaves):
             tracer.add_input(label, leaf)
         random_state = np.random.get_state() if (self.check or restore_state) else None
+        attrs_before = [(h, n, getattr(h, n, None)) for h, n in self._carried]
+        tracer.attr_before = {id(v): (h, n) for h, n, v in attrs_before
+                              if isinstance(v, Variable)}
         previous = core.set_tracer(tracer)
         try:
             result = self.fn(*args, **kwargs)
         finally:
             core.set_tracer(previous)
-        graph = tracer.finish(result)
+        attr_writes = find_attribute_values(self._roots(args, kwargs), tracer.computed)
+        new = [f"{type(h).__name__}.{n}" for h, n, _ in attr_writes
+               if not any(h is h2 and n == n2 for h2, n2 in self._carried)]
+        self._carried += [(h, n) for h, n, _ in attr_writes
+                          if not any(h is h2 and n == n2 for h2, n2 in self._carried)]
+        graph = tracer.finish(result, attr_writes)
         recorded = time.perf_counter()
-        debugging.log(5, f"recorded:\n{graph}")
+        if debugging.LEVEL >= 5:
+            debugging.log(5, f"recorded:\n{graph}")
         graph = optimize(graph)
-        kept = not tracer.uninitialised
+        kept = not tracer.uninitialised and not new
         entry = Entry(graph, tracer)
-        debugging.log(4, f"replay code of {self.name}:\n{entry.compiled.source}")
+        if debugging.LEVEL >= 4:
+            debugging.log(4, f"replay code of {self.name}:\n{entry.compiled.source}\n"
+                             f"{entry.compiled.glue}")
         if self.check:
-            self._check(tracer, graph, entry, leaves, result, random_state)
+            self._check(tracer, graph, entry, leaves, result, random_state, attrs_before,
+                        attr_writes)
         if restore_state:
             restore(tracer.state_before())
+            _set_attributes(attrs_before)
             np.random.set_state(random_state)
         self.graph = graph
         self._last = (key, labels)
@@ -316,27 +365,64 @@ class TracedFunction:
                          f"{counts['state']} state, {counts['write']} writes, 0 kernels; "
                          f"recorded in {(recorded - start) * 1e3:.1f} ms, prepared in "
                          f"{(time.perf_counter() - recorded) * 1e3:.1f} ms"
-                         + ("" if kept else f"; not kept: state "
-                            f"{', '.join(tracer.uninitialised)} was initialised in the run"))
+                         + (f"; not kept: state {', '.join(tracer.uninitialised)} was "
+                            f"initialised in the run" if tracer.uninitialised else "")
+                         + (f"; not kept: {', '.join(new)} carry values out of the run, "
+                            f"the next call records them as state" if new else ""))
         return result, graph
 
-    def _check(self, tracer, graph, entry, leaves, result, random_state):
+    def _roots(self, args, kwargs) -> list:
+        """Objects the traced function can reach: its static arguments, closure and
+        the globals it names (searched for attributes that carry values)."""
+        roots = [a for a in list(args) + list(kwargs.values())
+                 if not isinstance(a, (Variable, *cuda.array_types))]
+        functions, seen = [self.fn], set()
+        while functions:
+            f = functions.pop()
+            if id(f) in seen:
+                continue
+            seen.add(id(f))
+            while isinstance(f, functools.partial):
+                roots += list(f.args) + list(f.keywords.values())
+                f = f.func
+            if isinstance(f, types.MethodType):
+                roots.append(f.__self__)
+                f = f.__func__
+            code = getattr(f, "__code__", None)
+            if code is None or not isinstance(f, types.FunctionType):
+                roots.append(f)  # a callable object, such as a Model
+                continue
+            found = [c.cell_contents for c in f.__closure__ or () if _has_contents(c)]
+            found += [f.__globals__[n] for n in _names(code) if n in f.__globals__]
+            for obj in found:
+                (functions if isinstance(obj, types.FunctionType) else roots).append(obj)
+        return roots
+
+    def _check(self, tracer, graph, entry, leaves, result, random_state, attrs_before,
+               attr_writes):
         """Replay right after recording (state put back in between) and compare."""
         before = tracer.state_before()
         eager_state = [(var, var._data, var.grad) for var, _, _ in before]
+        eager_attrs = [(h, n, getattr(h, n, None)) for h, n, _ in attrs_before + attr_writes]
         eager_random = np.random.get_state()
         restore(before)
+        _set_attributes(attrs_before)
         np.random.set_state(random_state)
         try:
             replayed = entry.compiled.run(leaves)
             pairs = list(zip(_arrays(result), _arrays(replayed),
                              (f"output {v.name}" for v in graph.output_values)))
-            for (var, data, grad), node in zip(eager_state, _state_labels(graph, before)):
+            for (var, data, grad), (node, with_grad) in zip(eager_state, tracer.state_names()):
                 pairs.append((data, var._data, f"state {node}"))
+                if not with_grad:
+                    continue
                 if grad is not None and var.grad is not None:
                     pairs.append((grad._data, var.grad._data, f"state {node}.grad"))
                 elif (grad is None) != (var.grad is None):
                     pairs.append((grad, var.grad, f"state {node}.grad"))
+            for holder, name, var in attr_writes:
+                pairs.append((var._data, getattr(holder, name).data,
+                              f"attribute {type(holder).__name__}.{name}"))
             for eager, replay, what in pairs:
                 problem = _difference(eager, replay)
                 if problem:
@@ -346,8 +432,31 @@ class TracedFunction:
                         f"a global, or compute with raw numpy outside dezero functions")
         finally:
             restore(eager_state)
+            _set_attributes(eager_attrs)
             np.random.set_state(eager_random)
         debugging.log(3, f"check {self.name}: replay equals the eager run")
+
+
+def _set_attributes(triples):
+    for holder, name, value in triples:
+        setattr(holder, name, value)
+
+
+def _has_contents(cell):
+    try:
+        _ = cell.cell_contents
+    except ValueError:  # a closure variable not assigned yet
+        return False
+    return True
+
+
+def _names(code):
+    """Global names a code object (and the functions defined inside it) uses."""
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names += _names(const)
+    return names
 
 
 def _arrays(result):
@@ -360,12 +469,6 @@ def _arrays(result):
     if isinstance(result, dict):
         return [a for item in result.values() for a in _arrays(item)]
     return []
-
-
-def _state_labels(graph, before):
-    names = {id(n.payload[0]): n.outputs[0].name for n in graph.of_kind("state")
-             if n.payload[1] == "data"}
-    return [names.get(id(var), var.name or "?") for var, _, _ in before]
 
 
 def _difference(eager, replay) -> str:

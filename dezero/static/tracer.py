@@ -13,6 +13,7 @@ import keyword
 import linecache
 import os
 import sys
+import types
 
 import numpy as np
 
@@ -82,6 +83,10 @@ class Tracer:
         self.writes: dict[int, tuple[Capture, Value]] = {}
         self.producer: dict[int, str] = {}     # id(Value) -> name of the op that made it
         self.uninitialised: list[str] = []     # state whose .data was None before the run
+        self.computed: dict[int, Variable] = {}  # id -> each Variable a Function made
+        # id(Variable) -> (object, name): attributes known to carry values between
+        # calls (LSTM.h); a captured Variable found here is read through the attribute.
+        self.attr_before: dict[int, tuple] = {}
 
     # ---- arguments ---------------------------------------------------------
     def add_input(self, name: str, arg) -> None:
@@ -105,6 +110,7 @@ class Tracer:
                     [Value(None, y._data.shape, y._data.dtype) for y in outputs])
         self.ops.append(node)
         for y, value in zip(outputs, node.outputs):
+            self.computed[id(y)] = y
             self.values[id(y)] = value
             self.arrays[id(y._data)] = value
             self.producer[id(value)] = function.op_name
@@ -195,6 +201,10 @@ class Tracer:
             value = Value(None, data.shape, data.dtype)
             self.arrays[id(data)] = value
         node = Node("state", outputs=[value], attrs={"field": "data"}, payload=(var, "data"))
+        if id(var) in self.attr_before:
+            holder, name = self.attr_before[id(var)]
+            node.attrs = {"field": "attr", "name": name, "of": type(holder).__name__}
+            node.payload = (holder, "attr:" + name)
         capture = Capture(var, node, data, var.grad)
         self.captures.append(capture)
         self.captured[id(var)] = capture
@@ -221,8 +231,9 @@ class Tracer:
         return var.name or f"a Variable of shape {getattr(var._data, 'shape', None)}"
 
     # ---- the end of the run -------------------------------------------------------
-    def finish(self, result) -> StaticGraph:
-        """Build the graph once the traced function has returned `result`."""
+    def finish(self, result, attr_writes=()) -> StaticGraph:
+        """Build the graph once the traced function has returned `result`;
+        attr_writes: (object, name, Variable) for attributes the run set."""
         outputs: list[Value] = []
         out_tree = self._flatten_output(result, outputs)
         grad_writes = self._grad_writes()
@@ -234,9 +245,17 @@ class Tracer:
                   if source is not capture.node.outputs[0]]
         writes += [Node("write", inputs=[target] + ([source] if source else []),
                         attrs={"field": "grad"}) for target, source in grad_writes]
+        writes += [Node("write", inputs=[self.values[id(var)]], payload=holder,
+                        attrs={"field": "attr", "name": name, "of": type(holder).__name__})
+                   for holder, name, var in attr_writes]
         nodes = [n for n, _ in self.inputs] + [c.node for c in self.captures] + \
             self.consts + self.ops + writes + [Node("output", inputs=outputs)]
-        return StaticGraph(self.name, nodes, out_tree)
+        graph = StaticGraph(self.name, nodes, out_tree)
+        arrays = [getattr(arg, "_data", arg) for _, arg in self.inputs] + \
+            [c.before_data for c in self.captures]
+        if any(cuda.cp is not None and isinstance(a, cuda.cp.ndarray) for a in arrays):
+            graph.device = "gpu"
+        return graph
 
     def _flatten_output(self, obj, outputs):
         if isinstance(obj, Variable):
@@ -266,6 +285,8 @@ class Tracer:
         """(target, source or None) for each .grad that backward() left changed."""
         writes = []
         for capture in self.captures:
+            if capture.node.attrs["field"] == "attr":
+                continue  # the attribute write replaces this Variable, grad and all
             if capture.var.grad is not capture.before_grad:
                 writes.append((capture.node.outputs[0], capture.var.grad))
         for (node, arg), before in zip(self.inputs, self.input_grads):
@@ -286,7 +307,8 @@ class Tracer:
         owner_of = {id(c.before_grad): c for c in self.captures if c.before_grad is not None}
         for capture in self.captures:
             owner = owner_of.get(id(capture.var))
-            if owner is not None and owner is not capture:
+            if owner is not None and owner is not capture and \
+                    capture.node.attrs["field"] == "data":
                 capture.node.attrs = {"field": "grad", "of": owner}
                 capture.node.payload = (owner.var, "grad")
 
@@ -307,6 +329,9 @@ class Tracer:
         for capture in self.captures:
             if capture.node.attrs["field"] == "grad":
                 grads.append(capture)
+            elif capture.node.attrs["field"] == "attr":
+                capture.node.outputs[0].name = fresh(identifier(capture.node.attrs["name"],
+                                                                "s"))
             else:
                 capture.node.outputs[0].name = fresh(identifier(capture.var.name, "s"))
         for capture in grads:
@@ -328,6 +353,53 @@ class Tracer:
                                                                      self.input_grads)
                    if isinstance(arg, Variable)]
         return before
+
+    def state_names(self):
+        """(name, whether its .grad is compared) for each entry of state_before()."""
+        names = [(c.node.outputs[0].name, c.node.attrs["field"] != "attr")
+                 for c in self.captures]
+        names += [(node.outputs[0].name, True) for (node, arg) in self.inputs
+                  if isinstance(arg, Variable)]
+        return names
+
+
+# =============================================================================
+# Values carried in attributes: find_attribute_values
+# =============================================================================
+
+# Objects the search for attributes never walks into.
+_OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
+           types.MethodType, str, bytes, int, float, complex, bool, np.ndarray, np.generic)
+
+
+def find_attribute_values(roots, wanted: dict, limit: int = 20000) -> list:
+    """(object, name, Variable) for every attribute, reachable from roots, that holds
+    one of the `wanted` Variables (id -> Variable): state a layer keeps in a Python
+    attribute, like LSTM.h, which a replay has to set again."""
+    found, seen, stack = [], set(), list(reversed(roots))
+    while stack and len(seen) < limit:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, _OPAQUE) or obj is None:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, Variable) or isinstance(obj, cuda.array_types):
+            continue
+        if isinstance(obj, dict):
+            stack.extend(reversed(list(obj.values())))
+            continue
+        if isinstance(obj, (list, tuple, set, frozenset)):
+            stack.extend(reversed(list(obj)))
+            continue
+        attributes = getattr(obj, "__dict__", None)
+        if not isinstance(attributes, dict):
+            continue
+        for name, value in attributes.items():
+            if isinstance(value, Variable):
+                if id(value) in wanted and wanted[id(value)] is value:
+                    found.append((obj, name, value))
+            else:
+                stack.append(value)
+    return found
 
 
 def restore(states) -> None:

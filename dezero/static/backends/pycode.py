@@ -10,11 +10,104 @@ calls the code, applies state writes and rebuilds the outputs.
 """
 from __future__ import annotations
 
+import functools
+import importlib
+import inspect
 import linecache
+import math
+import weakref
 
-from dezero.core import Variable
+import numpy as np
+
+from dezero import cuda
+from dezero.core import Config, Function, Variable, _wrap_output
 from dezero.static.backends.interpreter import as_result_array, make_function, reraise
-from dezero.static.ir import GraphError, StaticGraph, format_attr, identifier
+from dezero.static.ir import GraphError, StaticGraph, TraceError, format_attr, identifier, read_slot
+
+# =============================================================================
+# Inline spellings: INLINE, inline_call
+# =============================================================================
+
+# Backends respell, ops do not: where a dezero op's forward is one array
+# expression, the replay code writes that same expression inline instead of
+# calling forward, which saves a Python call (and an array-module lookup) per
+# node. Placeholders are forward's parameter names and the op's attrs, as in
+# `cpp`; `_xp` is numpy or cupy, by the graph's device.
+def _inline_table():
+    F = importlib.import_module("dezero.functions")
+    table = {
+        "Add": "{x0} + {x1}", "Sub": "{x0} - {x1}", "Mul": "{x0} * {x1}",
+        "Div": "{x0} / {x1}", "Neg": "-{x}", "Pow": "{x} ** {c}", "Square": "{x} * {x}",
+        "Exp": "_xp.exp({x})", "Log": "_xp.log({x})", "Tanh": "_xp.tanh({x})",
+        "Sin": "_xp.sin({x})", "Cos": "_xp.cos({x})", "Sqrt": "_xp.sqrt({x})",
+        "Reshape": "{x}.reshape({shape})", "Transpose": "{x}.transpose({axes})",
+        "MatMul": "{x} @ {W}", "Linear": ("{x} @ {W}", "{x} @ {W} + {b}"),
+        "Sum": "{x}.sum(axis={axis}, keepdims={keepdims})",
+        "BroadcastTo": "_xp.broadcast_to({x}, {shape})", "ReLU": "_xp.maximum({x}, 0)",
+        "Sigmoid": "_xp.tanh({x} * 0.5) * 0.5 + 0.5",
+    }
+    return {getattr(F, name): text for name, text in table.items() if hasattr(F, name)}
+
+
+_INLINE = None
+
+
+def _literal(value) -> str | None:
+    """Python source for a plain attr value, or None if it has none."""
+    if value is None or isinstance(value, bool) or type(value) is int:
+        return repr(value)
+    if type(value) is float and math.isfinite(value):
+        return repr(value)
+    if type(value) is tuple:
+        parts = [_literal(v) for v in value]
+        if None in parts:
+            return None
+        return f"({parts[0]},)" if len(parts) == 1 else f"({', '.join(parts)})"
+    return None
+
+
+@functools.cache
+def _forward_names(cls) -> list:
+    return list(inspect.signature(cls.forward).parameters)[1:]
+
+
+def inline_call(node) -> str | None:
+    """The inline expression for an op node, or None to call its forward."""
+    global _INLINE
+    if _INLINE is None:
+        _INLINE = _inline_table()
+    cls = node.function_class
+    if cls.op_name == "sum_to" and cls.__module__ == "dezero.functions":
+        return _sum_to_call(node)
+    text = _INLINE.get(cls)
+    if text is None:
+        return None
+    names = _forward_names(cls)
+    if isinstance(text, tuple):  # spelled by the number of inputs (linear: with b?)
+        text = text[len(node.inputs) - 2] if 2 <= len(node.inputs) <= 3 else None
+        names = names[:len(node.inputs)]
+    if text is None or len(node.inputs) != len(names):
+        return None
+    fields = {name: v.name for name, v in zip(names, node.inputs)}
+    for key, value in node.attrs.items():
+        literal = _literal(value)
+        if literal is None:
+            return None
+        fields[key] = literal
+    return text.format(**fields)
+
+
+def _sum_to_call(node) -> str:
+    # utils.sum_to works out the summed axes at every call; the graph knows both
+    # shapes, so the replay code names them once (the same single reduction).
+    x, y = node.inputs[0], node.outputs[0]
+    lead = len(x.shape) - len(y.shape)
+    axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(y.shape)
+                                      if n == 1 and x.shape[i + lead] != 1)
+    if all(y.shape[i] != 1 or x.shape[i + lead] == 1 for i in range(len(y.shape))):
+        return f"{x.name}.sum(axis={_literal(axes)})"
+    return f"{x.name}.sum(axis={_literal(axes)}, keepdims=True).reshape({_literal(y.shape)})"
+
 
 # =============================================================================
 # Code generation: generate
@@ -26,7 +119,7 @@ def generate(graph: StaticGraph):
     fname = identifier(graph.name, "graph")
     params = [n.outputs[0].name for n in graph.nodes if n.kind in ("input", "state")]
     n_ops = sum(1 for n in graph.nodes if n.kind == "op")
-    env = {"_arr": as_result_array}
+    env = {"_arr": as_result_array, "_xp": cuda.cupy if graph.device == "gpu" else np}
     consts = [n.outputs[0].name for n in graph.nodes if n.kind == "const"]
     while fname in consts:  # constants are globals of the code: keep the def apart
         fname += "_"
@@ -39,16 +132,19 @@ def generate(graph: StaticGraph):
         if node.kind == "const":
             env[node.outputs[0].name] = node.payload
         elif node.kind == "op":
-            base = identifier(node.op, "op")
-            k = counts[base] = counts.get(base, -1) + 1
-            callee = f"_{base}{k}"
-            env[callee] = make_function(node).forward
-            call = f"{callee}({', '.join(v.name for v in node.inputs)})"
             outs = [v.name for v in node.outputs]
+            call = inline_call(node) if len(outs) == 1 else None
+            inlined = call is not None
+            if not inlined:
+                base = identifier(node.op, "op")
+                k = counts[base] = counts.get(base, -1) + 1
+                callee = f"_{base}{k}"
+                env[callee] = make_function(node).forward
+                call = f"{callee}({', '.join(v.name for v in node.inputs)})"
             if len(outs) == 1 and node.outputs[0].shape == ():
                 call = f"_arr({call})"  # numpy returns a scalar for a 0-d result
             text = f"    {', '.join(outs)} = {call}"
-            if node.attrs:
+            if node.attrs and not inlined:
                 attrs = ", ".join(f"{k}={format_attr(v)}" for k, v in sorted(node.attrs.items()))
                 text = f"{text:<40}  # [{attrs}]"
             lines.append(text)
@@ -57,6 +153,9 @@ def generate(graph: StaticGraph):
                 if v.shape == ():
                     lines.append(f"    {v.name} = _arr({v.name})")
                     line_nodes[len(lines)] = node
+        elif node.kind == "write" and node.attrs["field"] == "attr":
+            writes.append(node.inputs[0].name)
+            lines.append(f"    # {node.attrs['of']}.{node.attrs['name']} <- {node.inputs[0].name}")
         elif node.kind == "write":
             target = node.inputs[0].name + (".grad" if node.attrs["field"] == "grad" else "")
             if len(node.inputs) > 1:
@@ -81,7 +180,8 @@ def compile_graph(graph: StaticGraph) -> Compiled:
 
 
 class Compiled:
-    """A graph's replay code plus the plan to feed it and to apply what it returns."""
+    """A graph's replay code plus its glue: generated code that reads captured state,
+    calls the replay function, applies the state writes and rebuilds the outputs."""
 
     def __init__(self, graph: StaticGraph):
         self.graph = graph
@@ -89,62 +189,41 @@ class Compiled:
         # tracebacks through the replay code show its source lines.
         self.filename = f"<replay {graph.name} {id(self):x}>"
         self.source, env, self.line_nodes, fname = generate(graph)
-        code = compile(self.source, self.filename, "exec")
+        self.glue = generate_glue(graph, fname, env)
+        code = compile(self.source + "\n" + self.glue, self.filename, "exec")
         exec(code, env)
-        self.fn = env[fname]
-        linecache.cache[self.filename] = (len(self.source), None,
-                                          self.source.splitlines(True), self.filename)
+        self.fn, self.replay = env[fname], env["_replay"]
+        text = self.source + "\n" + self.glue
+        linecache.cache[self.filename] = (len(text), None, text.splitlines(True),
+                                          self.filename)
         self.reads = [n.payload for n in graph.nodes if n.kind == "state"]
-        inputs = {n.outputs[0].name: i for i, n in enumerate(graph.of_kind("input"))}
-        slots = {n.outputs[0].name: n.payload for n in graph.nodes if n.kind == "state"}
-        # (slot or input index, field, has a source) for each write, in order.
-        self.writes = []
-        for node in graph.of_kind("write"):
-            name = node.inputs[0].name
-            where = ("input", inputs[name]) if name in inputs else ("state", slots[name][0])
-            self.writes.append((where, node.attrs["field"], len(node.inputs) > 1))
-        self.n_out = len(graph.output_values)
-        self.out_tree = graph.out_tree
 
     def __del__(self):
         linecache.cache.pop(getattr(self, "filename", None), None)
 
     def read_state(self):
-        try:
-            return [var._data if field == "data" else var.grad._data
-                    for var, field in self.reads]
-        except AttributeError:
-            for var, field in self.reads:
-                if field == "grad" and var.grad is None:
-                    raise GraphError(
-                        f"graph {self.graph.name} reads the .grad of {var.name or 'a variable'}"
-                        f", which is None now; it was set when the graph was traced") from None
-            raise
+        """The arrays of the captured state, in graph order (with a clear error for a
+        slot that is empty now)."""
+        arrays = [read_slot(var, field) for var, field in self.reads]
+        for (var, field), array in zip(self.reads, arrays):
+            if array is None:
+                what = ".grad of " + (var.name or "a variable") if field == "grad" \
+                    else f"{type(var).__name__}.{field[5:]}" if field != "data" \
+                    else var.name or "a state variable"
+                raise GraphError(f"graph {self.graph.name} reads the {what}, which is "
+                                 f"None now; it was set when the graph was traced")
+        return arrays
 
     def run(self, leaves, runner=None):
-        arrays = [x._data if isinstance(x, Variable) else x for x in leaves]
-        if runner is not None:
-            results = runner(*arrays, *self.read_state())
-        else:
-            try:
-                results = self.fn(*arrays, *self.read_state())
-            except Exception as e:  # noqa: BLE001 - re-raised with the node's line
-                self._reraise(e)
-        n = self.n_out
-        k = n
-        for (where, target), field, has_source in self.writes:
-            value = None
-            if has_source:
-                value, k = results[k], k + 1
-            if where == "input":
-                target = leaves[target]
-                if not isinstance(target, Variable):
-                    continue  # an array argument has no .grad to receive
-            if field == "data":
-                target.data = value
-            else:
-                target.grad = None if value is None else Variable(value)
-        return build(self.out_tree, results)
+        """Replay on `leaves` (arrays or Variables, in input order); `runner` replaces
+        the replay function (the interpreter uses it)."""
+        try:
+            if runner is None:
+                return self.replay(leaves)
+            return self.replay(leaves, runner)
+        except Exception as e:  # noqa: BLE001 - re-raised with the node's line
+            self.read_state()
+            self._reraise(e)
 
     def _reraise(self, error):
         tb = error.__traceback__
@@ -157,18 +236,102 @@ class Compiled:
         raise error
 
 
-def build(tree, results):
-    """Rebuild the structure the traced function returned from the flat results."""
+# =============================================================================
+# Outputs of a replay: ReplayedOutput, replayed_output
+# =============================================================================
+
+
+class ReplayedOutput(Function):
+    """The creator of a Variable a replay returns: the replay built no dynamic graph,
+    so a gradient cannot flow back through it, and saying so beats a silent None."""
+
+    op_name = "replayed_output"
+
+    def backward(self, gy):
+        raise TraceError(
+            "backward() reached a value returned by a replayed traced function; a replay "
+            "records no graph, so no gradient can flow into it (eager code would have "
+            "filled the parameters' .grad)\n  fix: call backward() inside the traced "
+            "function, or call it under dezero.no_grad() if no gradient is needed")
+
+
+def replayed_output(array):
+    """A Variable for a replayed output; under enable_backprop it gets ReplayedOutput
+    as its creator, so that backward() through it fails loudly."""
+    y = _wrap_output(array)
+    if Config.enable_backprop:
+        f = ReplayedOutput()
+        f.generation, f.inputs, f.outputs = 0, [], [weakref.ref(y)]
+        y.creator, y.generation = f, 1
+    return y
+
+
+# =============================================================================
+# Glue: generate_glue (state reads, writes and outputs as generated code)
+# =============================================================================
+
+
+def generate_glue(graph: StaticGraph, fname: str, env: dict) -> str:
+    """Source of `_replay(leaves, _fn=<replay function>)`, adding its globals to env."""
+    env["_Variable"], env["_wrap"], env["_out"] = Variable, _wrap_output, replayed_output
+    inputs = [n.outputs[0].name for n in graph.of_kind("input")]
+    lines = [f"def _replay(_leaves, _fn={fname}):  # reads state, calls {fname}, "
+             f"writes state"]
+    if inputs:
+        lines.append(f"    {', '.join(inputs)}{',' if len(inputs) == 1 else ''} = _leaves")
+        for i, name in enumerate(inputs):
+            lines.append(f"    _a{i} = {name}._data if isinstance({name}, _Variable) "
+                         f"else {name}")
+    args = [f"_a{i}" for i in range(len(inputs))]
+    slots = {}
+    for k, node in enumerate(graph.of_kind("state")):
+        obj, field = node.payload
+        env[f"_s{k}"] = obj
+        slots[node.outputs[0].name] = f"_s{k}"
+        args.append(f"_s{k}._data" if field == "data" else f"_s{k}.grad._data"
+                    if field == "grad" else f"_s{k}.{field[5:]}._data")
+    lines.append(f"    _r = _fn({', '.join(args)})")
+    k = len(graph.output_values)
+    for node in graph.of_kind("write"):
+        field = node.attrs["field"]
+        target = node.inputs[0].name
+        if field == "attr":
+            if node.payload is not None:  # a loaded graph has no object to set
+                env[f"_h{k}"] = node.payload
+                lines.append(f"    setattr(_h{k}, {node.attrs['name']!r}, _wrap(_r[{k}]))")
+            k += 1
+            continue
+        value = "None"
+        if len(node.inputs) > 1:
+            value = f"_r[{k}]" if field == "data" else f"_wrap(_r[{k}])"
+            k += 1
+        if target in slots:
+            lines.append(f"    {slots[target]}.{field} = {value}")
+        else:  # the .grad of an input: only a Variable argument can receive it
+            lines.append(f"    if isinstance({target}, _Variable):")
+            lines.append(f"        {target}.grad = {value}")
+    lines.append(f"    return {_tree_source(graph.out_tree, env)}")
+    return "\n".join(lines) + "\n"
+
+
+def _tree_source(tree, env) -> str:
     kind = tree[0]
     if kind == "var":
-        return Variable(results[tree[1]])
+        return f"_out(_r[{tree[1]}])"
     if kind == "array":
-        return results[tree[1]]
-    if kind == "tuple":
-        return tuple(build(t, results) for t in tree[1])
-    if kind == "list":
-        return [build(t, results) for t in tree[1]]
+        return f"_r[{tree[1]}]"
+    if kind in ("tuple", "list"):
+        items = [_tree_source(t, env) for t in tree[1]]
+        if kind == "list":
+            return f"[{', '.join(items)}]"
+        return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
     if kind == "dict":
-        return {k: build(t, results) for k, t in tree[1]}
-    return tree[1]  # "static": a Python value returned as is
-
+        parts = []
+        for key, t in tree[1]:
+            name = f"_k{len(env)}"
+            env[name] = key
+            parts.append(f"{name}: {_tree_source(t, env)}")
+        return "{" + ", ".join(parts) + "}"
+    name = f"_k{len(env)}"
+    env[name] = tree[1]  # "static": a Python value returned as is
+    return name
