@@ -89,7 +89,9 @@ class Variable:
 
     @data.setter
     def data(self, value):
-        if value is not None and not isinstance(value, cuda.array_types):
+        if isinstance(value, np.generic):
+            value = np.asarray(value)  # numpy's 0-d arithmetic returns scalars
+        elif value is not None and not isinstance(value, cuda.array_types):
             raise TypeError(
                 f"Variable.data must be a numpy or cupy array (or None), got "
                 f"{type(value).__name__}")

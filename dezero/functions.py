@@ -877,6 +877,21 @@ def _labels_like(t, x):
     return t
 
 
+def _paired(op, x, t, what):
+    """t in x's shape when the two differ only by axes of length 1 that broadcasting
+    would not multiply ((1, 1) and (1,), as the book's RNN example passes them);
+    any other difference raises (see _check_same_shape)."""
+    if x.shape != t.shape and x.size == t.size:
+        try:
+            paired_size = int(np.prod(np.broadcast_shapes(x.shape, t.shape)))
+        except ValueError:
+            paired_size = None
+        if paired_size == x.size:
+            t = reshape(t, x.shape)
+    _check_same_shape(op, x, t, what)
+    return t
+
+
 def _check_same_shape(op, x, t, what):
     if x.shape != t.shape:
         raise ValueError(
@@ -936,13 +951,15 @@ class MeanSquaredError(Function):
 
 
 def mean_squared_error(x0, x1):
-    """sum((x0 - x1) ** 2) / len(x0); x0 and x1 must have the same shape.
+    """sum((x0 - x1) ** 2) / len(x0); x0 and x1 must have the same shape (up to axes
+    of length 1 that pair the same elements, like (1, 1) and (1,)).
 
     >>> float(mean_squared_error(np.array([[1.0], [3.0]]), np.array([[0.0], [0.0]])).data)
     5.0
     """
     x0 = as_variable(x0)
-    return MeanSquaredError()(x0, as_operand(x1, x0))
+    x1 = _paired("mean_squared_error", x0, as_variable(as_operand(x1, x0)), "x1")
+    return MeanSquaredError()(x0, x1)
 
 
 # =============================================================================
@@ -1158,8 +1175,7 @@ def softmax_cross_entropy_simple(x, t):
 def mean_squared_error_simple(x0, x1):
     """mean_squared_error composed: sum((x0 - x1) ** 2) / len(x0)."""
     x0 = as_variable(x0)
-    x1 = as_variable(as_operand(x1, x0))
-    _check_same_shape("mean_squared_error_simple", x0, x1, "x1")
+    x1 = _paired("mean_squared_error_simple", x0, as_variable(as_operand(x1, x0)), "x1")
     diff = x0 - x1
     return sum(diff ** 2) * (1 / len(diff))
 
