@@ -400,6 +400,9 @@ class EmbedID(Layer):
         self.W = Parameter(W, name="W")
 
     def forward(self, x):
+        if isinstance(x, (int, list, tuple)):
+            # Ids written as Python values become an index array on W's device.
+            x = cuda.get_array_module(self.W.data).asarray(x)
         return F.embed_id(x, self.W)
 
 

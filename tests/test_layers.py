@@ -123,6 +123,8 @@ def test_embed_id_gradients_with_repeated_ids():
     ids = np.array([[0, 2], [2, 4]])
     check_grads(lambda: layer(ids), [layer.W])
     assert layer(ids).shape == (2, 2, 3)
+    np.testing.assert_array_equal(layer([4, 0]).data, layer.W.data[[4, 0]])
+    np.testing.assert_array_equal(layer(3).data, layer.W.data[3])
 
 
 @pytest.mark.parametrize("shape", [(6, 3), (4, 2, 3, 3)])
