@@ -377,6 +377,9 @@ def test_to_dot_marks_every_kind_of_node(tmp_path):
     assert "doubleoctagon" in dot and "style=dashed, color=red" in dot
     graph.plot(str(tmp_path / "g.dot"))
     assert (tmp_path / "g.dot").read_text().startswith("digraph")
+    if dezero.utils.find_dot() is not None:
+        graph.plot(str(tmp_path / "g.svg"))
+        assert "<svg" in (tmp_path / "g.svg").read_text()
 
 
 def test_debug_ladder_levels(capsys):

@@ -490,7 +490,19 @@ def _difference(eager, replay) -> str:
 
 
 def trace(fn=None, *, static_argnames=(), check=False, max_entries=8):
-    """Trace `fn`: usable as @trace, @trace(check=True) or trace(fn, static_argnames=...)."""
+    """Trace `fn`: usable as @trace, @trace(check=True) or trace(fn, static_argnames=...).
+
+    static_argnames  parameters whose values select a graph (counts, flags, modes)
+                     instead of being inputs; other non-array arguments are static too
+    check            replay once right after each recording and raise TraceError
+                     naming the first output or state that differs from the eager
+                     run (for random ops this compares numpy's draws; cupy's random
+                     state is not replayed, so leave check off for GPU dropout)
+    max_entries      how many graphs to keep; beyond that, new signatures run eagerly
+
+    Outputs of a replay are fresh Variables without a graph behind them: call
+    backward() inside the traced function. See dezero.static for the tour.
+    """
     if fn is None:
         return functools.partial(trace, static_argnames=static_argnames, check=check,
                                  max_entries=max_entries)
