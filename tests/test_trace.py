@@ -455,3 +455,48 @@ def test_backward_through_a_replayed_output_is_a_clear_error():
         loss.backward()
     with dezero.no_grad():
         assert forward(x).creator is None
+
+
+def test_traced_array_inside_an_op_attribute_is_an_error():
+    def pick(x, t):
+        return F.get_item(x, (np.arange(3), t))  # t would be frozen in the attrs
+
+    x = Variable(np.ones((3, 4), np.float32))
+    with pytest.raises(TraceError, match="attribute slices of op get_item holds a traced"):
+        dezero.trace(pick)(x, np.array([0, 1, 3]))
+
+
+def test_nested_traced_functions_record_as_one_graph():
+    inner = dezero.trace(lambda x: F.exp(x) * 2.0)
+    outer = dezero.trace(lambda x: inner(x) + 1.0)
+    x = Variable(np.zeros(2, np.float32))
+    for _ in range(3):
+        np.testing.assert_allclose(outer(x).data, 3.0)
+    assert inner.entries == 0 and outer.entries == 1
+    assert [n.op for n in outer.graph.of_kind("op")] == ["exp", "mul", "add"]
+
+
+def test_traced_method_and_python_scalar_arguments_are_static():
+    class Scaler:
+        def __init__(self):
+            self.w = Variable(np.array(2.0, np.float32), name="w")
+
+        @dezero.trace
+        def __call__(self, x, power):
+            return (x * self.w) ** power
+
+    s = Scaler()
+    x = Variable(np.array([1.0, 3.0], np.float32))
+    for power in (1, 2, 2, 1):
+        np.testing.assert_allclose(s(x, power).data, (x.data * 2) ** power)
+    assert Scaler.__call__.entries == 2
+
+
+def test_debug_level_2_reports_each_replay(capsys):
+    traced = dezero.trace(lambda x: F.exp(x))
+    x = Variable(np.ones(4, np.float32))
+    traced(x)
+    with dezero.static.debug(2):
+        traced(x)
+    err = capsys.readouterr().err
+    assert "replay <lambda>: " in err and "32 bytes in/out" in err

@@ -142,8 +142,10 @@ class Entry:
     def type_failure(self) -> str | None:
         for name, var, field, shape, dtype, kind in self.guards:
             data = var._data if field == "data" else read_slot(var, field)
-            if data is None or data.shape != shape or data.dtype != dtype or \
-                    type(data) is not kind:
+            # `is` first: numpy hands out one object per builtin dtype, so the
+            # slower == runs only when the objects differ.
+            if data is None or data.shape != shape or type(data) is not kind or \
+                    (data.dtype is not dtype and data.dtype != dtype):
                 now = "None" if data is None else type_str(data.shape, data.dtype)
                 return f"state {name} {type_str(shape, dtype)} -> {now}"
         return None

@@ -105,8 +105,10 @@ class Tracer:
         self.keep.append(var)
 
     def record(self, function, inputs, outputs) -> None:
-        node = Node("op", function.op_name, [self.resolve(x) for x in inputs],
-                    function.attrs,
+        attrs = function.attrs
+        for name, value in attrs.items():
+            self._check_attr(function.op_name, name, value)
+        node = Node("op", function.op_name, [self.resolve(x) for x in inputs], attrs,
                     [Value(None, y._data.shape, y._data.dtype) for y in outputs])
         self.ops.append(node)
         for y, value in zip(outputs, node.outputs):
@@ -115,6 +117,20 @@ class Tracer:
             self.arrays[id(y._data)] = value
             self.producer[id(value)] = function.op_name
             self.keep += [y, y._data]
+
+    def _check_attr(self, op, name, value):
+        # An attribute is fixed at recording; an array computed in (or fed to) the
+        # run stored there would be replayed frozen (x[arange(n), t] with t an input).
+        if isinstance(value, (tuple, list)):
+            for item in value:
+                self._check_attr(op, name, item)
+        elif isinstance(value, cuda.array_types) and id(value) in self.arrays:
+            raise TraceError(
+                f"attribute {name} of op {op} holds a traced array in {self.name} "
+                f"({where()}); attributes are fixed when recorded, so every replay "
+                f"would reuse this one\n  fix: pass the array as an input of an op "
+                f"(for labels, e.g. F.softmax_cross_entropy(x, t) or F.embed_id), or make "
+                f"it a static argument")
 
     def assigned(self, var: Variable, value) -> None:
         label = self.label(var)
