@@ -500,3 +500,47 @@ def test_debug_level_2_reports_each_replay(capsys):
         traced(x)
     err = capsys.readouterr().err
     assert "replay <lambda>: " in err and "32 bytes in/out" in err
+
+
+def random_program(rng, n_ops=12):
+    """A random straight-line program over two inputs, with constants and repeats."""
+    unary = [F.tanh, F.sin, F.cos, lambda v: v ** 2, lambda v: -v, F.exp,
+             lambda v: F.sum(v, axis=0, keepdims=True), lambda v: v * 1.0]
+    binary = [F.add, F.sub, F.mul, lambda a, b: a / (b * b + 1.0)]
+    steps = [(int(rng.integers(2)), int(rng.integers(len(unary))), int(rng.integers(4)),
+              int(rng.integers(len(binary))), float(rng.uniform(-1, 1)))
+             for _ in range(n_ops)]
+
+    def program(x, w):
+        values = [x, w]
+        for pick, u, other, b, c in steps:
+            v = values[-1 - pick % len(values)]
+            if u == 5:
+                v = F.clip(v, -3.0, 3.0)  # keep exp finite
+            v = unary[u](v)
+            if other == 0:
+                v = binary[b](v, c)  # a Python scalar: a constant
+            elif other == 1:
+                v = binary[b](v, values[other % len(values)])
+            values.append(v)
+        y = F.sum(values[-1]) + F.sum(values[-2])
+        y.backward()
+        return y
+    return program
+
+
+def test_replay_equals_eager_on_random_programs():
+    rng = np.random.default_rng(11)
+    for _ in range(15):
+        program = random_program(rng)
+        traced = dezero.trace(program, check=True)
+        for _ in range(3):
+            xd, wd = f32(rng, 3, 4), f32(rng, 1, 4)
+            xe, we, xt, wt = Variable(xd), Variable(wd), Variable(xd), Variable(wd)
+            ye, yt = program(xe, we), traced(xt, wt)
+            np.testing.assert_allclose(yt.data, ye.data, rtol=1e-5, atol=1e-6)
+            for e, t in ((xe, xt), (we, wt)):
+                if e.grad is not None:
+                    np.testing.assert_allclose(t.grad.data, e.grad.data, rtol=1e-5, atol=1e-5)
+        traced.graph.check()
+        assert traced.entries == 1
