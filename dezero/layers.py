@@ -74,14 +74,24 @@ class Layer:
         """The Parameters of this layer and its sub-layers, in definition order
         (a Parameter shared by two layers comes once)."""
         seen = set()
-        for _, param in self._named():
-            if isinstance(param, Parameter) and id(param) not in seen:
+        for param in self._all_params():
+            if id(param) not in seen:
                 seen.add(id(param))
                 yield param
 
+    def _all_params(self):
+        # Like _named without building key strings: params() runs at every step.
+        attrs = self.__dict__
+        for name in attrs.get("_params", ()):
+            obj = attrs[name]
+            if isinstance(obj, Parameter):
+                yield obj
+            elif isinstance(obj, Layer):
+                yield from obj._all_params()
+
     def cleargrads(self):
         for param in self.params():
-            param.cleargrad()
+            param.grad = None
 
     def to_cpu(self):
         for _, var in self._named():

@@ -60,8 +60,6 @@ def _hyper_vars(obj):
 def _to_device_of(variables, like):
     """Move 0-d Variables (hyperparameters, counters) to the device of `like`,
     since numpy and cupy arrays do not mix in one operation."""
-    if not cuda.gpu_enable:
-        return
     xp = cuda.get_array_module(like)
     for var in variables:
         if cuda.get_array_module(var.data) is not xp:
@@ -114,9 +112,9 @@ class Optimizer:
 
     def _prepare(self, like):
         """Per-update work shared by every parameter (devices, step counters)."""
-        _to_device_of(_hyper_vars(self), like)
-        for hook in self.hooks:
-            _to_device_of(_hyper_vars(hook), like)
+        if cuda.gpu_enable:
+            _to_device_of(_hyper_vars(self) + [v for h in self.hooks for v in _hyper_vars(h)],
+                          like)
 
     def update_one(self, param):
         raise NotImplementedError(f"{type(self).__name__}.update_one is not defined")
@@ -323,8 +321,9 @@ class Adam(Optimizer):
 
     def _prepare(self, like):
         super()._prepare(like)
-        _to_device_of([self._t], like)
         t = self._t
+        if cuda.gpu_enable:
+            _to_device_of([t], like)
         t.data = (t + 1).data
         # beta ** t written as exp(t * log(beta)): the exponent is a Variable.
         fix1 = 1 - F.exp(t * F.log(self._beta1))

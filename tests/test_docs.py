@@ -7,6 +7,7 @@ Building needs the `docs` extra: pip install -e ".[docs]".
 import importlib.util
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -64,3 +65,26 @@ def test_docs_build_strict(tmp_path):
     steps_page = (site / "steps" / "index.html").read_text(encoding="utf-8")
     has_steps = (ROOT / "steps" / "step01.py").exists()
     assert ("<td><code>steps/step01.py</code>" in steps_page) == has_steps
+
+
+def python_blocks(page):
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    return re.findall(r"^```python\n(.*?)^```", text, re.M | re.S)
+
+
+def test_getting_started_examples_run_in_order(tmp_path, monkeypatch, capsys):
+    # The blocks build on each other, as a reader would type them into one session.
+    from dezero.utils import find_dot
+    blocks = python_blocks("getting-started.md")
+    assert len(blocks) >= 5
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    for block in blocks:
+        if "plot_dot_graph" in block and find_dot() is None:
+            continue
+        exec(compile(block, "getting-started.md", "exec"), namespace)
+    out = capsys.readouterr().out
+    assert "11.5 14.25" in out and "11.75" in out
+    accuracy = float(re.search(r"accuracy ([0-9.]+)", out).group(1))
+    assert accuracy > 0.9
+    assert "trace train_step(x: f32[30,2]" in out

@@ -86,6 +86,26 @@ def test_rnn_gradients_through_two_steps():
     check_grads(forward, xs + list(layer.params()))
 
 
+@pytest.mark.parametrize("stride, pad", [(1, 0), (2, 1)])
+def test_conv2d_gradients(stride, pad):
+    layer = L.Conv2d(4, kernel_size=3, stride=stride, pad=pad, dtype=np.float64)
+    x = rand(2, 3, 5, 5)
+    layer(x)
+    assert layer.in_channels == 3 and layer.W.shape == (4, 3, 3, 3)
+    layer.b.data = np.random.RandomState(2).randn(4)
+    check_grads(lambda: layer(x), [x, layer.W, layer.b])
+
+
+@pytest.mark.parametrize("stride, pad", [(1, 0), (2, 1)])
+def test_deconv2d_gradients(stride, pad):
+    layer = L.Deconv2d(2, kernel_size=(3, 2), stride=stride, pad=pad, dtype=np.float64)
+    x = rand(2, 3, 3, 4)
+    layer(x)
+    assert layer.in_channels == 3 and layer.W.shape == (3, 2, 3, 2)
+    layer.b.data = np.random.RandomState(2).randn(2)
+    check_grads(lambda: layer(x), [x, layer.W, layer.b])
+
+
 def test_lstm_gradients_through_two_steps():
     layer = to_float64(L.LSTM(3, in_size=2))
     xs = [rand(4, 2, seed=1), rand(4, 2, seed=2)]
@@ -145,6 +165,25 @@ def test_linear_with_in_size_draws_from_the_global_rng_as_the_book():
     want = np.random.randn(2, 3).astype(np.float32) * np.float32(np.sqrt(1 / 2))
     np.random.set_state(after)
     np.testing.assert_array_equal(layer.W.data, want)
+
+
+@pytest.mark.parametrize("make, shape", [
+    (lambda: L.Conv2d(8, 3, in_channels=50), (8, 50, 3, 3)),
+    (lambda: L.Deconv2d(8, (3, 5), in_channels=50), (50, 8, 3, 5)),
+])
+def test_conv_initialisation_is_scaled_and_float32(make, shape):
+    layer = make()
+    assert layer.W.shape == shape and layer.W.dtype == np.float32
+    assert layer.b.dtype == np.float32
+    fan_in = 50 * shape[2] * shape[3]
+    assert abs(layer.W.data.std() - np.sqrt(1 / fan_in)) < 0.1 * np.sqrt(1 / fan_in)
+
+
+def test_conv2d_float32_output_and_nobias():
+    layer = L.Conv2d(2, 3, pad=1, nobias=True)
+    y = layer(np.ones((1, 4, 5, 5), dtype=np.float32))
+    assert y.shape == (1, 2, 5, 5) and y.dtype == np.float32
+    assert [p.name for p in layer.params()] == ["W"]
 
 
 def test_rnn_h2h_is_hidden_by_hidden():

@@ -12,7 +12,7 @@ import dezero.functions as F
 import dezero.layers as L
 from dezero import optimizers
 from dezero.downloads import DownloadError
-from dezero.models import MLP, VGG16, Model, ResNet50, Sequential
+from dezero.models import MLP, VGG16, Model, ResNet, ResNet50, ResNet101, ResNet152, Sequential
 
 # =============================================================================
 # MLP / Sequential / Model.plot
@@ -151,3 +151,58 @@ def test_pretrained_weights_in_the_cache_load_without_network(monkeypatch, tmp_p
     model = VGG16(pretrained=True)
     np.testing.assert_array_equal(model.fc8.b.data, arrays["fc8/b"])
     np.testing.assert_array_equal(model.conv1_1.W.data, arrays["conv1_1/W"])
+
+
+@pytest.fixture
+def cheap_init(monkeypatch):
+    """Constant initial weights: drawing tens of millions of normals would take
+    most of these tests' time, and only shapes are checked."""
+    monkeypatch.setattr(np.random, "randn",
+                        lambda *shape: np.full(shape, 0.01, dtype=np.float32))
+
+
+def test_vgg16_forward_on_a_small_image(cheap_init):
+    model = VGG16()
+    x = np.ones((1, 3, 32, 32), dtype=np.float32)
+    with dezero.test_mode(), dezero.no_grad():
+        y = model(x)
+    assert y.shape == (1, 1000) and y.dtype == np.float32
+    # Five 2x2 poolings take 32x32 to 1x1, so fc6 sees 512 features.
+    assert model.fc6.W.shape == (512, 4096) and model.conv1_1.W.shape == (64, 3, 3, 3)
+
+
+# =============================================================================
+# ResNet
+# =============================================================================
+
+
+@pytest.mark.parametrize("make, count", [
+    # The published sizes (25,557,032 and 44,549,160 parameters) plus the bias
+    # of conv1, which this ResNet has.
+    (ResNet50, 25_557_032 + 64),
+    (ResNet101, 44_549_160 + 64),
+])
+def test_resnet_parameter_count_matches_the_published_one(cheap_init, make, count):
+    model = make()
+    with dezero.no_grad():
+        y = model(np.ones((1, 3, 32, 32), dtype=np.float32))
+    assert y.shape == (1, 1000) and y.dtype == np.float32
+    assert sum(p.size for p in model.params()) == count
+
+
+def test_resnet_layer_names_and_shapes(cheap_init):
+    model = ResNet152()
+    assert [len(getattr(model, f"res{i}")._forward) for i in (2, 3, 4, 5)] == [3, 8, 36, 3]
+    block = model.res3
+    assert block.a.conv1.W.shape == (128, 256, 1, 1) and block.a.conv1.stride == 2
+    assert block.a.conv2.W.shape == (128, 128, 3, 3) and block.a.conv2.pad == 1
+    assert block.a.conv4.W.shape == (512, 256, 1, 1) and block.a.conv4.b is None
+    assert block.b7.conv3.W.shape == (512, 128, 1, 1)
+    assert model.conv1.W.shape == (64, 3, 7, 7) and model.conv1.stride == 2
+    flat = {}
+    model._flatten_params(flat)
+    assert list(flat)[:6] == ["conv1/W", "conv1/b", "bn1/avg_mean", "bn1/avg_var",
+                              "bn1/gamma", "bn1/beta"]
+    assert "res4/b35/bn3/avg_var" in flat and "res4/b36/conv1/W" not in flat
+    with pytest.raises(ValueError, match="50, 101 or 152"):
+        ResNet(34)

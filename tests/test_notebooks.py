@@ -28,7 +28,7 @@ def test_every_source_has_a_notebook_and_they_are_numbered():
     sources = sorted(p.stem for p in (NOTEBOOK_DIR / "src").glob("[0-9][0-9]_*.py"))
     assert sources == [p.stem for p in NOTEBOOKS]
     assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(1, len(NOTEBOOKS) + 1)]
-    assert NOTEBOOKS
+    assert len(NOTEBOOKS) >= 7
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

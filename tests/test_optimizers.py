@@ -288,3 +288,49 @@ def test_freeze_param_accepts_layers():
     opt.update()
     np.testing.assert_array_equal(model.inner.w.data, w0)
     np.testing.assert_array_equal(model.c.data, -1.0)
+
+
+# =============================================================================
+# Trace mode: a replayed step updates like an eager one
+# =============================================================================
+
+
+@pytest.mark.parametrize("make", [lambda: O.MomentumSGD(lr=0.1), lambda: O.AdamW(alpha=0.01)])
+def test_traced_step_with_lazy_weights_and_state_matches_eager(make):
+    import dezero
+    import dezero.functions as F
+    from dezero.models import MLP
+
+    rng = np.random.default_rng(0)
+    data = [(rng.standard_normal((8, 4)).astype(np.float32), rng.integers(0, 3, 8))
+            for _ in range(4)]
+    runs = []
+    state = np.random.get_state()
+    for traced in (False, True):
+        # Both models draw the same weights at their first call, inside the step.
+        np.random.set_state(state)
+        model, opt = MLP((5, 3)), make()
+        opt.setup(model).add_hook(O.ClipGrad(0.5))
+
+        def step(x, t, model=model, opt=opt):
+            loss = F.softmax_cross_entropy(model(x), t)
+            model.cleargrads()
+            loss.backward()
+            opt.update()
+            return loss
+
+        if traced:
+            step = dezero.trace(step)
+        losses = []
+        for i, (x, t) in enumerate(data):
+            if i == 2:  # a new rate must reach the replayed update
+                if isinstance(opt, O.Adam):
+                    opt.alpha = 0.05
+                else:
+                    opt.lr = 0.5
+            losses.append(float(step(x, t).data))
+        runs.append((losses, [p.data for p in model.params()]))
+    np.testing.assert_allclose(runs[1][0], runs[0][0], rtol=1e-5)
+    for eager, replayed in zip(runs[0][1], runs[1][1]):
+        np.testing.assert_allclose(replayed, eager, rtol=1e-5, atol=1e-6)
+    assert step.entries == 1

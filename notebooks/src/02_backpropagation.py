@@ -10,6 +10,7 @@
 # Functions are visited — and at two switches: `retain_grad` and `no_grad`.
 
 # %%
+import heapq
 import time
 
 import numpy as np
@@ -110,8 +111,6 @@ print(f"x   gen {x.generation}   made by nobody")
 # The same order, spelled out with Python's `heapq`:
 
 # %%
-import heapq
-
 order, heap, seen = [], [(-y.creator.generation, 0, y.creator)], {y.creator}
 while heap:
     _, _, f = heapq.heappop(heap)

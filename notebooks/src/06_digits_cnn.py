@@ -53,7 +53,8 @@ class Digits(Dataset):
 
 train_set, test_set = Digits(train=True), Digits(train=False)
 x, t = train_set[0]
-print("one example:", x.shape, x.dtype, "label", t, "   train", len(train_set), "test", len(test_set))
+print("one example:", x.shape, x.dtype, "label", t)
+print("train", len(train_set), "test", len(test_set))
 
 # %% [markdown]
 # ## The network
