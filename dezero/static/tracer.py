@@ -56,12 +56,11 @@ def where() -> str:
 class Capture:
     """A Variable made before the run (or state made during it) that the graph reads."""
 
-    __slots__ = ("var", "node", "before_data", "before_grad", "made_in_run")
+    __slots__ = ("var", "node", "before_data", "before_grad")
 
-    def __init__(self, var, node, before_data, before_grad, made_in_run=False):
+    def __init__(self, var, node, before_data, before_grad):
         self.var, self.node = var, node
         self.before_data, self.before_grad = before_data, before_grad
-        self.made_in_run = made_in_run
 
 
 class Tracer:
@@ -240,7 +239,6 @@ class Tracer:
             capture = Capture(var, node, var._data, var.grad)
             self.captures.append(capture)
             self.captured[id(var)] = capture
-        capture.made_in_run = True
         return capture
 
     def label(self, var: Variable) -> str:
