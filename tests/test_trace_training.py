@@ -232,3 +232,22 @@ def test_lstm_truncated_bptt_carries_hidden_state_between_calls():
         np.testing.assert_allclose(b.lstm.h.data, a.lstm.h.data, rtol=1e-5, atol=1e-6)
     assert traced.entries == 1
     assert "LSTM.h <- " in str(traced.graph) and "(LSTM.c)" in str(traced.graph)
+
+
+def test_saved_lstm_step_carries_its_hidden_state_standalone(tmp_path):
+    lstm = L.LSTM(3, in_size=1)
+
+    def run(x):
+        return lstm(x) * 1.0
+
+    with dezero.no_grad():
+        traced = dezero.trace(run)
+        xs = [np.full((1, 1), v, np.float32) for v in (0.5, -1.0, 2.0, 0.3)]
+        traced(xs[0])
+        traced(xs[1])  # records with LSTM.h and LSTM.c as carried state
+        graph = traced.graph
+        graph.save(str(tmp_path / "lstm"))
+        loaded = dezero.static.load(str(tmp_path / "lstm"))
+        for x in xs[2:]:
+            np.testing.assert_allclose(loaded(x).data, traced(x).data, rtol=1e-6)
+    assert "h <- " in str(loaded) and set(loaded.state) >= {"h", "c"}
