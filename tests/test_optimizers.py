@@ -226,6 +226,21 @@ def test_weight_decay_adds_rate_times_param_to_the_gradient():
     assert_history(run(opt, model), want)
 
 
+def test_hook_rates_are_hyperparameters_too():
+    model = Pair()
+    rates = [0.01, 0.01, 0.5, 0.5]
+    want = reference(model, lambda p, g, s, k: p - 0.1 * (g + rates[k] * p), lambda p: None)
+    opt, decay = O.SGD(lr=0.1), O.WeightDecay(0.01)
+    opt.add_hook(decay)
+
+    def change(opt, step):
+        if step == 2:
+            decay.rate = 0.5
+
+    assert_history(run(opt, model, change), want)
+    assert decay.rate == 0.5 and float(decay._rate.data) == 0.5
+
+
 def test_clip_grad_scales_by_the_global_norm_only_when_above_max():
     model = Pair()
     max_norm = 0.5
