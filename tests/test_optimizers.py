@@ -349,3 +349,16 @@ def test_traced_step_with_lazy_weights_and_state_matches_eager(make):
     for eager, replayed in zip(runs[0][1], runs[1][1]):
         np.testing.assert_allclose(replayed, eager, rtol=1e-5, atol=1e-6)
     assert step.entries == 1
+
+
+def test_hyperparameters_take_the_parameters_float_dtype():
+    # float64 parameters get the exact rate; float32 ones stay float32.
+    for dtype, expected in ((np.float64, 1.6), (np.float32, np.float32(2.0) - np.float32(0.4))):
+        p = Parameter(np.array([2.0], dtype=dtype))
+        model = Layer()
+        model.p = p
+        optimizer = O.SGD(lr=0.1).setup(model)
+        p.grad = Variable(np.array([4.0], dtype=dtype))
+        optimizer.update()
+        assert p.dtype == dtype and optimizer._lr.dtype == dtype
+        assert p.data[0] == expected
