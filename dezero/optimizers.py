@@ -59,7 +59,8 @@ class Hyperparameter:
         xp = cuda.get_array_module(like)
         dtype = like.dtype if like.dtype.kind == "f" else np.dtype(np.float32)
         if var.data.dtype != dtype or cuda.get_array_module(var.data) is not xp:
-            var.data = xp.array(obj.__dict__[self.value_key], dtype=dtype)
+            with _untraced():  # a one-time conversion, not part of a step to replay
+                var.data = xp.array(obj.__dict__[self.value_key], dtype=dtype)
 
 
 @functools.cache
