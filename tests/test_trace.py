@@ -377,6 +377,9 @@ def test_to_dot_marks_every_kind_of_node(tmp_path):
     assert "doubleoctagon" in dot and "style=dashed, color=red" in dot
     graph.plot(str(tmp_path / "g.dot"))
     assert (tmp_path / "g.dot").read_text().startswith("digraph")
+    if dezero.utils.find_dot() is not None:
+        graph.plot(str(tmp_path / "g.svg"))
+        assert "<svg" in (tmp_path / "g.svg").read_text()
 
 
 def test_debug_ladder_levels(capsys):
@@ -452,3 +455,92 @@ def test_backward_through_a_replayed_output_is_a_clear_error():
         loss.backward()
     with dezero.no_grad():
         assert forward(x).creator is None
+
+
+def test_traced_array_inside_an_op_attribute_is_an_error():
+    def pick(x, t):
+        return F.get_item(x, (np.arange(3), t))  # t would be frozen in the attrs
+
+    x = Variable(np.ones((3, 4), np.float32))
+    with pytest.raises(TraceError, match="attribute slices of op get_item holds a traced"):
+        dezero.trace(pick)(x, np.array([0, 1, 3]))
+
+
+def test_nested_traced_functions_record_as_one_graph():
+    inner = dezero.trace(lambda x: F.exp(x) * 2.0)
+    outer = dezero.trace(lambda x: inner(x) + 1.0)
+    x = Variable(np.zeros(2, np.float32))
+    for _ in range(3):
+        np.testing.assert_allclose(outer(x).data, 3.0)
+    assert inner.entries == 0 and outer.entries == 1
+    assert [n.op for n in outer.graph.of_kind("op")] == ["exp", "mul", "add"]
+
+
+def test_traced_method_and_python_scalar_arguments_are_static():
+    class Scaler:
+        def __init__(self):
+            self.w = Variable(np.array(2.0, np.float32), name="w")
+
+        @dezero.trace
+        def __call__(self, x, power):
+            return (x * self.w) ** power
+
+    s = Scaler()
+    x = Variable(np.array([1.0, 3.0], np.float32))
+    for power in (1, 2, 2, 1):
+        np.testing.assert_allclose(s(x, power).data, (x.data * 2) ** power)
+    assert Scaler.__call__.entries == 2
+
+
+def test_debug_level_2_reports_each_replay(capsys):
+    traced = dezero.trace(lambda x: F.exp(x))
+    x = Variable(np.ones(4, np.float32))
+    traced(x)
+    with dezero.static.debug(2):
+        traced(x)
+    err = capsys.readouterr().err
+    assert "replay <lambda>: " in err and "32 bytes in/out" in err
+
+
+def random_program(rng, n_ops=12):
+    """A random straight-line program over two inputs, with constants and repeats."""
+    unary = [F.tanh, F.sin, F.cos, lambda v: v ** 2, lambda v: -v, F.exp,
+             lambda v: F.sum(v, axis=0, keepdims=True), lambda v: v * 1.0]
+    binary = [F.add, F.sub, F.mul, lambda a, b: a / (b * b + 1.0)]
+    steps = [(int(rng.integers(2)), int(rng.integers(len(unary))), int(rng.integers(4)),
+              int(rng.integers(len(binary))), float(rng.uniform(-1, 1)))
+             for _ in range(n_ops)]
+
+    def program(x, w):
+        values = [x, w]
+        for pick, u, other, b, c in steps:
+            v = values[-1 - pick % len(values)]
+            if u == 5:
+                v = F.clip(v, -3.0, 3.0)  # keep exp finite
+            v = unary[u](v)
+            if other == 0:
+                v = binary[b](v, c)  # a Python scalar: a constant
+            elif other == 1:
+                v = binary[b](v, values[other % len(values)])
+            values.append(v)
+        y = F.sum(values[-1]) + F.sum(values[-2])
+        y.backward()
+        return y
+    return program
+
+
+def test_replay_equals_eager_on_random_programs():
+    rng = np.random.default_rng(11)
+    for _ in range(15):
+        program = random_program(rng)
+        traced = dezero.trace(program, check=True)
+        for _ in range(3):
+            xd, wd = f32(rng, 3, 4), f32(rng, 1, 4)
+            xe, we, xt, wt = Variable(xd), Variable(wd), Variable(xd), Variable(wd)
+            ye, yt = program(xe, we), traced(xt, wt)
+            np.testing.assert_allclose(yt.data, ye.data, rtol=1e-5, atol=1e-6)
+            for e, t in ((xe, xt), (we, wt)):
+                if e.grad is not None:
+                    np.testing.assert_allclose(t.grad.data, e.grad.data, rtol=1e-5, atol=1e-5)
+        traced.graph.check()
+        assert traced.entries == 1

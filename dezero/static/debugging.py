@@ -11,6 +11,10 @@ import os
 import sys
 import warnings
 
+# =============================================================================
+# The level: LEVEL, debug, log
+# =============================================================================
+
 
 def _level_from_env():
     text = os.environ.get("DEZERO_DEBUG", "").strip()

@@ -8,6 +8,10 @@ octagons, and state writes dashed red edges back to the state they update.
 """
 from dezero.static.ir import StaticGraph, format_attr
 
+# =============================================================================
+# DOT text: graph_to_dot
+# =============================================================================
+
 _STYLE = {
     "input": 'shape=ellipse, style=filled, fillcolor="#c8e6c9"',
     "state": 'shape=ellipse, style=filled, fillcolor="#ffcc80"',
@@ -37,6 +41,10 @@ def graph_to_dot(graph: StaticGraph) -> str:
             for v in node.outputs:
                 lines.append(f'  "{v.name}" [label="{v.name}: {v.type}", {_STYLE["value"]}];')
                 lines.append(f'  "op{i}" -> "{v.name}";')
+        elif node.kind == "write" and node.attrs["field"] == "attr":
+            target = f"{node.attrs['of']}.{node.attrs['name']}"
+            lines.append(f'  "{target}" [shape=note, style=filled, fillcolor="#ffcc80"];')
+            lines.append(f'  "{node.inputs[0].name}" -> "{target}" [style=dashed, color=red];')
         elif node.kind == "write":
             target = node.inputs[0].name
             label = "grad" if node.attrs["field"] == "grad" else "data"

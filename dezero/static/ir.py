@@ -74,7 +74,8 @@ class Node:
     attrs    fixed Python values: the op's attrs; for state and write nodes
              {"field": "data" | "grad" | "attr"} plus, for "grad", "of" (the data
              state whose .grad it is) and, for "attr", "name" and "of" (the
-             attribute and the class of the object holding it)
+             attribute and the class of the object holding it); none for
+             input, const and output nodes
     outputs  Values the node defines
     payload  runtime data that is not part of the text: a const's array; the
              (object, field) slot a state node reads (see read_slot); the object
@@ -267,7 +268,7 @@ class StaticGraph:
     def state(self) -> dict:
         """name -> the Variable each data-state node reads (and writes)."""
         return {n.outputs[0].name: n.payload[0] for n in self.nodes
-                if n.kind == "state" and n.attrs.get("field", "data") == "data"}
+                if n.kind == "state" and n.payload[1] == "data"}
 
     def with_nodes(self, nodes: list[Node]) -> StaticGraph:
         """A new graph with the same name and outputs structure (used by passes)."""

@@ -22,9 +22,11 @@ File format, version 1
             "attrs": {"axis": 1},           # encoded as below
             "outputs": [{"name": "a", "shape": [32, 10], "dtype": "float32"}]}
 
-State nodes have attrs {"field": "data"} (the Variable's .data) or {"field": "grad",
-"of": "W"} (the .grad of data state W). Write nodes have inputs [target, source]
-(or [target] for a .grad cleared to None) and attrs {"field": "data" | "grad"}.
+State nodes have attrs {"field": "data"} (the Variable's .data), {"field": "grad",
+"of": "W"} (the .grad of data state W) or {"field": "attr", "name": "h", "of":
+"LSTM"} (a Variable an object kept in an attribute between calls). Write nodes
+have inputs [target, source] (or [target] for a .grad cleared to None) and attrs
+{"field": "data" | "grad"}, or inputs [source] and the "attr" attrs above.
 
 `NAME.npz` (numpy's savez, read with allow_pickle=False) holds "const/<name>" for
 every const node and "state/<name>" for every state node's value at save time.
@@ -39,7 +41,10 @@ Attribute values: JSON null/bool/int/str/list as themselves; a float as itself, 
 {"$array": [...], "dtype": "int64", "shape": [...]}, {"$dict": [[key, value], ...]}.
 
 Inputs of a loaded graph are given positionally, in the order of `graph.input_names`
-(the traced function's array arguments, nested ones flattened in order).
+(the traced function's array arguments, nested ones flattened in order). A loaded
+graph owns Variables for its "data" and "attr" state (`graph.state`), and data
+writes update them; "attr" writes have no object to set in a loaded graph, so
+values carried in attributes do not carry over between its calls.
 """
 from __future__ import annotations
 
@@ -54,7 +59,7 @@ import numpy as np
 
 from dezero import cuda
 from dezero.core import OPS, Variable
-from dezero.static.ir import Node, StaticGraph, Value
+from dezero.static.ir import Node, StaticGraph, Value, read_slot
 
 FORMAT = "dezero.static-graph"
 VERSION = 1
@@ -176,9 +181,7 @@ def save(graph: StaticGraph, path: str) -> None:
         if node.kind == "const":
             arrays["const/" + node.outputs[0].name] = cuda.as_numpy(node.payload)
         elif node.kind == "state":
-            var, field = node.payload
-            data = var.data if field == "data" else var.grad.data
-            arrays["state/" + node.outputs[0].name] = cuda.as_numpy(data)
+            arrays["state/" + node.outputs[0].name] = cuda.as_numpy(read_slot(*node.payload))
         nodes.append(entry)
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
@@ -256,7 +259,7 @@ def _build(description, arrays) -> StaticGraph:
                                      f"{outputs[0].type}")
             if kind == "const":
                 payload = array
-            elif attrs.get("field", "data") == "data":
+            elif attrs.get("field", "data") in ("data", "attr"):
                 owned[outputs[0].name] = Variable(array, name=outputs[0].name)
                 payload = (owned[outputs[0].name], "data")
             else:
@@ -265,9 +268,28 @@ def _build(description, arrays) -> StaticGraph:
                 payload = (owner, "grad")
         nodes.append(Node(kind, entry.get("op"), inputs, attrs, outputs, payload))
         values.update((v.name, v) for v in outputs)
-    graph = StaticGraph(description["name"], nodes, _tree_from_json(description["out_tree"]))
+    graph = StaticGraph(description["name"], _own_attributes(nodes),
+                        _tree_from_json(description["out_tree"]))
     graph.owns_state = True
     return graph
+
+
+def _own_attributes(nodes):
+    # With no object around, a value carried in an attribute (LSTM.h) lives in the
+    # loaded graph's own Variable: its attribute write becomes a write to that state.
+    states = {(n.attrs["of"], n.attrs["name"]): n for n in nodes
+              if n.kind == "state" and n.attrs.get("field") == "attr"}
+    result = []
+    for node in nodes:
+        key = (node.attrs.get("of"), node.attrs.get("name"))
+        if node.kind == "write" and node.attrs.get("field") == "attr" and key in states:
+            state = states[key]
+            node = Node("write", inputs=[state.outputs[0], node.inputs[0]],
+                        attrs={"field": "data"})
+        result.append(node)
+    for state in states.values():
+        state.attrs = {"field": "data"}
+    return result
 
 
 def _import_ops():

@@ -142,8 +142,10 @@ class Entry:
     def type_failure(self) -> str | None:
         for name, var, field, shape, dtype, kind in self.guards:
             data = var._data if field == "data" else read_slot(var, field)
-            if data is None or data.shape != shape or data.dtype != dtype or \
-                    type(data) is not kind:
+            # `is` first: numpy hands out one object per builtin dtype, so the
+            # slower == runs only when the objects differ.
+            if data is None or data.shape != shape or type(data) is not kind or \
+                    (data.dtype is not dtype and data.dtype != dtype):
                 now = "None" if data is None else type_str(data.shape, data.dtype)
                 return f"state {name} {type_str(shape, dtype)} -> {now}"
         return None
@@ -490,7 +492,19 @@ def _difference(eager, replay) -> str:
 
 
 def trace(fn=None, *, static_argnames=(), check=False, max_entries=8):
-    """Trace `fn`: usable as @trace, @trace(check=True) or trace(fn, static_argnames=...)."""
+    """Trace `fn`: usable as @trace, @trace(check=True) or trace(fn, static_argnames=...).
+
+    static_argnames  parameters whose values select a graph (counts, flags, modes)
+                     instead of being inputs; other non-array arguments are static too
+    check            replay once right after each recording and raise TraceError
+                     naming the first output or state that differs from the eager
+                     run (for random ops this compares numpy's draws; cupy's random
+                     state is not replayed, so leave check off for GPU dropout)
+    max_entries      how many graphs to keep; beyond that, new signatures run eagerly
+
+    Outputs of a replay are fresh Variables without a graph behind them: call
+    backward() inside the traced function. See dezero.static for the tour.
+    """
     if fn is None:
         return functools.partial(trace, static_argnames=static_argnames, check=check,
                                  max_entries=max_entries)

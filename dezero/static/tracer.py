@@ -56,12 +56,11 @@ def where() -> str:
 class Capture:
     """A Variable made before the run (or state made during it) that the graph reads."""
 
-    __slots__ = ("var", "node", "before_data", "before_grad", "made_in_run")
+    __slots__ = ("var", "node", "before_data", "before_grad")
 
-    def __init__(self, var, node, before_data, before_grad, made_in_run=False):
+    def __init__(self, var, node, before_data, before_grad):
         self.var, self.node = var, node
         self.before_data, self.before_grad = before_data, before_grad
-        self.made_in_run = made_in_run
 
 
 class Tracer:
@@ -105,8 +104,10 @@ class Tracer:
         self.keep.append(var)
 
     def record(self, function, inputs, outputs) -> None:
-        node = Node("op", function.op_name, [self.resolve(x) for x in inputs],
-                    function.attrs,
+        attrs = function.attrs
+        for name, value in attrs.items():
+            self._check_attr(function.op_name, name, value)
+        node = Node("op", function.op_name, [self.resolve(x) for x in inputs], attrs,
                     [Value(None, y._data.shape, y._data.dtype) for y in outputs])
         self.ops.append(node)
         for y, value in zip(outputs, node.outputs):
@@ -115,6 +116,20 @@ class Tracer:
             self.arrays[id(y._data)] = value
             self.producer[id(value)] = function.op_name
             self.keep += [y, y._data]
+
+    def _check_attr(self, op, name, value):
+        # An attribute is fixed at recording; an array computed in (or fed to) the
+        # run stored there would be replayed frozen (x[arange(n), t] with t an input).
+        if isinstance(value, (tuple, list)):
+            for item in value:
+                self._check_attr(op, name, item)
+        elif isinstance(value, cuda.array_types) and id(value) in self.arrays:
+            raise TraceError(
+                f"attribute {name} of op {op} holds a traced array in {self.name} "
+                f"({where()}); attributes are fixed when recorded, so every replay "
+                f"would reuse this one\n  fix: pass the array as an input of an op "
+                f"(for labels, e.g. F.softmax_cross_entropy(x, t) or F.embed_id), or make "
+                f"it a static argument")
 
     def assigned(self, var: Variable, value) -> None:
         label = self.label(var)
@@ -224,7 +239,6 @@ class Tracer:
             capture = Capture(var, node, var._data, var.grad)
             self.captures.append(capture)
             self.captured[id(var)] = capture
-        capture.made_in_run = True
         return capture
 
     def label(self, var: Variable) -> str:
