@@ -184,8 +184,9 @@ class Variable:
 
         # Heap entries are (-generation, tie, f): latest generation first, and the
         # `tie` counter keeps the order deterministic among equal generations.
-        heap, seen, tie = [(-self.creator.generation, 0, self.creator)], {self.creator}, \
-            itertools.count(1)
+        heap = [(-self.creator.generation, 0, self.creator)]
+        seen = {self.creator}
+        tie = itertools.count(1)
         old_backprop = Config.enable_backprop
         Config.enable_backprop = create_graph
         try:
@@ -310,6 +311,10 @@ def as_operand(x, like):
     if isinstance(x, _OPERAND_TYPES):
         return x
     ref = like._data if isinstance(like, Variable) else like
+    # Fast path for the usual case, a Python float or int meeting a float array.
+    if type(ref) is np.ndarray and (type(x) is float or type(x) is int) \
+            and ref.dtype.kind == "f":
+        return np.array(x, ref.dtype)
     if isinstance(x, (bool, int, float)) and isinstance(ref, cuda.array_types):
         xp = np if type(ref) is np.ndarray else cuda.get_array_module(ref)
         dtype = ref.dtype

@@ -26,14 +26,10 @@ class Add(Function):
 
     def backward(self, gy):
         x0, x1 = self.inputs
-        gx0 = _unbroadcast(gy, x0) if _needs_grad(x0) else None
-        gx1 = _unbroadcast(gy, x1) if _needs_grad(x1) else None
+        # A Constant (the 2 in `y * 2`) gets no gradient: nobody could read it.
+        gx0 = None if isinstance(x0, Constant) else _unbroadcast(gy, x0)
+        gx1 = None if isinstance(x1, Constant) else _unbroadcast(gy, x1)
         return gx0, gx1
-
-
-def _operands(x0, x1):
-    # A Python scalar on either side takes the dtype of the other operand.
-    return as_operand(x0, x1), as_operand(x1, x0)
 
 
 def _unbroadcast(gy, x):
@@ -41,14 +37,8 @@ def _unbroadcast(gy, x):
     return gy if gy.shape == x.shape else sum_to(gy, x.shape)
 
 
-def _needs_grad(x):
-    # A Constant (a scalar or an array given to the op) gets no gradient: no one
-    # could read it, and skipping it halves the backward work of `y * 2 + 1`.
-    return not isinstance(x, Constant)
-
-
 def add(x0, x1):
-    return Add()(*_operands(x0, x1))
+    return Add()(as_operand(x0, x1), as_operand(x1, x0))
 
 
 class Sub(Function):
@@ -59,13 +49,13 @@ class Sub(Function):
 
     def backward(self, gy):
         x0, x1 = self.inputs
-        gx0 = _unbroadcast(gy, x0) if _needs_grad(x0) else None
-        gx1 = _unbroadcast(-gy, x1) if _needs_grad(x1) else None
+        gx0 = None if isinstance(x0, Constant) else _unbroadcast(gy, x0)
+        gx1 = None if isinstance(x1, Constant) else _unbroadcast(-gy, x1)
         return gx0, gx1
 
 
 def sub(x0, x1):
-    return Sub()(*_operands(x0, x1))
+    return Sub()(as_operand(x0, x1), as_operand(x1, x0))
 
 
 def rsub(x0, x1):
@@ -81,13 +71,13 @@ class Mul(Function):
 
     def backward(self, gy):
         x0, x1 = self.inputs
-        gx0 = _unbroadcast(gy * x1, x0) if _needs_grad(x0) else None
-        gx1 = _unbroadcast(gy * x0, x1) if _needs_grad(x1) else None
+        gx0 = None if isinstance(x0, Constant) else _unbroadcast(gy * x1, x0)
+        gx1 = None if isinstance(x1, Constant) else _unbroadcast(gy * x0, x1)
         return gx0, gx1
 
 
 def mul(x0, x1):
-    return Mul()(*_operands(x0, x1))
+    return Mul()(as_operand(x0, x1), as_operand(x1, x0))
 
 
 class Div(Function):
@@ -98,13 +88,13 @@ class Div(Function):
 
     def backward(self, gy):
         x0, x1 = self.inputs
-        gx0 = _unbroadcast(gy / x1, x0) if _needs_grad(x0) else None
-        gx1 = _unbroadcast(gy * (-x0 / x1 ** 2), x1) if _needs_grad(x1) else None
+        gx0 = None if isinstance(x0, Constant) else _unbroadcast(gy / x1, x0)
+        gx1 = None if isinstance(x1, Constant) else _unbroadcast(gy * (-x0 / x1 ** 2), x1)
         return gx0, gx1
 
 
 def div(x0, x1):
-    return Div()(*_operands(x0, x1))
+    return Div()(as_operand(x0, x1), as_operand(x1, x0))
 
 
 def rdiv(x0, x1):
@@ -570,8 +560,8 @@ class MatMul(Function):
 
     def backward(self, gy):
         x, W = self.inputs
-        gx = _unbroadcast(matmul(gy, _swap_last(W)), x) if _needs_grad(x) else None
-        gW = _unbroadcast(matmul(_swap_last(x), gy), W) if _needs_grad(W) else None
+        gx = None if isinstance(x, Constant) else _unbroadcast(matmul(gy, _swap_last(W)), x)
+        gW = None if isinstance(W, Constant) else _unbroadcast(matmul(_swap_last(x), gy), W)
         return gx, gW
 
 
@@ -602,8 +592,10 @@ class Linear(Function):
 
     def backward(self, gy):
         x, W = self.inputs[:2]
-        gx = matmul(gy, W.T)
-        gW = matmul(x.T, gy)
+        # A raw input batch (a Constant) needs no gradient: skipping it saves a
+        # matmul as large as the forward one.
+        gx = None if isinstance(x, Constant) else matmul(gy, W.T)
+        gW = None if isinstance(W, Constant) else matmul(x.T, gy)
         if len(self.inputs) == 2:
             return gx, gW
         return gx, gW, sum_to(gy, self.inputs[2].shape)
