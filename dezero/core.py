@@ -89,7 +89,9 @@ class Variable:
 
     @data.setter
     def data(self, value):
-        if value is not None and not isinstance(value, cuda.array_types):
+        if isinstance(value, np.generic):
+            value = np.asarray(value)  # numpy's 0-d arithmetic returns scalars
+        elif value is not None and not isinstance(value, cuda.array_types):
             raise TypeError(
                 f"Variable.data must be a numpy or cupy array (or None), got "
                 f"{type(value).__name__}")
@@ -308,6 +310,10 @@ def as_operand(x, like):
     if isinstance(x, _OPERAND_TYPES):
         return x
     ref = like._data if isinstance(like, Variable) else like
+    # Fast path for the usual case, a Python float or int meeting a float array.
+    if type(ref) is np.ndarray and (type(x) is float or type(x) is int) \
+            and ref.dtype.kind == "f":
+        return np.array(x, ref.dtype)
     if isinstance(x, (bool, int, float)) and isinstance(ref, cuda.array_types):
         xp = np if type(ref) is np.ndarray else cuda.get_array_module(ref)
         dtype = ref.dtype

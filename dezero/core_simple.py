@@ -2,9 +2,10 @@
 
 Gradients are plain numpy arrays here, so derivatives of derivatives are not
 possible yet; dezero/core.py grows this into the full core (gradients become
-Variables, step 33 onwards). Set `dezero.is_simple_core = True` to use it.
+Variables, step 33 onwards). Import it directly, or set `is_simple_core = True`
+in dezero/__init__.py as the book's steps 23-32 do.
 
-    x = Variable(np.array(2.0)); y = x ** 3; y.backward(); x.grad  # array(12.)
+    x = Variable(np.array(2.0)); y = x ** 3; y.backward(); x.grad  # 12.0
 """
 import contextlib
 import heapq

@@ -26,14 +26,10 @@ class Add(Function):
 
     def backward(self, gy):
         x0, x1 = self.inputs
-        gx0 = _unbroadcast(gy, x0) if _needs_grad(x0) else None
-        gx1 = _unbroadcast(gy, x1) if _needs_grad(x1) else None
+        # A Constant (the 2 in `y * 2`) gets no gradient: nobody could read it.
+        gx0 = None if isinstance(x0, Constant) else _unbroadcast(gy, x0)
+        gx1 = None if isinstance(x1, Constant) else _unbroadcast(gy, x1)
         return gx0, gx1
-
-
-def _operands(x0, x1):
-    # A Python scalar on either side takes the dtype of the other operand.
-    return as_operand(x0, x1), as_operand(x1, x0)
 
 
 def _unbroadcast(gy, x):
@@ -41,14 +37,8 @@ def _unbroadcast(gy, x):
     return gy if gy.shape == x.shape else sum_to(gy, x.shape)
 
 
-def _needs_grad(x):
-    # A Constant (a scalar or an array given to the op) gets no gradient: no one
-    # could read it, and skipping it halves the backward work of `y * 2 + 1`.
-    return not isinstance(x, Constant)
-
-
 def add(x0, x1):
-    return Add()(*_operands(x0, x1))
+    return Add()(as_operand(x0, x1), as_operand(x1, x0))
 
 
 class Sub(Function):
@@ -59,13 +49,13 @@ class Sub(Function):
 
     def backward(self, gy):
         x0, x1 = self.inputs
-        gx0 = _unbroadcast(gy, x0) if _needs_grad(x0) else None
-        gx1 = _unbroadcast(-gy, x1) if _needs_grad(x1) else None
+        gx0 = None if isinstance(x0, Constant) else _unbroadcast(gy, x0)
+        gx1 = None if isinstance(x1, Constant) else _unbroadcast(-gy, x1)
         return gx0, gx1
 
 
 def sub(x0, x1):
-    return Sub()(*_operands(x0, x1))
+    return Sub()(as_operand(x0, x1), as_operand(x1, x0))
 
 
 def rsub(x0, x1):
@@ -81,13 +71,13 @@ class Mul(Function):
 
     def backward(self, gy):
         x0, x1 = self.inputs
-        gx0 = _unbroadcast(gy * x1, x0) if _needs_grad(x0) else None
-        gx1 = _unbroadcast(gy * x0, x1) if _needs_grad(x1) else None
+        gx0 = None if isinstance(x0, Constant) else _unbroadcast(gy * x1, x0)
+        gx1 = None if isinstance(x1, Constant) else _unbroadcast(gy * x0, x1)
         return gx0, gx1
 
 
 def mul(x0, x1):
-    return Mul()(*_operands(x0, x1))
+    return Mul()(as_operand(x0, x1), as_operand(x1, x0))
 
 
 class Div(Function):
@@ -98,13 +88,13 @@ class Div(Function):
 
     def backward(self, gy):
         x0, x1 = self.inputs
-        gx0 = _unbroadcast(gy / x1, x0) if _needs_grad(x0) else None
-        gx1 = _unbroadcast(gy * (-x0 / x1 ** 2), x1) if _needs_grad(x1) else None
+        gx0 = None if isinstance(x0, Constant) else _unbroadcast(gy / x1, x0)
+        gx1 = None if isinstance(x1, Constant) else _unbroadcast(gy * (-x0 / x1 ** 2), x1)
         return gx0, gx1
 
 
 def div(x0, x1):
-    return Div()(*_operands(x0, x1))
+    return Div()(as_operand(x0, x1), as_operand(x1, x0))
 
 
 def rdiv(x0, x1):
@@ -570,8 +560,8 @@ class MatMul(Function):
 
     def backward(self, gy):
         x, W = self.inputs
-        gx = _unbroadcast(matmul(gy, _swap_last(W)), x) if _needs_grad(x) else None
-        gW = _unbroadcast(matmul(_swap_last(x), gy), W) if _needs_grad(W) else None
+        gx = None if isinstance(x, Constant) else _unbroadcast(matmul(gy, _swap_last(W)), x)
+        gW = None if isinstance(W, Constant) else _unbroadcast(matmul(_swap_last(x), gy), W)
         return gx, gW
 
 
@@ -877,6 +867,21 @@ def _labels_like(t, x):
     return t
 
 
+def _paired(op, x, t, what):
+    """t in x's shape when the two differ only by axes of length 1 that broadcasting
+    would not multiply ((1, 1) and (1,), as the book's RNN example passes them);
+    any other difference raises (see _check_same_shape)."""
+    if x.shape != t.shape and x.size == t.size:
+        try:
+            paired_size = int(np.prod(np.broadcast_shapes(x.shape, t.shape)))
+        except ValueError:
+            paired_size = None
+        if paired_size == x.size:
+            t = reshape(t, x.shape)
+    _check_same_shape(op, x, t, what)
+    return t
+
+
 def _check_same_shape(op, x, t, what):
     if x.shape != t.shape:
         raise ValueError(
@@ -936,13 +941,15 @@ class MeanSquaredError(Function):
 
 
 def mean_squared_error(x0, x1):
-    """sum((x0 - x1) ** 2) / len(x0); x0 and x1 must have the same shape.
+    """sum((x0 - x1) ** 2) / len(x0); x0 and x1 must have the same shape (up to axes
+    of length 1 that pair the same elements, like (1, 1) and (1,)).
 
     >>> float(mean_squared_error(np.array([[1.0], [3.0]]), np.array([[0.0], [0.0]])).data)
     5.0
     """
     x0 = as_variable(x0)
-    return MeanSquaredError()(x0, as_operand(x1, x0))
+    x1 = _paired("mean_squared_error", x0, as_variable(as_operand(x1, x0)), "x1")
+    return MeanSquaredError()(x0, x1)
 
 
 # =============================================================================
@@ -1158,8 +1165,7 @@ def softmax_cross_entropy_simple(x, t):
 def mean_squared_error_simple(x0, x1):
     """mean_squared_error composed: sum((x0 - x1) ** 2) / len(x0)."""
     x0 = as_variable(x0)
-    x1 = as_variable(as_operand(x1, x0))
-    _check_same_shape("mean_squared_error_simple", x0, x1, "x1")
+    x1 = _paired("mean_squared_error_simple", x0, as_variable(as_operand(x1, x0)), "x1")
     diff = x0 - x1
     return sum(diff ** 2) * (1 / len(diff))
 

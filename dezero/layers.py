@@ -127,6 +127,9 @@ class Layer:
         if not path.endswith(".npz"):
             path += ".npz"
         directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory):
+            raise FileNotFoundError(f"{type(self).__name__}.save_weights({path!r}): the "
+                                    f"directory {directory!r} does not exist; create it first")
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".", suffix=".npz.tmp")
         try:
             with os.fdopen(fd, "wb") as f:
@@ -189,15 +192,16 @@ def _file_mode():
 def _read_npz(path):
     """All arrays of an npz file, read at once; a bad file is one clear error."""
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            if not isinstance(npz, np.lib.npyio.NpzFile):
-                raise ValueError("it holds a single array, not an npz archive")
+        npz = np.load(path, allow_pickle=False)
+        if not isinstance(npz, np.lib.npyio.NpzFile):
+            raise ValueError("it holds a single array, not an npz archive of named arrays")
+        with npz:
             return {key: npz[key] for key in npz.files}
     except FileNotFoundError:
         raise FileNotFoundError(f"load_weights: no such file: {path!r}") from None
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:
-        raise ValueError(f"load_weights: cannot read {path!r} as saved weights: {e} "
-                         f"(the file is corrupt or truncated; save it again)") from e
+        raise ValueError(f"load_weights: cannot read {path!r} as saved weights: {e} (not an "
+                         f"npz file written by save_weights, or one corrupt or truncated)") from e
 
 
 @contextlib.contextmanager
@@ -396,6 +400,9 @@ class EmbedID(Layer):
         self.W = Parameter(W, name="W")
 
     def forward(self, x):
+        if isinstance(x, (int, list, tuple)):
+            # Ids written as Python values become an index array on W's device.
+            x = cuda.get_array_module(self.W.data).asarray(x)
         return F.embed_id(x, self.W)
 
 

@@ -62,8 +62,7 @@ class MLP(Model):
 def _weights_file(url):
     """The local path of a pretrained weight file, downloaded into the cache
     directory when missing (offline: an error naming the file and where to put it)."""
-    from dezero.downloads import get_file
-    return get_file(url)
+    return utils.get_file(url)
 
 
 # =============================================================================

@@ -4,8 +4,8 @@ Training takes time; its result should outlive the process. A Layer
 flattens its nested parameters into a dict keyed by path ("l0/W", "l1/b")
 and `model.save_weights(path)` writes them with numpy's `savez_compressed`;
 `model.load_weights(path)` puts them back into a model of the same shape.
-This step trains, saves, loads into a fresh model and checks that both
-predict the same. Data as in step 51.
+This step trains (on a GPU when there is one), saves, loads into a fresh
+model and checks that both predict the same. Data as in step 51.
 Run: python steps/step53.py
 """
 import os
@@ -34,6 +34,12 @@ if os.path.exists("my_mlp.npz"):
     model.load_weights("my_mlp.npz")  # continue from an earlier run
     print("loaded my_mlp.npz from an earlier run")
 
+if dezero.cuda.gpu_enable:
+    train_loader.to_gpu()
+    model.to_gpu()
+else:
+    print("GPU: not used, cupy is not installed or finds no CUDA device")
+
 for epoch in range(2):
     sum_loss = 0.0
     for x, t in train_loader:
@@ -44,7 +50,8 @@ for epoch in range(2):
         sum_loss += float(loss.data) * len(t)
     print(f"epoch {epoch + 1}: loss {sum_loss / len(train_set):.4f}")
 
-model.save_weights("my_mlp.npz")
+model.save_weights("my_mlp.npz")  # saved as numpy arrays, wherever the model lives
+model.to_cpu()  # to compare with a fresh model on the CPU
 with np.load("my_mlp.npz") as saved:
     print("saved my_mlp.npz:", {name: saved[name].shape for name in sorted(saved.files)})
 

@@ -52,8 +52,9 @@ for epoch in range(max_epoch):
     model.reset_state()
     loss, count = 0, 0
     for x, t in train_set:
-        # One example at a time, as a batch of one: shapes (1, 1) for input and target.
-        x, t = x.reshape(1, 1), t.reshape(1, 1)
+        # One example at a time, as a batch of one: the input becomes (1, 1); the
+        # target stays (1,), which mean_squared_error pairs with y's (1, 1).
+        x = x.reshape(1, 1)
         y = model(x)
         loss += F.mean_squared_error(y, t)
         count += 1

@@ -287,6 +287,16 @@ def test_mean_squared_error_value_float32_and_shape_mismatch():
         F.mean_squared_error_simple(x0, np.zeros(3))
 
 
+def test_mean_squared_error_pairs_shapes_that_differ_only_by_unit_axes():
+    # The book's RNN example compares a prediction (1, 1) with a target (1,).
+    y = Variable(np.array([[2.0]]))
+    loss = F.mean_squared_error(y, np.array([0.5]))
+    loss.backward()
+    np.testing.assert_allclose(loss.data, 2.25)
+    np.testing.assert_allclose(y.grad.data, [[3.0]])
+    assert F.mean_squared_error_simple(y, np.array([0.5])).data == 2.25
+
+
 def test_simple_versions_agree_with_the_fused_ones():
     x = rng().randn(4, 3)
     pairs = [(F.sigmoid_simple(x), F.sigmoid(x)), (F.softmax_simple(x), F.softmax(x)),

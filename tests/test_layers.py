@@ -123,6 +123,8 @@ def test_embed_id_gradients_with_repeated_ids():
     ids = np.array([[0, 2], [2, 4]])
     check_grads(lambda: layer(ids), [layer.W])
     assert layer(ids).shape == (2, 2, 3)
+    np.testing.assert_array_equal(layer([4, 0]).data, layer.W.data[[4, 0]])
+    np.testing.assert_array_equal(layer(3).data, layer.W.data[3])
 
 
 @pytest.mark.parametrize("shape", [(6, 3), (4, 2, 3, 3)])
@@ -288,6 +290,11 @@ def test_load_into_lazy_layer_takes_the_file_shapes(tmp_path):
     assert lazy.fc.W.shape == (3, 2)
 
 
+def test_save_into_a_missing_directory_names_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        Net().save_weights(tmp_path / "no" / "w.npz")
+
+
 def test_save_of_uninitialised_layer_names_the_empty_parameters(tmp_path):
     with pytest.raises(ValueError, match="W have no data yet"):
         L.Linear(3).save_weights(tmp_path / "x.npz")
@@ -334,6 +341,13 @@ def test_load_rejects_a_corrupt_file(tmp_path):
     path = tmp_path / "bad.npz"
     path.write_bytes(b"this is not a zip archive at all" * 10)
     with pytest.raises(ValueError, match=r"cannot read .*bad\.npz.*corrupt or truncated"):
+        Net().load_weights(path)
+
+
+def test_load_rejects_a_single_array_file(tmp_path):
+    path = tmp_path / "one.npy"
+    np.save(path, np.ones(3))
+    with pytest.raises(ValueError, match="one.npy.*single array"):
         Net().load_weights(path)
 
 

@@ -35,7 +35,7 @@ print("f''(2) =", x.grad.data, "  (12*4 - 4 = 44)")
 # Newton's method also uses the curvature: near a minimum, f looks like a parabola
 # whose vertex is at $x - f'(x)/f''(x)$, so it jumps there.
 #
-# With both derivatives at hand it is a three-line loop. We look for a minimum of
+# With both derivatives at hand it is a short loop. We look for a minimum of
 # $f(x) = x^4 - 2x^2$ (there is one at $x = 1$).
 
 # %%
