@@ -45,6 +45,7 @@ def _inline_table():
         "Sum": "{x}.sum(axis={axis}, keepdims={keepdims})",
         "BroadcastTo": "_xp.broadcast_to({x}, {shape})", "ReLU": "_xp.maximum({x}, 0)",
         "Sigmoid": "_xp.tanh({x} * 0.5) * 0.5 + 0.5",
+        "OneHot": "_xp.eye({num_classes}, dtype={dtype})[{t}]",
     }
     return {getattr(F, name): text for name, text in table.items() if hasattr(F, name)}
 
@@ -54,7 +55,7 @@ _INLINE = None
 
 def _literal(value) -> str | None:
     """Python source for a plain attr value, or None if it has none."""
-    if value is None or isinstance(value, bool) or type(value) is int:
+    if value is None or isinstance(value, bool) or type(value) in (int, str):
         return repr(value)
     if type(value) is float and math.isfinite(value):
         return repr(value)
