@@ -5,16 +5,13 @@ large:  784-1000-10 sigmoid MLP on 1000 random float32 samples, batch 100
 Each epoch is timed several times and the best time is kept; ratios are measured
 in the same run. Run by hand: python benchmarks/bench_mlp.py [--repeat N]
 
-Results on a shared 2-core CPU (numpy 2.4 with OpenBLAS, torch 2.13 CPU, float32
-everywhere), best epoch of 60; the load of the machine moved them by +-20%:
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/bench_mlp.py --repeat 60
-    spiral 2-10-3   dezero 2.0-2.3 ms  numpy 0.56-0.60 ms  torch 2.7-3.5 ms  dezero/torch 0.65-0.73x
-    mlp 784-1000-10 dezero 70-72 ms    numpy 45 ms         torch 51-55 ms    dezero/numpy 1.56x
-With the default threads the spiral ratio to torch was 0.58-0.71x (torch's thread
-pool suffers most from a loaded machine) and the large MLP 1.1-2x numpy.
-The large MLP's gap is one matmul: backward also computes the gradient of the
-data batch x (gy @ W.T, as large as the forward product), which numpy by hand and
-torch skip; without it dezero measured 1.08x numpy. The spiral's time is the
+Results on a shared, loaded 2-core CPU (numpy 2.4 with OpenBLAS, torch 2.13 CPU,
+float32 everywhere); the load moves them by +-20%:
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/bench_mlp.py --repeat 20
+    spiral 2-10-3   dezero 2.3 ms  numpy 0.62 ms  torch 6.5 ms  dezero/torch 0.35x
+    mlp 784-1000-10 dezero 52 ms   numpy 47 ms    torch 53 ms   dezero/numpy 1.10x
+The large MLP is dominated by its matmuls; backward skips the gradient of the raw
+input batch (a Constant), as numpy by hand and torch do. The spiral's time is the
 per-Function overhead of about 30 small Functions per iteration (8 of them in
 SGD's update), most of it in Function.__call__ and Variable.backward.
 """

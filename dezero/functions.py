@@ -592,8 +592,10 @@ class Linear(Function):
 
     def backward(self, gy):
         x, W = self.inputs[:2]
-        gx = matmul(gy, W.T)
-        gW = matmul(x.T, gy)
+        # A raw input batch (a Constant) needs no gradient: skipping it saves a
+        # matmul as large as the forward one.
+        gx = None if isinstance(x, Constant) else matmul(gy, W.T)
+        gW = None if isinstance(W, Constant) else matmul(x.T, gy)
         if len(self.inputs) == 2:
             return gx, gW
         return gx, gW, sum_to(gy, self.inputs[2].shape)

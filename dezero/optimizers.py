@@ -7,6 +7,7 @@ Variables, so a traced training step replays the update faithfully.
 
     optimizer = optimizers.SGD(lr=0.1).setup(model); ...; optimizer.update()
 """
+import functools
 import math
 
 import numpy as np
@@ -22,11 +23,13 @@ from dezero.layers import _untraced
 
 
 class Hyperparameter:
-    """A float attribute (`opt.lr = 0.1`) backed by a 0-d float32 Variable.
+    """A float attribute (`opt.lr = 0.1`) backed by a 0-d Variable.
 
     Reading gives the float last set. Setting assigns the Variable's data, so an
     update, traced or not, reads the new value. The update math reads the
-    Variable as `opt._<name>`.
+    Variable as `opt._<name>`; before each update it takes the parameters'
+    device and float dtype (`follow`), so float32 models stay float32 and
+    float64 models get the exact float64 value.
     """
 
     def __set_name__(self, owner, name):
@@ -47,19 +50,28 @@ class Hyperparameter:
                                                   name=self.name)
         else:
             xp = cuda.get_array_module(var.data)
-            var.data = xp.array(value, dtype=np.float32)
+            var.data = xp.array(value, dtype=var.data.dtype)
         obj.__dict__[self.value_key] = value
 
+    def follow(self, obj, like):
+        """Give the Variable the device and float dtype of the array `like`."""
+        var = obj.__dict__[self.var_key]
+        xp = cuda.get_array_module(like)
+        dtype = like.dtype if like.dtype.kind == "f" else np.dtype(np.float32)
+        if var.data.dtype != dtype or cuda.get_array_module(var.data) is not xp:
+            with _untraced():  # a one-time conversion, not part of a step to replay
+                var.data = xp.array(obj.__dict__[self.value_key], dtype=dtype)
 
-def _hyper_vars(obj):
-    return [obj.__dict__[attr.var_key] for klass in type(obj).__mro__
-            for attr in vars(klass).values()
-            if isinstance(attr, Hyperparameter) and attr.var_key in obj.__dict__]
+
+@functools.cache
+def _hyperparameters(cls):
+    return tuple(attr for klass in cls.__mro__ for attr in vars(klass).values()
+                 if isinstance(attr, Hyperparameter))
 
 
 def _to_device_of(variables, like):
-    """Move 0-d Variables (hyperparameters, counters) to the device of `like`,
-    since numpy and cupy arrays do not mix in one operation."""
+    """Move 0-d Variables (counters) to the device of `like`, since numpy and
+    cupy arrays do not mix in one operation."""
     xp = cuda.get_array_module(like)
     for var in variables:
         if cuda.get_array_module(var.data) is not xp:
@@ -111,10 +123,11 @@ class Optimizer:
                     self.update_one(param)
 
     def _prepare(self, like):
-        """Per-update work shared by every parameter (devices, step counters)."""
-        if cuda.gpu_enable:
-            _to_device_of(_hyper_vars(self) + [v for h in self.hooks for v in _hyper_vars(h)],
-                          like)
+        """Per-update work shared by every parameter (hyperparameters follow the
+        parameters' device and dtype; step counters)."""
+        for obj in (self, *self.hooks):
+            for hyperparameter in _hyperparameters(type(obj)):
+                hyperparameter.follow(obj, like.data)
 
     def update_one(self, param):
         raise NotImplementedError(f"{type(self).__name__}.update_one is not defined")

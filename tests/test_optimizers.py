@@ -226,6 +226,21 @@ def test_weight_decay_adds_rate_times_param_to_the_gradient():
     assert_history(run(opt, model), want)
 
 
+def test_hook_rates_are_hyperparameters_too():
+    model = Pair()
+    rates = [0.01, 0.01, 0.5, 0.5]
+    want = reference(model, lambda p, g, s, k: p - 0.1 * (g + rates[k] * p), lambda p: None)
+    opt, decay = O.SGD(lr=0.1), O.WeightDecay(0.01)
+    opt.add_hook(decay)
+
+    def change(opt, step):
+        if step == 2:
+            decay.rate = 0.5
+
+    assert_history(run(opt, model, change), want)
+    assert decay.rate == 0.5 and float(decay._rate.data) == 0.5
+
+
 def test_clip_grad_scales_by_the_global_norm_only_when_above_max():
     model = Pair()
     max_norm = 0.5
@@ -334,3 +349,16 @@ def test_traced_step_with_lazy_weights_and_state_matches_eager(make):
     for eager, replayed in zip(runs[0][1], runs[1][1]):
         np.testing.assert_allclose(replayed, eager, rtol=1e-5, atol=1e-6)
     assert step.entries == 1
+
+
+def test_hyperparameters_take_the_parameters_float_dtype():
+    # float64 parameters get the exact rate; float32 ones stay float32.
+    for dtype, expected in ((np.float64, 1.6), (np.float32, np.float32(2.0) - np.float32(0.4))):
+        p = Parameter(np.array([2.0], dtype=dtype))
+        model = Layer()
+        model.p = p
+        optimizer = O.SGD(lr=0.1).setup(model)
+        p.grad = Variable(np.array([4.0], dtype=dtype))
+        optimizer.update()
+        assert p.dtype == dtype and optimizer._lr.dtype == dtype
+        assert p.data[0] == expected

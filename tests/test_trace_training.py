@@ -251,3 +251,34 @@ def test_saved_lstm_step_carries_its_hidden_state_standalone(tmp_path):
         for x in xs[2:]:
             np.testing.assert_allclose(loaded(x).data, traced(x).data, rtol=1e-6)
     assert "h <- " in str(loaded) and set(loaded.state) >= {"h", "c"}
+
+
+def test_traced_step_of_a_float64_model_matches_eager():
+    # The optimizer's rate turns float64 at the first update, inside the trace.
+    from dezero import optimizers as optim
+    from dezero.models import MLP
+
+    def make():
+        np.random.seed(0)
+        model = MLP((5, 3))
+        model(np.zeros((1, 2)))
+        for p in model.params():
+            p.data = p.data.astype(np.float64)
+        return model, optim.SGD(0.1).setup(model)
+
+    def step_of(model, optimizer):
+        def step(x, t):
+            loss = F.softmax_cross_entropy(model(x), t)
+            model.cleargrads()
+            loss.backward()
+            optimizer.update()
+            return loss
+        return step
+
+    rng = np.random.default_rng(0)
+    x, t = rng.standard_normal((8, 2)), rng.integers(0, 3, 8)
+    eager, traced = step_of(*make()), dezero.trace(step_of(*make()))
+    for _ in range(4):
+        expected, got = eager(x, t), traced(x, t)
+        assert got.dtype == np.float64
+        np.testing.assert_allclose(got.data, expected.data, rtol=1e-12)
