@@ -566,3 +566,13 @@ def test_backward_into_a_graph_built_before_the_call_is_an_error():
         head(h)
         np.testing.assert_allclose(h.grad.data, 2 * np.e)
     assert head.entries == 1 and W.grad is None
+
+
+def test_argument_names_never_clash_with_the_replay_code():
+    def f(isinstance, r, leaves, g):  # names the generated code must survive
+        return F.sum(isinstance * r + leaves * g)
+
+    traced = dezero.trace(f)
+    args = [Variable(np.full(2, v, np.float32)) for v in (1.0, 2.0, 3.0, 4.0)]
+    traced(*args)
+    np.testing.assert_allclose(traced(*args).data, 28.0)
