@@ -544,3 +544,35 @@ def test_replay_equals_eager_on_random_programs():
                     np.testing.assert_allclose(t.grad.data, e.grad.data, rtol=1e-5, atol=1e-5)
         traced.graph.check()
         assert traced.entries == 1
+
+
+def test_numpy_math_on_array_arguments_warns_that_the_output_is_constant():
+    def f(x):
+        return F.exp(Variable(x * 2.0))  # numpy math on an array: not recorded
+
+    with pytest.warns(UserWarning, match="depends on no argument or state"):
+        dezero.trace(f)(np.ones(2, np.float32))
+
+
+def test_backward_into_a_graph_built_before_the_call_is_an_error():
+    W = Variable(np.ones(2, np.float32), name="W")
+    head = dezero.trace(lambda h: F.sum(h * h).backward())
+    h = F.exp(W)  # an eager graph from W to h
+    with pytest.raises(TraceError, match="backward\\(\\) in <lambda> reached exp, computed before"):
+        head(h)
+    h.unchain()  # the way out: the traced function's graph starts at h
+    for _ in range(2):
+        h.cleargrad()
+        head(h)
+        np.testing.assert_allclose(h.grad.data, 2 * np.e)
+    assert head.entries == 1 and W.grad is None
+
+
+def test_argument_names_never_clash_with_the_replay_code():
+    def f(isinstance, r, leaves, g):  # names the generated code must survive
+        return F.sum(isinstance * r + leaves * g)
+
+    traced = dezero.trace(f)
+    args = [Variable(np.full(2, v, np.float32)) for v in (1.0, 2.0, 3.0, 4.0)]
+    traced(*args)
+    np.testing.assert_allclose(traced(*args).data, 28.0)

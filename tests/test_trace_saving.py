@@ -96,7 +96,7 @@ def test_damaged_files_give_clear_errors(tmp_path, damage, message):
 
 def test_attributes_of_every_kind_survive_the_round_trip(tmp_path):
     def f(x):
-        y = x[1:, ::2]
+        y = F.get_item(x, (slice(1, None), slice(None, None, 2)))
         y = F.transpose(y, (1, 0))
         return F.sum(y, axis=(0,), keepdims=True)
 

@@ -2,7 +2,7 @@
 
 Beside ir.py: StaticGraph.to_dot() and .plot() call graph_to_dot. Inputs are green
 ellipses, captured state orange, constants grey, ops boxes, outputs double
-octagons, and state writes dashed red edges back to the state they update.
+octagons, and state writes dashed orange nodes fed by dashed red edges.
 
     graph.plot("step.svg")
 """
@@ -19,6 +19,7 @@ _STYLE = {
     "value": "shape=ellipse",
     "op": 'shape=box, style=filled, fillcolor="#bbdefb"',
     "output": 'shape=doubleoctagon, style=filled, fillcolor="#fff59d"',
+    "write": 'shape=ellipse, style="filled,dashed", color=red, fillcolor="#ffcc80"',
 }
 
 
@@ -41,17 +42,19 @@ def graph_to_dot(graph: StaticGraph) -> str:
             for v in node.outputs:
                 lines.append(f'  "{v.name}" [label="{v.name}: {v.type}", {_STYLE["value"]}];')
                 lines.append(f'  "op{i}" -> "{v.name}";')
-        elif node.kind == "write" and node.attrs["field"] == "attr":
-            target = f"{node.attrs['of']}.{node.attrs['name']}"
-            lines.append(f'  "{target}" [shape=note, style=filled, fillcolor="#ffcc80"];')
-            lines.append(f'  "{node.inputs[0].name}" -> "{target}" [style=dashed, color=red];')
         elif node.kind == "write":
-            target = node.inputs[0].name
-            label = "grad" if node.attrs["field"] == "grad" else "data"
-            source = node.inputs[1].name if len(node.inputs) > 1 else None
+            # A write gets its own node at the bottom (not an edge back up to the
+            # state it updates), so the drawing keeps flowing downwards.
+            field = node.attrs["field"]
+            if field == "attr":
+                target = f"{node.attrs['of']}.{node.attrs['name']}"
+            else:
+                target = node.inputs[0].name + (".grad" if field == "grad" else "")
+            source = node.inputs[-1].name if field == "attr" or len(node.inputs) > 1 \
+                else None
+            lines.append(f'  "write{i}" [label="{target} <-", {_STYLE["write"]}];')
             if source is not None:
-                lines.append(f'  "{source}" -> "{target}" [style=dashed, color=red, '
-                             f'label="{label}", constraint=false];')
+                lines.append(f'  "{source}" -> "write{i}" [style=dashed, color=red];')
         elif node.kind == "output":
             lines.append(f'  "return" [label="return", {_STYLE["output"]}];')
             for k, v in enumerate(node.inputs):

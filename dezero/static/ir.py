@@ -370,7 +370,7 @@ class StaticGraph:
     # ---- drawing ----------------------------------------------------------
     def to_dot(self) -> str:
         """DOT text: inputs green, captured state orange, constants grey, ops as
-        boxes, outputs double-circled, state writes as dashed red edges."""
+        boxes, the return a double octagon, state writes dashed orange nodes."""
         from dezero.static.drawing import graph_to_dot
         return graph_to_dot(self)
 

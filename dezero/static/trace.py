@@ -343,6 +343,7 @@ class TracedFunction:
         if debugging.LEVEL >= 5:
             debugging.log(5, f"recorded:\n{graph}")
         graph = optimize(graph)
+        self._warn_constant_outputs(graph)
         kept = not tracer.uninitialised and not new
         entry = Entry(graph, tracer)
         if debugging.LEVEL >= 4:
@@ -372,6 +373,16 @@ class TracedFunction:
                          + (f"; not kept: {', '.join(new)} carry values out of the run, "
                             f"the next call records them as state" if new else ""))
         return result, graph
+
+    def _warn_constant_outputs(self, graph):
+        consts = {id(n.outputs[0]) for n in graph.of_kind("const")}
+        constant = [v.name for v in graph.output_values if id(v) in consts]
+        if constant and graph.of_kind("input"):
+            warnings.warn(
+                f"{self.name}: output {', '.join(constant)} depends on no argument or "
+                f"state, so every replay returns the recorded value; numpy math on array "
+                f"arguments is not recorded (pass Variables, or use dezero functions)",
+                stacklevel=4)
 
     def _roots(self, args, kwargs) -> list:
         """Objects the traced function can reach: its static arguments, closure and

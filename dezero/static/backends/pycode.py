@@ -45,6 +45,7 @@ def _inline_table():
         "Sum": "{x}.sum(axis={axis}, keepdims={keepdims})",
         "BroadcastTo": "_xp.broadcast_to({x}, {shape})", "ReLU": "_xp.maximum({x}, 0)",
         "Sigmoid": "_xp.tanh({x} * 0.5) * 0.5 + 0.5",
+        "OneHot": "_xp.eye({num_classes}, dtype={dtype})[{t}]",
     }
     return {getattr(F, name): text for name, text in table.items() if hasattr(F, name)}
 
@@ -54,7 +55,7 @@ _INLINE = None
 
 def _literal(value) -> str | None:
     """Python source for a plain attr value, or None if it has none."""
-    if value is None or isinstance(value, bool) or type(value) is int:
+    if value is None or isinstance(value, bool) or type(value) in (int, str):
         return repr(value)
     if type(value) is float and math.isfinite(value):
         return repr(value)
@@ -274,13 +275,15 @@ def replayed_output(array):
 def generate_glue(graph: StaticGraph, fname: str, env: dict) -> str:
     """Source of `_replay(leaves, _fn=<replay function>)`, adding its globals to env."""
     env["_Variable"], env["_wrap"], env["_out"] = Variable, _wrap_output, replayed_output
+    # Builtins under reserved names: a value may be called `isinstance`.
+    env["_isinstance"], env["_setattr"] = isinstance, setattr
     inputs = [n.outputs[0].name for n in graph.of_kind("input")]
     lines = [f"def _replay(_leaves, _fn={fname}):  # reads state, calls {fname}, "
              f"writes state"]
     if inputs:
         lines.append(f"    {', '.join(inputs)}{',' if len(inputs) == 1 else ''} = _leaves")
         for i, name in enumerate(inputs):
-            lines.append(f"    _a{i} = {name}._data if isinstance({name}, _Variable) "
+            lines.append(f"    _a{i} = {name}._data if _isinstance({name}, _Variable) "
                          f"else {name}")
     args = [f"_a{i}" for i in range(len(inputs))]
     slots = {}
@@ -298,7 +301,7 @@ def generate_glue(graph: StaticGraph, fname: str, env: dict) -> str:
         if field == "attr":
             if node.payload is not None:  # a loaded graph has no object to set
                 env[f"_h{k}"] = node.payload
-                lines.append(f"    setattr(_h{k}, {node.attrs['name']!r}, _wrap(_r[{k}]))")
+                lines.append(f"    _setattr(_h{k}, {node.attrs['name']!r}, _wrap(_r[{k}]))")
             k += 1
             continue
         value = "None"
@@ -308,7 +311,7 @@ def generate_glue(graph: StaticGraph, fname: str, env: dict) -> str:
         if target in slots:
             lines.append(f"    {slots[target]}.{field} = {value}")
         else:  # the .grad of an input: only a Variable argument can receive it
-            lines.append(f"    if isinstance({target}, _Variable):")
+            lines.append(f"    if _isinstance({target}, _Variable):")
             lines.append(f"        {target}.grad = {value}")
     lines.append(f"    return {_tree_source(graph.out_tree, env)}")
     return "\n".join(lines) + "\n"
