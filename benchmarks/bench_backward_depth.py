@@ -8,12 +8,16 @@ recurses, so the cost per op stays flat. Run by hand from the repository root:
     python benchmarks/bench_backward_depth.py [--repeat 5]
 """
 import argparse
+import os
 import sys
 import time
 
 import numpy as np
 
-from dezero import Variable
+# Run from a checkout: import the dezero beside this folder.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from dezero import Variable  # noqa: E402
 
 # =============================================================================
 # Chain, timing and report

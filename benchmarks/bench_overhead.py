@@ -8,13 +8,18 @@ Run by hand from the repository root (PyTorch is optional):
     python benchmarks/bench_overhead.py [--repeat 15]
 """
 import argparse
+import os
+import sys
 import time
 import timeit
 
 import numpy as np
 
-import dezero.functions as F
-from dezero import Variable
+# Run from a checkout: import the dezero beside this folder.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import dezero.functions as F  # noqa: E402
+from dezero import Variable  # noqa: E402
 
 try:
     import torch
