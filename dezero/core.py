@@ -314,7 +314,7 @@ def as_operand(x, like):
     # Fast path for the usual case, a Python float or int meeting a float array.
     if type(ref) is np.ndarray and (type(x) is float or type(x) is int) \
             and ref.dtype.kind == "f":
-        return np.array(x, ref.dtype)
+        return _scalar_array(x, ref.dtype)
     if isinstance(x, (bool, int, float)) and isinstance(ref, cuda.array_types):
         xp = np if type(ref) is np.ndarray else cuda.get_array_module(ref)
         dtype = ref.dtype
@@ -327,6 +327,27 @@ def as_operand(x, like):
 
 
 _OPERAND_TYPES = (Variable, *cuda.array_types)
+
+# dtype -> {Python number -> read-only 0-d array}: the scalars of `y * 2 + 1`
+# are made once, not at every call. Read-only, so sharing them is safe.
+_SCALAR_ARRAYS = {}
+
+
+def _scalar_array(x, dtype):
+    # Numbers equal in Python are equal in one dtype (2 and 2.0), except the
+    # signed zeros 0.0 and -0.0, which are not cached.
+    arrays = _SCALAR_ARRAYS.get(dtype)
+    if arrays is None:
+        arrays = _SCALAR_ARRAYS[dtype] = {}
+    array = arrays.get(x)
+    if array is None:
+        if x == 0:
+            return np.array(x, dtype)
+        if len(arrays) >= 1024:  # a loop over many distinct numbers: start afresh
+            arrays.clear()
+        array = arrays[x] = np.array(x, dtype)
+        array.flags.writeable = False
+    return array
 
 
 # =============================================================================

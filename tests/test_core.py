@@ -386,3 +386,12 @@ def test_to_cpu_keeps_numpy_and_to_gpu_is_clear_without_cupy():
         pytest.skip("cupy is installed")
     with pytest.raises(RuntimeError, match="CuPy is not installed.*pip install"):
         x.to_gpu()
+
+
+def test_scalar_operands_are_made_once_read_only_and_keep_signed_zero():
+    x = Variable(np.array([1.0, -2.0], dtype=np.float32))
+    a, b = (x * 3.0).creator.inputs[1], (x * 3).creator.inputs[1]
+    assert a.data is b.data and a.dtype == np.float32
+    assert not a.data.flags.writeable
+    y = x * -0.0
+    assert np.signbit(y.data[0]) and not np.signbit(y.data[1])

@@ -255,30 +255,15 @@ def test_saved_lstm_step_carries_its_hidden_state_standalone(tmp_path):
 
 def test_traced_step_of_a_float64_model_matches_eager():
     # The optimizer's rate turns float64 at the first update, inside the trace.
-    from dezero import optimizers as optim
-    from dezero.models import MLP
-
-    def make():
-        np.random.seed(0)
-        model = MLP((5, 3))
-        model(np.zeros((1, 2)))
-        for p in model.params():
-            p.data = p.data.astype(np.float64)
-        return model, optim.SGD(0.1).setup(model)
-
-    def step_of(model, optimizer):
-        def step(x, t):
-            loss = F.softmax_cross_entropy(model(x), t)
-            model.cleargrads()
-            loss.backward()
-            optimizer.update()
-            return loss
-        return step
-
-    rng = np.random.default_rng(0)
-    x, t = rng.standard_normal((8, 2)), rng.integers(0, 3, 8)
-    eager, traced = step_of(*make()), dezero.trace(step_of(*make()))
+    x = np.random.default_rng(0).standard_normal((8, 2))
+    t = np.random.default_rng(1).integers(0, 3, 8)
+    a, b = twins(lambda: models.MLP((5, 3)), x.astype(np.float32))
+    for pa, pb in zip(a.params(), b.params()):
+        pa.data, pb.data = pa.data.astype(np.float64), pb.data.astype(np.float64)
+    eager = make_step(a, optimizers.SGD(0.1).setup(a), F.softmax_cross_entropy)
+    traced = dezero.trace(make_step(b, optimizers.SGD(0.1).setup(b), F.softmax_cross_entropy))
     for _ in range(4):
         expected, got = eager(x, t), traced(x, t)
         assert got.dtype == np.float64
         np.testing.assert_allclose(got.data, expected.data, rtol=1e-12)
+    assert traced.entries == 1

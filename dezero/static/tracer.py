@@ -161,6 +161,12 @@ class Tracer:
             raise TraceError(f"{label}.data = None in {self.name} ({where()}): a static "
                              f"graph cannot remove a value")
         source = self.arrays.get(id(value))
+        if source is None and id(var) not in self.captured and id(var) not in self.values \
+                and _moved_to_other_device(var._data, value):
+            # State moved between CPU and GPU before the run first reads it (optimizer
+            # hyperparameters follow their parameters): the move persists, so later
+            # calls find it done, as if it had happened before this call.
+            return
         if source is None:
             raise TraceError(
                 f"{label}.data is assigned an array that no recorded Function produced, in "
@@ -399,6 +405,14 @@ class Tracer:
         names += [(node.outputs[0].name, True) for (node, arg) in self.inputs
                   if isinstance(arg, Variable)]
         return names
+
+
+def _moved_to_other_device(old, new) -> bool:
+    """True if `new` is `old` copied between numpy and cupy (same type and values)."""
+    if old is None or type(old) is type(new) or old.shape != new.shape or \
+            old.dtype != new.dtype:
+        return False
+    return bool(np.array_equal(cuda.as_numpy(old), cuda.as_numpy(new)))
 
 
 # =============================================================================
