@@ -45,7 +45,7 @@ def _inline_table():
         "Sum": "{x}.sum(axis={axis}, keepdims={keepdims})",
         "BroadcastTo": "_xp.broadcast_to({x}, {shape})", "ReLU": "_xp.maximum({x}, 0)",
         "Sigmoid": "_xp.tanh({x} * 0.5) * 0.5 + 0.5",
-        "OneHot": "_xp.eye({num_classes}, dtype={dtype})[{t}]",
+        "OneHot": "_eye({num_classes}, {dtype})[{t}]",
     }
     return {getattr(F, name): text for name, text in table.items() if hasattr(F, name)}
 
@@ -98,6 +98,17 @@ def inline_call(node) -> str | None:
     return text.format(**fields)
 
 
+def _identity_rows(xp):
+    """eye(n, dtype) made once per graph and shape: one_hot picks rows of it."""
+    @functools.cache
+    def eye(n, dtype):
+        rows = xp.eye(n, dtype=dtype)
+        if xp is np:
+            rows.flags.writeable = False  # shared by every replay
+        return rows
+    return eye
+
+
 def _sum_to_call(node) -> str:
     # utils.sum_to works out the summed axes at every call; the graph knows both
     # shapes, so the replay code names them once (the same single reduction).
@@ -120,7 +131,8 @@ def generate(graph: StaticGraph):
     fname = identifier(graph.name, "graph")
     params = [n.outputs[0].name for n in graph.nodes if n.kind in ("input", "state")]
     n_ops = sum(1 for n in graph.nodes if n.kind == "op")
-    env = {"_arr": as_result_array, "_xp": cuda.cupy if graph.device == "gpu" else np}
+    xp = cuda.cupy if graph.device == "gpu" else np
+    env = {"_arr": as_result_array, "_xp": xp, "_eye": _identity_rows(xp)}
     consts = [n.outputs[0].name for n in graph.nodes if n.kind == "const"]
     while fname in consts:  # constants are globals of the code: keep the def apart
         fname += "_"
