@@ -14,11 +14,11 @@ import pickle
 import struct
 import sys
 import tarfile
-import tempfile
 
 import numpy as np
 
 from dezero.downloads import DownloadError, get_cache_dir, get_file
+from dezero.files import atomic_file
 from dezero.transforms import Compose, Flatten, Normalize, ToFloat
 
 
@@ -465,13 +465,6 @@ def save_cache_npz(data, label, filename, train=False):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     print(f'Saving {os.path.basename(path)} ...', file=sys.stderr)
     # Written under a temporary name and renamed, so no half-written cache survives.
-    fd, tmp_path = tempfile.mkstemp(suffix='.npz.part', dir=os.path.dirname(path))
-    try:
-        with os.fdopen(fd, 'wb') as f:
-            np.savez_compressed(f, data=data, label=label)
-        os.replace(tmp_path, path)
-    except BaseException:
-        if os.path.exists(tmp_path):
-            os.remove(tmp_path)
-        raise
+    with atomic_file(path) as f:
+        np.savez_compressed(f, data=data, label=label)
     return path

@@ -11,9 +11,10 @@ import hashlib
 import http.client
 import os
 import sys
-import tempfile
 import urllib.error
 import urllib.request
+
+from dezero.files import atomic_file
 
 # =============================================================================
 # Cache directory: cache_dir, get_cache_dir
@@ -106,10 +107,8 @@ def get_file(url, file_name=None, *, sha256=None, md5=None):
     hashers = {name: hashlib.new(name) for name in expected}
     # Write to a temporary file in the same directory, then rename: an
     # interrupted download never leaves a partial file under the real name.
-    fd, tmp_path = tempfile.mkstemp(prefix=f'.{file_name}.', suffix='.part', dir=directory)
-    try:
-        with os.fdopen(fd, 'wb') as f:
-            _fetch(url, file_name, f, hashers)
+    with atomic_file(file_path) as f:
+        _fetch(url, file_name, f, hashers)
         for name, hasher in hashers.items():
             got = hasher.hexdigest()
             if got != expected[name]:
@@ -119,11 +118,6 @@ def get_file(url, file_name=None, *, sha256=None, md5=None):
                     f'The download was discarded. Retry, or place a good copy by hand '
                     f'at {file_path}',
                     url=url, path=file_path, reason=f'{name} checksum mismatch')
-        os.replace(tmp_path, file_path)
-    except BaseException:
-        if os.path.exists(tmp_path):
-            os.remove(tmp_path)
-        raise
     return file_path
 
 

@@ -8,7 +8,6 @@ core.py and functions.py; models.py and optimizers.py build on it.
 """
 import contextlib
 import os
-import tempfile
 import zipfile
 import zlib
 
@@ -17,6 +16,7 @@ import numpy as np
 import dezero.functions as F
 from dezero import core, cuda
 from dezero.core import Parameter, Variable
+from dezero.files import atomic_file
 from dezero.utils import pair
 
 # =============================================================================
@@ -130,16 +130,8 @@ class Layer:
         if not os.path.isdir(directory):
             raise FileNotFoundError(f"{type(self).__name__}.save_weights({path!r}): the "
                                     f"directory {directory!r} does not exist; create it first")
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".", suffix=".npz.tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez_compressed(f, **arrays)
-            os.chmod(tmp, _file_mode())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-            raise
+        with atomic_file(path) as f:
+            np.savez_compressed(f, **arrays)
         return path
 
     def load_weights(self, path):
@@ -179,14 +171,6 @@ class Layer:
                 if cuda.get_array_module(var.data) is not np:
                     array = cuda.as_cupy(array)
             var.data = array
-
-
-def _file_mode():
-    # mkstemp creates files readable by the owner only; give the saved file the
-    # mode an ordinary open() would (0o666 less the umask).
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
 
 
 def _read_npz(path):

@@ -15,6 +15,7 @@ import numpy as np
 
 from dezero import cuda
 from dezero.downloads import cache_dir, get_file  # noqa: F401  (the book's dezero.utils names)
+from dezero.files import atomic_file
 
 # =============================================================================
 # Shapes: sum_to, reshape_sum_backward, max_backward_shape, logsumexp
@@ -274,7 +275,8 @@ def render_dot(dot_text, to_file):
     os.makedirs(directory, exist_ok=True)
     extension = os.path.splitext(to_file)[1][1:].lower() or "png"
     if extension in ("dot", "gv"):
-        _write_atomically(to_file, dot_text.encode("utf-8"))
+        with atomic_file(to_file) as f:
+            f.write(dot_text.encode("utf-8"))
         return RenderedGraph(to_file)
     dot = find_dot()
     if dot is None:
@@ -289,22 +291,9 @@ def render_dot(dot_text, to_file):
         if result.returncode != 0:
             raise RuntimeError(f"{os.path.basename(dot)} failed to render {to_file}: "
                                f"{result.stderr.strip()}")
-        with open(rendered, "rb") as f:
-            _write_atomically(to_file, f.read())
+        with open(rendered, "rb") as source, atomic_file(to_file) as f:
+            f.write(source.read())
     return RenderedGraph(to_file)
-
-
-def _write_atomically(path, data):
-    # Write beside the target and rename, so a failure never leaves half a file.
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
 
 
 def plot_dot_graph(output, verbose=True, to_file="graph.png"):

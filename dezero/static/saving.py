@@ -59,6 +59,7 @@ import numpy as np
 
 from dezero import cuda
 from dezero.core import OPS, Variable
+from dezero.files import atomic_file
 from dezero.static.ir import Node, StaticGraph, Value, read_slot
 
 FORMAT = "dezero.static-graph"
@@ -193,9 +194,11 @@ def save(graph: StaticGraph, path: str) -> None:
     text = json.dumps(description, indent=1, allow_nan=False)
     directory = os.path.dirname(os.path.abspath(json_path))
     os.makedirs(directory, exist_ok=True)
-    with open(npz_path, "wb") as f:
+    # Arrays first: the description names their hash, so a crash between the two
+    # renames leaves an old description that rejects the new arrays, never a mix.
+    with atomic_file(npz_path) as f:
         f.write(blob)
-    with open(json_path, "w", encoding="utf-8") as f:
+    with atomic_file(json_path, "w") as f:
         f.write(text)
 
 

@@ -1,0 +1,39 @@
+"""Writing files without ever leaving half of one: atomic_file.
+
+Every file dezero writes (weights, rendered graphs, saved static graphs, dataset
+caches, downloads) goes through here: the bytes land in a temporary file beside
+the target, which is renamed onto it only when complete.
+
+    with atomic_file("model.npz") as f: np.savez(f, **arrays)
+"""
+import contextlib
+import os
+import tempfile
+
+
+@contextlib.contextmanager
+def atomic_file(path, mode="wb"):
+    """A file object for `path`: written beside it under a temporary name and
+    renamed onto it when the block ends; on any error the temporary file is
+    removed and an existing `path` is left as it was."""
+    path = os.path.abspath(os.fspath(path))
+    directory, name = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".part")
+    try:
+        encoding = None if "b" in mode else "utf-8"
+        with os.fdopen(fd, mode, encoding=encoding) as f:
+            yield f
+        os.chmod(tmp, _default_file_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+
+
+def _default_file_mode():
+    # mkstemp makes files readable by the owner only; give the file the mode an
+    # ordinary open() would (0o666 less the umask).
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
