@@ -22,3 +22,23 @@ def test_tanh_chain_backward_matches_closed_form():
     y = F.sum(F.tanh(x))
     y.backward()
     np.testing.assert_allclose(x.grad.data, 1 - np.tanh(x.data) ** 2)
+
+
+def test_readme_python_blocks_run(tmp_path, monkeypatch):
+    import re
+    from pathlib import Path
+
+    import pytest
+
+    from dezero.utils import find_dot
+    if find_dot() is None:
+        pytest.skip("the README draws graphs, and no dot renderer is installed")
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+    assert len(blocks) >= 2
+    monkeypatch.chdir(tmp_path)
+    np.random.seed(0)
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {})
+    assert (tmp_path / "y.png").stat().st_size > 0
+    assert (tmp_path / "step.svg").read_text().lstrip().startswith("<")
