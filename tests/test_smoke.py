@@ -37,7 +37,6 @@ def test_readme_python_blocks_run(tmp_path, monkeypatch):
     blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
     assert len(blocks) >= 2
     monkeypatch.chdir(tmp_path)
-    np.random.seed(0)
     for block in blocks:
         exec(compile(block, "README.md", "exec"), {})
     assert (tmp_path / "y.png").stat().st_size > 0
