@@ -576,3 +576,35 @@ def test_argument_names_never_clash_with_the_replay_code():
     args = [Variable(np.full(2, v, np.float32)) for v in (1.0, 2.0, 3.0, 4.0)]
     traced(*args)
     np.testing.assert_allclose(traced(*args).data, 28.0)
+
+
+def test_a_graph_called_inside_another_trace_is_refused():
+    inner = dezero.trace(lambda x: F.tanh(x) * 2)
+    x = np.linspace(-1, 1, 4).astype(np.float32)
+    graph = inner.lower(x)
+
+    @dezero.trace
+    def outer(x):
+        return graph(x) + 1  # a replay would run unrecorded inside this trace
+
+    with pytest.raises(TraceError, match="called while a trace was recording"):
+        outer(x)
+
+
+def test_replayed_outputs_refuse_backward_and_state_writes_land_as_arrays():
+    W = Variable(np.ones((3, 2), dtype=np.float32))
+
+    @dezero.trace
+    def step(x):
+        y = F.sum(F.matmul(x, W))
+        W.data = (W * 0.5).data
+        return y
+
+    x = np.ones((4, 3), dtype=np.float32)
+    for _ in range(3):
+        y = step(x)
+    assert type(W.data) is np.ndarray and np.allclose(W.data, 0.125)
+    with pytest.raises(TraceError, match="replayed traced function"):
+        y.backward()
+    z = step(x)
+    assert z.creator is y.creator  # one shared creator: nothing per replay to keep

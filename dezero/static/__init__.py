@@ -67,7 +67,7 @@ the others calling their Function's forward on arrays::
         f = e * a
         g = x.transpose(None)
         h = g @ f
-        i = f.sum(axis=(0,))
+        i = _sum(f, axis=(0,))
         j = lr * h
         k = W - j
         l = lr * i

@@ -15,11 +15,10 @@ import importlib
 import inspect
 import linecache
 import math
-import weakref
 
 import numpy as np
 
-from dezero import cuda
+from dezero import core, cuda
 from dezero.core import Config, Function, Variable, _wrap_output
 from dezero.static.backends.interpreter import as_result_array, make_function, reraise
 from dezero.static.ir import GraphError, StaticGraph, TraceError, format_attr, identifier, read_slot
@@ -109,6 +108,10 @@ def _identity_rows(xp):
     return eye
 
 
+def _method_sum(x, axis):
+    return x.sum(axis=axis)
+
+
 def _sum_to_call(node) -> str:
     # utils.sum_to works out the summed axes at every call; the graph knows both
     # shapes, so the replay code names them once (the same single reduction).
@@ -117,7 +120,7 @@ def _sum_to_call(node) -> str:
     axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(y.shape)
                                       if n == 1 and x.shape[i + lead] != 1)
     if all(y.shape[i] != 1 or x.shape[i + lead] == 1 for i in range(len(y.shape))):
-        return f"{x.name}.sum(axis={_literal(axes)})"
+        return f"_sum({x.name}, axis={_literal(axes)})"
     return f"{x.name}.sum(axis={_literal(axes)}, keepdims=True).reshape({_literal(y.shape)})"
 
 
@@ -132,7 +135,9 @@ def generate(graph: StaticGraph):
     params = [n.outputs[0].name for n in graph.nodes if n.kind in ("input", "state")]
     n_ops = sum(1 for n in graph.nodes if n.kind == "op")
     xp = cuda.cupy if graph.device == "gpu" else np
-    env = {"_arr": as_result_array, "_xp": xp, "_eye": _identity_rows(xp)}
+    # numpy's add.reduce is ndarray.sum without its Python-level wrapper.
+    env = {"_arr": as_result_array, "_xp": xp, "_eye": _identity_rows(xp),
+           "_sum": np.add.reduce if xp is np else _method_sum}
     consts = [n.outputs[0].name for n in graph.nodes if n.kind == "const"]
     while fname in consts:  # constants are globals of the code: keep the def apart
         fname += "_"
@@ -230,6 +235,10 @@ class Compiled:
     def run(self, leaves, runner=None):
         """Replay on `leaves` (arrays or Variables, in input order); `runner` replaces
         the replay function (the interpreter uses it)."""
+        if core._tracer is not None:
+            raise TraceError(f"graph {self.graph.name} was called while a trace was "
+                             f"recording; a replay records nothing\n  fix: call the "
+                             f"traced Python function, whose calls a trace records")
         try:
             if runner is None:
                 return self.replay(leaves)
@@ -260,7 +269,7 @@ class ReplayedOutput(Function):
 
     op_name = "replayed_output"
 
-    def backward(self, gy):
+    def backward(self, *gys):
         raise TraceError(
             "backward() reached a value returned by a replayed traced function; a replay "
             "records no graph, so no gradient can flow into it (eager code would have "
@@ -268,14 +277,18 @@ class ReplayedOutput(Function):
             "function, or call it under dezero.no_grad() if no gradient is needed")
 
 
+# One creator serves every replayed output: it has no inputs, keeps no outputs
+# and its backward only raises, so nothing in it belongs to one replay.
+_REPLAYED = ReplayedOutput()
+_REPLAYED.generation, _REPLAYED.inputs, _REPLAYED.outputs = 0, [], []
+
+
 def replayed_output(array):
     """A Variable for a replayed output; under enable_backprop it gets ReplayedOutput
     as its creator, so that backward() through it fails loudly."""
     y = _wrap_output(array)
     if Config.enable_backprop:
-        f = ReplayedOutput()
-        f.generation, f.inputs, f.outputs = 0, [], [weakref.ref(y)]
-        y.creator, y.generation = f, 1
+        y.creator, y.generation = _REPLAYED, 1
     return y
 
 
@@ -320,7 +333,11 @@ def generate_glue(graph: StaticGraph, fname: str, env: dict) -> str:
         if len(node.inputs) > 1:
             value = f"_r[{k}]" if field == "data" else f"_wrap(_r[{k}])"
             k += 1
-        if target in slots:
+        if target in slots and field == "data" and len(node.inputs[1].shape) > 0:
+            # An op's result of ndim >= 1 is an array: store it past the setter's
+            # checks (run() refuses to replay while a tracer records).
+            lines.append(f"    {slots[target]}._data = {value}")
+        elif target in slots:
             lines.append(f"    {slots[target]}.{field} = {value}")
         else:  # the .grad of an input: only a Variable argument can receive it
             lines.append(f"    if _isinstance({target}, _Variable):")
