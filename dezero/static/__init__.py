@@ -65,7 +65,7 @@ the others calling their Function's forward on arrays::
         d = _arr(_mean_squared_error0(c, t))
         e = c - t
         f = e * a
-        g = x.transpose(None)
+        g = x.T
         h = g @ f
         i = _sum(f, axis=(0,))
         j = lr * h

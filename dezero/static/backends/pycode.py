@@ -79,6 +79,9 @@ def inline_call(node) -> str | None:
     cls = node.function_class
     if cls.op_name == "sum_to" and cls.__module__ == "dezero.functions":
         return _sum_to_call(node)
+    if cls.op_name == "transpose" and cls.__module__ == "dezero.functions" \
+            and node.attrs["axes"] is None:
+        return f"{node.inputs[0].name}.T"  # the usual case: an attribute, not a call
     text = _INLINE.get(cls)
     if text is None:
         return None
