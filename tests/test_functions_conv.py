@@ -8,16 +8,13 @@ import doctest
 
 import numpy as np
 import pytest
+from grad_helpers import gradient_of, rng
 
 import dezero
 import dezero.functions as F
 import dezero.functions_conv as C
 from dezero import Variable
 from dezero.utils import gradient_check
-
-
-def rng(seed=0):
-    return np.random.RandomState(seed)
 
 
 def c(a, x):
@@ -89,17 +86,6 @@ def test_float32_stays_float32(name):
     assert y.dtype == np.float32
     F.sum(y).backward()
     assert x.grad.dtype == np.float32
-
-
-def gradient_of(f, seed=11):
-    """x -> w * d sum(f(x)) / dx, built with create_graph so that it can be differentiated."""
-    def g(x):
-        y = f(x)
-        y.backward(create_graph=True)
-        gx = x.grad
-        x.cleargrad()
-        return gx * rng(seed).randn(*x.shape)
-    return g
 
 
 # Squared outputs make every first derivative depend on the input again.

@@ -8,15 +8,12 @@ import doctest
 
 import numpy as np
 import pytest
+from grad_helpers import gradient_of, rng
 
 import dezero
 import dezero.functions as F
 from dezero import Variable
 from dezero.utils import gradient_check
-
-
-def rng(seed=0):
-    return np.random.RandomState(seed)
 
 
 def away_from_zero(shape, seed=0):
@@ -103,17 +100,6 @@ CASES = {
 def test_gradient_matches_numerical(name):
     f, x = CASES[name]
     assert gradient_check(f, x)
-
-
-def gradient_of(f, seed=11):
-    """x -> w * d sum(f(x)) / dx, built with create_graph so that it can be differentiated."""
-    def g(x):
-        y = f(x)
-        y.backward(create_graph=True)
-        gx = x.grad
-        x.cleargrad()
-        return gx * rng(seed).randn(*x.shape)
-    return g
 
 
 # Not for ops linear in their input (relu, batch_norm in test mode, embed_id): their
