@@ -51,6 +51,7 @@ def test_round_trip_runs_like_the_original(tmp_path):
     assert loaded.state["W"] is not W  # the loaded graph owns its state
 
 
+@pytest.mark.slow
 def test_loaded_graph_runs_standalone_in_a_fresh_process(tmp_path):
     graph, traced, _, (x, t) = training_graph()
     graph.save(str(tmp_path / "step.json"))
