@@ -9,6 +9,7 @@ Variables, so a traced training step replays the update faithfully.
 """
 import functools
 import math
+import weakref
 
 import numpy as np
 
@@ -84,6 +85,14 @@ def _zeros_like(param):
     with _untraced():
         xp = cuda.get_array_module(param.data)
         return Variable(xp.zeros_like(param.data))
+
+
+def _slots():
+    """A table of per-parameter state, keyed by the Parameter itself and held
+    weakly: a parameter that is gone takes its state with it, and a new one
+    never inherits the state of an old one that had the same id(). (Variable
+    keeps object's identity hash and equality, which this relies on.)"""
+    return weakref.WeakKeyDictionary()
 
 
 # =============================================================================
@@ -222,12 +231,12 @@ class MomentumSGD(Optimizer):
         super().__init__()
         self.lr = lr
         self.momentum = momentum
-        self.vs = {}
+        self.vs = _slots()
 
     def update_one(self, param):
-        v = self.vs.get(id(param))
+        v = self.vs.get(param)
         if v is None:
-            v = self.vs[id(param)] = _zeros_like(param)
+            v = self.vs[param] = _zeros_like(param)
         v.data = (self._momentum * v - self._lr * param.grad).data
         param.data = (param + v).data
 
@@ -242,12 +251,12 @@ class AdaGrad(Optimizer):
         super().__init__()
         self.lr = lr
         self.eps = eps
-        self.hs = {}
+        self.hs = _slots()
 
     def update_one(self, param):
-        h = self.hs.get(id(param))
+        h = self.hs.get(param)
         if h is None:
-            h = self.hs[id(param)] = _zeros_like(param)
+            h = self.hs[param] = _zeros_like(param)
         grad = param.grad
         h.data = (h + grad * grad).data
         param.data = (param - self._lr * grad / (F.sqrt(h) + self._eps)).data
@@ -264,19 +273,18 @@ class AdaDelta(Optimizer):
         super().__init__()
         self.rho = rho
         self.eps = eps
-        self.msg = {}
-        self.msdx = {}
+        self.msg = _slots()
+        self.msdx = _slots()
 
     def _prepare(self, like):
         super()._prepare(like)
         self._one_minus_rho = 1 - self._rho
 
     def update_one(self, param):
-        key = id(param)
-        if key not in self.msg:
-            self.msg[key] = _zeros_like(param)
-            self.msdx[key] = _zeros_like(param)
-        msg, msdx = self.msg[key], self.msdx[key]
+        if param not in self.msg:
+            self.msg[param] = _zeros_like(param)
+            self.msdx[param] = _zeros_like(param)
+        msg, msdx = self.msg[param], self.msdx[param]
         rho, eps, grad = self._rho, self._eps, param.grad
         msg.data = (rho * msg + self._one_minus_rho * (grad * grad)).data
         dx = F.sqrt((msdx + eps) / (msg + eps)) * grad
@@ -293,6 +301,10 @@ class Adam(Optimizer):
     """m <- m + (1 - beta1)(grad - m); v <- v + (1 - beta2)(grad^2 - v);
     param <- param - lr * m / (sqrt(v) + eps), with the bias-corrected step size
     lr = alpha * sqrt(1 - beta2^t) / (1 - beta1^t) at step t = 1, 2, ...
+
+    t counts the updates since a parameter joined: one added later (a model's
+    new head, or another model set up with this optimizer) starts at t = 1, as
+    it would under a fresh Adam.
     """
 
     alpha = Hyperparameter()
@@ -308,8 +320,9 @@ class Adam(Optimizer):
         self.beta1 = beta1
         self.beta2 = beta2
         self.eps = eps
-        self.ms = {}
-        self.vs = {}
+        self.ms = _slots()
+        self.vs = _slots()
+        self.joined = _slots()  # param -> the number of updates done before its first
 
     @property
     def t(self):
@@ -338,26 +351,33 @@ class Adam(Optimizer):
         if cuda.gpu_enable:
             _to_device_of([t], like)
         t.data = (t + 1).data
-        # beta ** t written as exp(t * log(beta)): the exponent is a Variable.
-        fix1 = 1 - F.exp(t * F.log(self._beta1))
-        fix2 = 1 - F.exp(t * F.log(self._beta2))
-        self._lr_t = self._alpha * F.sqrt(fix2) / fix1
+        self._lr_t = self._bias_corrected_lr(t)
         self._one_minus_beta1 = 1 - self._beta1
         self._one_minus_beta2 = 1 - self._beta2
 
+    def _bias_corrected_lr(self, t):
+        # beta ** t written as exp(t * log(beta)): the exponent is a Variable.
+        fix1 = 1 - F.exp(t * F.log(self._beta1))
+        fix2 = 1 - F.exp(t * F.log(self._beta2))
+        return self._alpha * F.sqrt(fix2) / fix1
+
     def _moments(self, param):
-        key = id(param)
-        if key not in self.ms:
-            self.ms[key] = _zeros_like(param)
-            self.vs[key] = _zeros_like(param)
-        m, v, grad = self.ms[key], self.vs[key], param.grad
+        """Update param's moments; return them with param's step size."""
+        if param not in self.ms:
+            self.ms[param] = _zeros_like(param)
+            self.vs[param] = _zeros_like(param)
+            # Read once, when the slots are made (a Python number from then on).
+            self.joined[param] = int(self._t.data) - 1
+        m, v, grad = self.ms[param], self.vs[param], param.grad
         m.data = (m + self._one_minus_beta1 * (grad - m)).data
         v.data = (v + self._one_minus_beta2 * (grad * grad - v)).data
-        return m, v
+        joined = self.joined[param]
+        lr = self._lr_t if joined == 0 else self._bias_corrected_lr(self._t - joined)
+        return m, v, lr
 
     def update_one(self, param):
-        m, v = self._moments(param)
-        param.data = (param - self._lr_t * m / (F.sqrt(v) + self._eps)).data
+        m, v, lr = self._moments(param)
+        param.data = (param - lr * m / (F.sqrt(v) + self._eps)).data
 
 
 class AdamW(Adam):
@@ -375,5 +395,5 @@ class AdamW(Adam):
         self._keep = 1 - self._alpha * self._weight_decay
 
     def update_one(self, param):
-        m, v = self._moments(param)
-        param.data = (param * self._keep - self._lr_t * m / (F.sqrt(v) + self._eps)).data
+        m, v, lr = self._moments(param)
+        param.data = (param * self._keep - lr * m / (F.sqrt(v) + self._eps)).data

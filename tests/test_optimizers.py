@@ -362,3 +362,102 @@ def test_hyperparameters_take_the_parameters_float_dtype():
         optimizer.update()
         assert p.dtype == dtype and optimizer._lr.dtype == dtype
         assert p.data[0] == expected
+
+
+# =============================================================================
+# State belongs to each Parameter: no inheritance through a reused id()
+# =============================================================================
+
+STATEFUL = [O.MomentumSGD, O.AdaGrad, O.AdaDelta, O.Adam, O.AdamW]
+
+
+class Head(Layer):
+    def __init__(self):
+        super().__init__()
+        self.W = Parameter(np.ones(3, np.float32))
+
+
+def step(opt, model, grad):
+    for p in model.params():
+        p.grad = Variable(np.full(p.shape, grad, np.float32))
+    opt.update()
+
+
+def new_parameter_at(address):
+    """A fresh Parameter that CPython placed at a freed one's address (id)."""
+    kept = []
+    for _ in range(1000):
+        p = Parameter(np.ones(3, np.float32))
+        if id(p) == address:
+            return p
+        kept.append(p)
+    pytest.skip("CPython did not reuse the freed address")
+
+
+@pytest.mark.parametrize("make", STATEFUL)
+def test_a_new_parameter_that_reuses_a_freed_id_starts_with_fresh_state(make):
+    model, opt = Head(), make()
+    opt.setup(model)
+    for _ in range(3):
+        step(opt, model, 1.0)
+    address = id(model.W)
+    model.W = None   # the old head is freed ...
+    model.W = new_parameter_at(address)   # ... and the new one lands at its address
+    step(opt, model, 0.5)
+    fresh = Head()
+    step(make().setup(fresh), fresh, 0.5)
+    np.testing.assert_array_equal(model.W.data, fresh.W.data)
+
+
+@pytest.mark.parametrize("make", [O.MomentumSGD, O.Adam])
+def test_a_new_head_does_not_move_under_a_zero_gradient(make):
+    model, opt = Head(), make()
+    opt.setup(model)
+    for _ in range(3):
+        step(opt, model, 1.0)
+    address = id(model.W)
+    model.W = None
+    model.W = new_parameter_at(address)
+    step(opt, model, 0.0)
+    np.testing.assert_array_equal(model.W.data, 1.0)
+
+
+@pytest.mark.parametrize("make", STATEFUL)
+def test_state_of_parameters_that_are_gone_is_dropped(make):
+    model, opt = Head(), make()
+    opt.setup(model)
+    for _ in range(20):
+        model.W = Parameter(np.ones(3, np.float32))   # a new head every step
+        step(opt, model, 1.0)
+    for slots in ("vs", "hs", "msg", "msdx", "ms", "joined"):
+        assert len(getattr(opt, slots, ())) <= 1
+
+
+def test_parameter_identity_is_object_identity():
+    # The state tables rely on it: two equal-valued parameters are two keys.
+    a, b = Parameter(np.ones(2)), Parameter(np.ones(2))
+    assert type(a).__eq__ is object.__eq__
+    assert type(a).__hash__ is object.__hash__ and hash(a) != hash(b)
+
+
+@pytest.mark.parametrize("make", STATEFUL)
+def test_one_optimizer_set_up_with_another_model_updates_it_as_a_fresh_one(make):
+    opt = make()
+    run(opt, Pair())           # a first model trains for STEPS updates
+    second = Pair()
+    got = run(opt, second)     # then the same optimizer serves a second model
+    want = run(make(), Pair())
+    assert_history(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("make", [O.Adam, O.AdamW])
+def test_adam_given_a_new_target_directly_updates_it_as_a_fresh_one(make):
+    first, second = Pair(), Pair()
+    opt = make().setup(first)
+    step(opt, first, 1.0)
+    opt.target = second        # a new target, assigned directly
+    step(opt, second, 1.0)
+    fresh = Pair()
+    step(make().setup(fresh), fresh, 1.0)
+    for p, q in zip(second.params(), fresh.params()):
+        np.testing.assert_array_equal(p.data, q.data)

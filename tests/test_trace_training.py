@@ -267,3 +267,45 @@ def test_traced_step_of_a_float64_model_matches_eager():
         assert got.dtype == np.float64
         np.testing.assert_allclose(got.data, expected.data, rtol=1e-12)
     assert traced.entries == 1
+
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda: optimizers.MomentumSGD(lr=0.1),
+    lambda: optimizers.Adam(alpha=0.01),
+    lambda: optimizers.AdamW(alpha=0.01),
+], ids=["MomentumSGD", "Adam", "AdamW"])
+def test_parameters_that_join_later_get_fresh_state_in_a_traced_step(make_opt):
+    # `extra` gets no gradient until the fourth call: its slots (and Adam's
+    # count of its updates) start there, in the eager run and in the replays.
+    class Net(models.Model):
+        def __init__(self):
+            super().__init__()
+            self.l0, self.l1, self.extra = L.Linear(10), L.Linear(3), L.Linear(3, in_size=10)
+
+        def forward(self, x, use_extra=False):
+            h = F.sigmoid(self.l0(x))
+            return self.l1(h) + self.extra(h) if use_extra else self.l1(h)
+
+    def make(model, opt):
+        def step(x, t, use_extra):
+            loss = F.softmax_cross_entropy(model(x, use_extra), t)
+            model.cleargrads()
+            loss.backward()
+            opt.update()
+            return loss
+        return step
+
+    rng = np.random.default_rng(9)
+    batches = classification_batches(rng, n=7)
+    a, b = twins(Net, batches[0][0])
+    eager = make(a, make_opt().setup(a))
+    traced = dezero.trace(make(b, make_opt().setup(b)), static_argnames="use_extra",
+                          check=True)
+    for i, (x, t) in enumerate(batches):
+        use_extra = i >= 3
+        np.testing.assert_allclose(traced(x, t, use_extra).data, eager(x, t, use_extra).data,
+                                   rtol=1e-5, atol=1e-6)
+        for pa, pb in zip(a.params(), b.params()):
+            np.testing.assert_allclose(pb.data, pa.data, rtol=1e-5, atol=1e-6)
+    assert traced.entries == 2
