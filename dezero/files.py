@@ -8,6 +8,7 @@ the target, which is renamed onto it only when complete.
 """
 import contextlib
 import os
+import stat
 import tempfile
 
 
@@ -15,15 +16,25 @@ import tempfile
 def atomic_file(path, mode="wb"):
     """A file object for `path`: written beside it under a temporary name and
     renamed onto it when the block ends; on any error the temporary file is
-    removed and an existing `path` is left as it was."""
-    path = os.path.abspath(os.fspath(path))
+    removed and an existing `path` is left as it was.
+
+    A symlink stays a link: the file it points to is the one replaced. An
+    existing file keeps its permission bits; a new one gets open()'s default.
+    """
+    # realpath follows every link in the chain (a dangling one names the file
+    # to create), so the rename lands on the target, not on the link.
+    path = os.path.realpath(os.fspath(path))
     directory, name = os.path.split(path)
+    try:
+        file_mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        file_mode = _default_file_mode()
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".part")
     try:
         encoding = None if "b" in mode else "utf-8"
         with os.fdopen(fd, mode, encoding=encoding) as f:
             yield f
-        os.chmod(tmp, _default_file_mode())
+        os.chmod(tmp, file_mode)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -28,3 +28,42 @@ def test_a_complete_write_replaces_the_file_with_an_ordinary_mode(tmp_path):
     os.umask(umask)
     assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
     assert os.listdir(tmp_path) == ["graph.json"]
+
+
+def test_writing_through_a_symlink_keeps_the_link_and_replaces_its_target(tmp_path):
+    (tmp_path / "runs").mkdir()
+    target = tmp_path / "runs" / "weights.npz"
+    target.write_bytes(b"old")
+    link = tmp_path / "latest.npz"
+    link.symlink_to(os.path.join("runs", "weights.npz"))   # a relative link
+    chain = tmp_path / "best.npz"
+    chain.symlink_to(link)                                  # a link to a link
+    with atomic_file(chain) as f:
+        f.write(b"new")
+    assert chain.is_symlink() and link.is_symlink()
+    assert os.readlink(chain) == str(link)
+    assert target.read_bytes() == b"new"
+    assert sorted(os.listdir(tmp_path / "runs")) == ["weights.npz"]
+
+
+def test_a_dangling_symlink_creates_its_target(tmp_path):
+    link = tmp_path / "out.json"
+    link.symlink_to(tmp_path / "real.json")
+    with atomic_file(link, "w") as f:
+        f.write("{}")
+    assert link.is_symlink() and (tmp_path / "real.json").read_text() == "{}"
+
+
+@pytest.mark.parametrize("bits", [0o600, 0o640, 0o755])
+def test_an_existing_file_keeps_its_permission_bits(tmp_path, bits):
+    path = tmp_path / "weights.npz"
+    path.write_bytes(b"old")
+    path.chmod(bits)
+    with atomic_file(path) as f:
+        f.write(b"new")
+    assert stat.S_IMODE(path.stat().st_mode) == bits
+    link = tmp_path / "link.npz"
+    link.symlink_to(path)
+    with atomic_file(link) as f:
+        f.write(b"newer")
+    assert stat.S_IMODE(path.stat().st_mode) == bits and path.read_bytes() == b"newer"
