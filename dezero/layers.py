@@ -63,12 +63,25 @@ class Layer:
 
     def _named(self, prefix=""):
         # ("l0/W", variable) for every registered Variable below this layer.
+        for key, _, _, var in self._owned(prefix):
+            yield key, var
+
+    def _owned(self, prefix=""):
+        # ("l0/W", layer, "W", variable): _named with the layer that holds each one.
         for name in self.__dict__.get("_params", ()):
             obj = self.__dict__[name]
             if isinstance(obj, Layer):
-                yield from obj._named(prefix + name + "/")
+                yield from obj._owned(prefix + name + "/")
             else:
-                yield prefix + name, obj
+                yield prefix + name, self, name, obj
+
+    def _unbuilt(self, name):
+        """(shape, dtype) that the Variable `name`, still without data, gets when
+        the layer is built; None where the layer cannot tell. A dimension not known
+        yet is a name shared by the layer's Variables that have it, that of the
+        attribute which will hold it where there is one (Linear's W:
+        ("in_size", out_size)); dtype None means any float dtype."""
+        return None
 
     def params(self):
         """The Parameters of this layer and its sub-layers, in definition order
@@ -137,40 +150,86 @@ class Layer:
     def load_weights(self, path):
         """Load arrays saved by `save_weights` into this layer's Variables.
 
-        The file must hold exactly this layer's keys with the same shapes;
-        otherwise nothing is changed and the error lists what differs.
+        The file must hold exactly this layer's keys, with the same shapes and
+        real-number dtypes (converted to the model's dtype); layers not built yet
+        take the file's sizes where theirs are still open. Everything is checked
+        and converted before anything is assigned: on an error the model is left
+        as it was, and the error lists what differs.
         """
         path = os.fspath(path)
         if not os.path.exists(path) and os.path.exists(path + ".npz"):
             path += ".npz"  # the name save_weights gave it
         arrays = _read_npz(path)
-        params_dict = {}
-        self._flatten_params(params_dict)
-        name = type(self).__name__
-        missing = [key for key in params_dict if key not in arrays]
-        extra = [key for key in arrays if key not in params_dict]
-        wrong = [f"{key}: file {arrays[key].shape}, model {var.shape}"
-                 for key, var in params_dict.items()
-                 if key in arrays and var.data is not None and arrays[key].shape != var.shape]
+        owned = list(self._owned())
+        keys = [key for key, *_ in owned]
         problems = []
+        missing = [key for key in keys if key not in arrays]
+        extra = [key for key in arrays if key not in keys]
         if missing:
             problems.append(f"missing from the file: {', '.join(missing)}")
         if extra:
             problems.append(f"not in the model: {', '.join(extra)}")
-        if wrong:
-            problems.append(f"shapes differ: {'; '.join(wrong)}")
+        loaded, sizes = {}, {}  # key -> array to assign; (layer id, dim name) -> size
+        for key, layer, name, var in owned:
+            if key in arrays:
+                array, problem = _conform(arrays[key], key, layer, name, var, sizes)
+                if problem:
+                    problems.append(problem)
+                loaded[key] = array
         if problems:
-            raise ValueError(f"{name}.load_weights({path!r}): the file does not match "
-                             f"the model ({' | '.join(problems)}); was it saved from a "
-                             f"model built the same way?")
-        for key, var in params_dict.items():
-            array = arrays[key]
-            if var.data is not None:
-                # Keep the model's dtype and device (float32 stays float32).
-                array = array.astype(var.dtype, copy=False)
-                if cuda.get_array_module(var.data) is not np:
-                    array = cuda.as_cupy(array)
-            var.data = array
+            raise ValueError(f"{type(self).__name__}.load_weights({path!r}): the file does "
+                             f"not match the model ({' | '.join(problems)}); was it saved "
+                             f"from a model built the same way?")
+        for key, *_, var in owned:
+            var.data = loaded[key]
+        for (_, dim), (layer, size) in sizes.items():
+            if hasattr(layer, dim) and getattr(layer, dim) is None:
+                setattr(layer, dim, size)  # Linear.in_size, Conv2d.in_channels
+
+
+_REAL_KINDS = "biuf"  # bool, signed and unsigned integers, floats
+
+
+def _conform(array, key, layer, name, var, sizes):
+    """(array converted for var, None) or (None, what is wrong with it).
+
+    A built Variable takes the array in its own shape, dtype and device; an unbuilt
+    one is checked against the layer's _unbuilt(name), whose open dimensions are
+    bound in `sizes` so that all of one layer's Variables agree on them.
+    """
+    if array.dtype.kind not in _REAL_KINDS:
+        return None, (f"{key} holds {array.dtype} values, and weights must be real "
+                      f"numbers (bool, int or float)")
+    if var.data is not None:
+        if array.shape != var.shape:
+            return None, f"shapes differ: {key}: file {array.shape}, model {var.shape}"
+        # Keep the model's dtype and device (float32 stays float32).
+        array = array.astype(var.dtype, copy=False)
+        if cuda.get_array_module(var.data) is not np:
+            array = cuda.as_cupy(array)
+        return array, None
+    shape, dtype = layer._unbuilt(name) or (None, None)
+    if shape is not None:
+        if len(shape) != array.ndim:
+            return None, (f"shapes differ: {key}: file {array.shape}, model "
+                          f"{_shape_text(shape)}")
+        for want, got in zip(shape, array.shape):
+            if isinstance(want, str):
+                size = sizes.setdefault((id(layer), want), (layer, got))[1]
+                if size != got:
+                    return None, (f"shapes differ: {key}: file {array.shape}, model "
+                                  f"{_shape_text(shape)} with {want} = {size} from "
+                                  f"another array of the layer")
+            elif want != got:
+                return None, (f"shapes differ: {key}: file {array.shape}, model "
+                              f"{_shape_text(shape)}")
+    if dtype is None:
+        dtype = array.dtype if array.dtype.kind == "f" else np.float32
+    return array.astype(dtype, copy=False), None
+
+
+def _shape_text(shape):
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
 
 def _read_npz(path):
@@ -180,12 +239,22 @@ def _read_npz(path):
         if not isinstance(npz, np.lib.npyio.NpzFile):
             raise ValueError("it holds a single array, not an npz archive of named arrays")
         with npz:
-            return {key: npz[key] for key in npz.files}
+            return {key: _read_key(npz, key) for key in npz.files}
     except FileNotFoundError:
         raise FileNotFoundError(f"load_weights: no such file: {path!r}") from None
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:
         raise ValueError(f"load_weights: cannot read {path!r} as saved weights: {e} (not an "
                          f"npz file written by save_weights, or one corrupt or truncated)") from e
+
+
+def _read_key(npz, key):
+    try:
+        return npz[key]
+    except ValueError as e:
+        if "allow_pickle" in str(e):  # an object array: pickled Python objects
+            raise ValueError(f"key {key} holds Python objects (dtype object), and weights "
+                             f"must be arrays of real numbers") from None
+        raise
 
 
 @contextlib.contextmanager
@@ -233,6 +302,12 @@ class Linear(Layer):
         with _untraced():
             self.W.data = _randn(xp, (I, O), np.sqrt(1 / I), self.dtype)
 
+    def _unbuilt(self, name):
+        if name == "W":
+            in_size = "in_size" if self.in_size is None else self.in_size
+            return (in_size, self.out_size), self.dtype
+        return None
+
     def forward(self, x):
         if self.W.data is None:
             self.in_size = x.shape[-1]
@@ -272,6 +347,13 @@ class _ConvBase(Layer):
         with _untraced():
             self.W.data = _randn(xp, self._w_shape(C, OC, KH, KW), np.sqrt(1 / (C * KH * KW)),
                                  self.dtype)
+
+    def _unbuilt(self, name):
+        if name == "W":
+            KH, KW = pair(self.kernel_size)
+            C = "in_channels" if self.in_channels is None else self.in_channels
+            return self._w_shape(C, self.out_channels, KH, KW), self.dtype
+        return None
 
     def _lazy_init(self, x):
         if self.W.data is None:
@@ -409,6 +491,10 @@ class BatchNorm(Layer):
         self.avg_var = Variable(None, name="avg_var")
         self.gamma = Parameter(None, name="gamma")
         self.beta = Parameter(None, name="beta")
+
+    def _unbuilt(self, name):
+        # All four are vectors over axis 1 of x, in x's float dtype.
+        return ("channels",), None
 
     def _init_params(self, x):
         xp = cuda.get_array_module(x)

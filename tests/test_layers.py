@@ -371,6 +371,62 @@ def test_load_refuses_pickled_objects(tmp_path):
         Net().load_weights(path)
 
 
+@pytest.mark.parametrize("bad", [np.array(["1.0", "oops"]), np.array([1 + 2j, 3j]),
+                                 np.array([b"ab", b"cd"])], ids=["str", "complex", "bytes"])
+def test_a_bad_last_key_leaves_the_model_as_it_was(tmp_path, bad):
+    net, source = Net(), Net()
+    source.fc.W.data = source.fc.W.data + 1
+    arrays = _arrays(source)
+    arrays["a"] = bad  # "a" is loaded last
+    before = [p.data.copy() for p in net.params()]
+    with pytest.raises(ValueError, match=rf"w\.npz.*a holds {bad.dtype}.*real numbers"):
+        net.load_weights(_saved(tmp_path, **arrays))
+    for p, old in zip(net.params(), before):
+        np.testing.assert_array_equal(p.data, old)
+
+
+def test_an_object_array_names_its_key(tmp_path):
+    arrays = _arrays(Net())
+    arrays["fc/b"] = np.array([None, 1], dtype=object)
+    with pytest.raises(ValueError, match=r"w\.npz.*key fc/b holds Python objects"):
+        Net().load_weights(_saved(tmp_path, **arrays))
+
+
+def test_an_unbuilt_linear_is_checked_and_converted(tmp_path):
+    lazy = L.Linear(2)
+    with pytest.raises(ValueError, match=r"W: file \(3, 5\), model \(in_size, 2\)"):
+        lazy.load_weights(_saved(tmp_path, W=np.ones((3, 5)), b=np.zeros(2)))
+    assert lazy.W.data is None and lazy.in_size is None
+    with pytest.raises(ValueError, match=r"W: file \(3, 2, 1\)"):
+        lazy.load_weights(_saved(tmp_path, W=np.ones((3, 2, 1)), b=np.zeros(2)))
+    lazy.load_weights(_saved(tmp_path, W=np.ones((3, 2)), b=np.zeros(2)))
+    assert lazy.W.dtype == np.float32 and lazy.in_size == 3  # the layer's dtype
+    assert lazy(np.ones((4, 3), np.float32)).shape == (4, 2)
+
+
+def test_an_unbuilt_conv2d_is_checked(tmp_path):
+    arrays = {"W": np.ones((4, 3, 5, 5)), "b": np.zeros(4)}
+    with pytest.raises(ValueError, match=r"W: file \(4, 3, 5, 5\), model \(4, in_channels, 3, 3\)"):
+        L.Conv2d(4, kernel_size=3).load_weights(_saved(tmp_path, **arrays))
+    arrays["W"] = np.ones((4, 3, 3, 3))
+    conv = L.Conv2d(4, kernel_size=3)
+    conv.load_weights(_saved(tmp_path, **arrays))
+    assert conv.in_channels == 3 and conv.W.dtype == np.float32
+
+
+def test_an_unbuilt_batch_norm_needs_one_size_for_its_four_vectors(tmp_path):
+    arrays = {"avg_mean": np.zeros(3), "avg_var": np.ones(3), "gamma": np.ones(4),
+              "beta": np.zeros(3)}
+    bn = L.BatchNorm()
+    with pytest.raises(ValueError, match=r"gamma: file \(4,\), model \(channels,\) with "
+                                         r"channels = 3"):
+        bn.load_weights(_saved(tmp_path, **arrays))
+    assert bn.gamma.data is None and not hasattr(bn, "channels")
+    arrays["gamma"] = np.ones(3, np.int64)
+    bn.load_weights(_saved(tmp_path, **arrays))
+    assert bn.gamma.dtype == np.float32 and bn.avg_var.dtype == np.float64
+
+
 def test_load_of_missing_file_names_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="nothing.npz"):
         Net().load_weights(tmp_path / "nothing.npz")

@@ -139,13 +139,19 @@ def test_pretrained_offline_names_the_file_and_where_to_put_it(monkeypatch, tmp_
 
 def test_pretrained_weights_in_the_cache_load_without_network(monkeypatch, tmp_path):
     offline(monkeypatch, tmp_path)
-    # Every W of VGG16 takes its shape from the data, so small arrays stand in
-    # for the real 500 MB file; the biases have their true sizes.
+    # Every W of VGG16 takes its input size from the data, so arrays with an
+    # input size of 1 stand in for the real 500 MB file; the rest is true to size.
     model = VGG16()
     arrays = {}
     for i, key in enumerate(vgg_keys()):
-        layer, name = key.split("/")
-        shape = (2,) if name == "W" else getattr(model, layer).b.shape
+        layer_name, name = key.split("/")
+        layer = getattr(model, layer_name)
+        if name == "b":
+            shape = layer.b.shape
+        elif isinstance(layer, L.Conv2d):
+            shape = (layer.out_channels, 1, 3, 3)
+        else:
+            shape = (1, layer.out_size)
         arrays[key] = np.full(shape, i, dtype=np.float32)
     np.savez(os.path.join(tmp_path, "vgg16.npz"), **arrays)
     model = VGG16(pretrained=True)
