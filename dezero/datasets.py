@@ -17,7 +17,7 @@ import tarfile
 
 import numpy as np
 
-from dezero.downloads import DownloadError, get_cache_dir, get_file
+from dezero.downloads import get_cache_dir, get_file
 from dezero.files import atomic_file
 from dezero.transforms import Compose, Flatten, Normalize, ToFloat
 
@@ -106,21 +106,6 @@ def _pyplot(caller):
     return plt
 
 
-def _get_from_mirrors(bases, file_name, md5):
-    """get_file from the first of several base URLs that works."""
-    failures = []
-    for base in bases:
-        try:
-            return get_file(base + file_name, md5=md5)
-        except DownloadError as e:
-            failures.append(f'  {e.url}: {e.reason}')
-    path = os.path.join(get_cache_dir(), file_name)
-    raise DownloadError(
-        f'could not download {file_name} from any mirror:\n' + '\n'.join(failures) +
-        f'\nWithout a network, download it elsewhere and place it by hand at\n  {path}\n'
-        f'(the cache directory is set by $DEZERO_CACHE_DIR).', path=path)
-
-
 def _read_idx(path, ndim):
     """Read a gzipped idx file of unsigned bytes (the MNIST format) into a uint8 array."""
     try:
@@ -153,14 +138,12 @@ class MNIST(Dataset):
 
     The default transform flattens to 784 values and scales to [0, 1] float32.
     """
+    # Every mirror serves the same bytes; downloads.KNOWN_FILES has their digests
+    # under the first one.
     mirrors = ('https://ossci-datasets.s3.amazonaws.com/mnist/',
                'http://yann.lecun.com/exdb/mnist/')
     files = {True: ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz'),
              False: ('t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz')}
-    md5 = {'train-images-idx3-ubyte.gz': 'f68b3c2dcbeaaa9fbdd348bbdeb94873',
-           'train-labels-idx1-ubyte.gz': 'd53e105ee54ea40749a09fcbcd1e9432',
-           't10k-images-idx3-ubyte.gz': '9fb629c4189551a2d022fa330f9573f3',
-           't10k-labels-idx1-ubyte.gz': 'ec29112dd5afa0611ce80d1b7f02629c'}
 
     def __init__(self, train=True,
                  transform=MNIST_TRANSFORM,
@@ -169,8 +152,9 @@ class MNIST(Dataset):
 
     def prepare(self):
         data_name, label_name = self.files[bool(self.train)]
-        data_path = _get_from_mirrors(self.mirrors, data_name, self.md5[data_name])
-        label_path = _get_from_mirrors(self.mirrors, label_name, self.md5[label_name])
+        first, *others = self.mirrors
+        data_path = get_file(first + data_name, mirrors=[m + data_name for m in others])
+        label_path = get_file(first + label_name, mirrors=[m + label_name for m in others])
         self.data = self._load_data(data_path)
         self.label = self._load_label(label_path)
         if len(self.data) != len(self.label):
@@ -274,7 +258,6 @@ class CIFAR10(Dataset):
     The default transform is the book's: float32, then (x - 0.5) / 0.5.
     """
     url = 'https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz'
-    md5 = 'c58f30108f718f92721af3b95e74349a'
 
     def __init__(self, train=True,
                  transform=CIFAR_TRANSFORM,
@@ -298,7 +281,7 @@ class CIFAR10(Dataset):
         self.data, self.label = load_cache_npz(self._cache_name(), self.train)
         if self.data is not None:
             return
-        filepath = get_file(self.url, md5=self.md5)
+        filepath = get_file(self.url)
         self.data, self.label = _read_cifar_batches(filepath, self._members(), self._label_key())
         save_cache_npz(self.data, self.label, self._cache_name(), self.train)
 
@@ -346,7 +329,6 @@ class CIFAR100(CIFAR10):
     label_type: 'fine' (100 classes) or 'coarse' (20 superclasses).
     """
     url = 'https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz'
-    md5 = 'eb9058c3a382ffc7106e4002c42a8d85'
 
     def __init__(self, train=True,
                  transform=CIFAR_TRANSFORM,

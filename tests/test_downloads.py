@@ -1,11 +1,15 @@
 """get_file: cache hits, atomic writes, checksums, progress and the offline error.
 
-The network is never used: urllib.request.urlopen is replaced by fakes.
+The network is never used: urllib.request.urlopen is replaced by fakes, or
+answered by a local server on 127.0.0.1.
 """
 import hashlib
+import http.server
 import io
 import os
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -159,3 +163,163 @@ def test_tqdm_progress_when_installed(cache, serve, capsys):
     get_file(URL)
     err = capsys.readouterr().err
     assert 'Downloading data.bin' in err and '100%' in err
+
+
+# =============================================================================
+# Complete files only: Content-Length, known digests, bad cached files
+# =============================================================================
+class ShortResponse(FakeResponse):
+    """The connection closes cleanly before the announced Content-Length."""
+
+    def __init__(self, payload, announced):
+        super().__init__(payload)
+        self.headers = {'Content-Length': str(announced)}
+
+
+def test_a_download_cut_short_is_not_cached(cache, serve):
+    serve(lambda: ShortResponse(PAYLOAD[:100_000], announced=len(PAYLOAD)))
+    with pytest.raises(DownloadError, match=f'ended after 100000 of the {len(PAYLOAD)} bytes'):
+        get_file(URL)
+    assert os.listdir(cache) == []
+
+
+def test_known_files_are_checked_by_size_and_sha256(cache, serve, monkeypatch):
+    serve(lambda: FakeResponse(PAYLOAD))
+    digest = downloads.Digest(hashlib.sha256(PAYLOAD).hexdigest(), len(PAYLOAD))
+    monkeypatch.setitem(downloads.KNOWN_FILES, URL, digest)
+    assert open(get_file(URL), 'rb').read() == PAYLOAD
+    os.remove(get_file(URL))
+    monkeypatch.setitem(downloads.KNOWN_FILES, URL, digest._replace(sha256='0' * 64))
+    with pytest.raises(DownloadError, match='sha256 checksum mismatch'):
+        get_file(URL)
+    monkeypatch.setitem(downloads.KNOWN_FILES, URL, digest._replace(size=len(PAYLOAD) + 1))
+    with pytest.raises(DownloadError, match=f'size {len(PAYLOAD)} bytes, expected'):
+        get_file(URL)
+    assert os.listdir(cache) == []
+
+
+@pytest.mark.parametrize('content', [PAYLOAD[:1000], PAYLOAD[:-1] + b'x'],
+                         ids=['truncated', 'altered'])
+def test_a_bad_cached_file_of_known_content_says_which_file_to_delete(
+        cache, serve, monkeypatch, content):
+    asked = serve(lambda: FakeResponse(PAYLOAD))
+    monkeypatch.setitem(downloads.KNOWN_FILES, URL, downloads.Digest(
+        hashlib.sha256(PAYLOAD).hexdigest(), len(PAYLOAD)))
+    cache.mkdir()
+    (cache / 'data.bin').write_bytes(content)   # e.g. cut short by an older version
+    with pytest.raises(DownloadError) as info:
+        get_file(URL)
+    message = str(info.value)
+    assert f"rm '{cache / 'data.bin'}'" in message and 'Delete it' in message
+    assert info.value.path == str(cache / 'data.bin')
+    assert asked == []
+    # Trusted on request: hand-made stand-ins in the cache.
+    monkeypatch.setenv('DEZERO_TRUST_CACHE', '1')
+    assert get_file(URL) == str(cache / 'data.bin')
+
+
+def test_every_fixed_dataset_file_has_a_known_digest():
+    from dezero.datasets import CIFAR10, CIFAR100, MNIST, Shakespear
+    urls = [MNIST.mirrors[0] + name for names in MNIST.files.values() for name in names]
+    urls += [CIFAR10.url, CIFAR100.url, Shakespear.url]
+    for url in urls:
+        digest = downloads.KNOWN_FILES[url]
+        assert len(digest.sha256) == 64 and int(digest.sha256, 16) >= 0
+
+
+def test_mnist_tries_every_mirror_and_keeps_no_file_with_a_wrong_digest(cache, serve):
+    from dezero.datasets import MNIST
+    asked = serve(lambda: FakeResponse(b'not the MNIST file'))
+    with pytest.raises(DownloadError) as info:
+        MNIST(train=True)
+    message = str(info.value)
+    assert message.count('size 18 bytes, expected 9912422') == len(MNIST.mirrors)
+    assert asked == [m + 'train-images-idx3-ubyte.gz' for m in MNIST.mirrors]
+    assert os.listdir(cache) == []
+
+
+# =============================================================================
+# A silent network: one time budget per file, over all its mirrors
+# =============================================================================
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.server.routes[self.path](self)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def local_server(monkeypatch):
+    """An HTTP server on 127.0.0.1 answering each path with a scripted handler;
+    returns (base URL, routes dict, event that ends every stall)."""
+    for name in ('no_proxy', 'NO_PROXY'):
+        monkeypatch.setenv(name, '127.0.0.1')
+    server = Server(('127.0.0.1', 0), Handler)
+    server.routes, release = {}, threading.Event()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f'http://127.0.0.1:{server.server_address[1]}', server.routes, release
+    release.set()
+    server.shutdown()
+    server.server_close()
+
+
+def headers(handler, length):
+    handler.send_response(200)
+    handler.send_header('Content-Length', str(length))
+    handler.end_headers()
+
+
+def test_a_silent_network_gives_up_within_one_budget_for_all_mirrors(
+        cache, local_server, monkeypatch):
+    from dezero.datasets import MNIST
+    base, routes, release = local_server
+    mirrors = (base + '/a/', base + '/b/')
+    for mirror in mirrors:   # both accept the connection and never answer
+        routes[mirror[len(base):] + 'train-images-idx3-ubyte.gz'] = lambda h: release.wait(10)
+    monkeypatch.setattr(MNIST, 'mirrors', mirrors)
+    monkeypatch.setattr(downloads, 'TIMEOUT_S', 1.0, raising=False)
+    monkeypatch.setattr(downloads, '_TIMEOUT_S', 1.0, raising=False)
+    start = time.monotonic()
+    with pytest.raises(DownloadError, match='from any mirror'):
+        MNIST(train=True)
+    assert time.monotonic() - start < 1.8   # not 1 s per mirror
+    assert os.listdir(cache) == []
+
+
+def test_a_stall_in_the_middle_of_the_body_gives_up(cache, local_server):
+    base, routes, release = local_server
+
+    def half_then_silence(handler):
+        headers(handler, len(PAYLOAD))
+        handler.wfile.write(PAYLOAD[:1000])
+        handler.wfile.flush()
+        release.wait(10)
+
+    routes['/data.bin'] = half_then_silence
+    start = time.monotonic()
+    with pytest.raises(DownloadError, match='timed out'):
+        get_file(base + '/data.bin', timeout=0.5)
+    assert time.monotonic() - start < 1.5
+    assert os.listdir(cache) == []
+
+
+def test_time_while_data_flows_does_not_count(cache, local_server):
+    base, routes, _ = local_server
+    parts = [PAYLOAD[i:i + 64_000] for i in range(0, len(PAYLOAD), 64_000)]
+
+    def slow_but_steady(handler):
+        headers(handler, len(PAYLOAD))
+        for part in parts:
+            handler.wfile.write(part)
+            handler.wfile.flush()
+            time.sleep(0.15)
+
+    routes['/data.bin'] = slow_but_steady
+    path = get_file(base + '/data.bin', timeout=0.5)   # takes ~0.6 s in all
+    assert open(path, 'rb').read() == PAYLOAD
