@@ -587,6 +587,9 @@ class Linear(Function):
 
     def forward(self, x, W, b=None):
         _check_matmul(self.op_name, x, W)
+        if W.ndim != 2:
+            raise ValueError(f"linear: W must be 2-d (in, out), got shape {W.shape}; "
+                             f"use matmul for a batch of weight matrices")
         y = x @ W
         return y if b is None else y + b
 
@@ -595,10 +598,16 @@ class Linear(Function):
         # A raw input batch (a Constant) needs no gradient: skipping it saves a
         # matmul as large as the forward one.
         gx = None if isinstance(x, Constant) else matmul(gy, W.T)
-        gW = None if isinstance(W, Constant) else matmul(x.T, gy)
+        gW = None if isinstance(W, Constant) else matmul(_rows(x).T, _rows(gy))
         if len(self.inputs) == 2:
             return gx, gW
         return gx, gW, sum_to(gy, self.inputs[2].shape)
+
+
+def _rows(x):
+    # Leading axes (N, T, ...) are all batch: flattened into rows, x.T @ gy sums
+    # over every row and gives gW the shape of W.
+    return x if x.ndim == 2 else reshape(x, (-1, x.shape[-1]))
 
 
 def linear(x, W, b=None):

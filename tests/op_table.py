@@ -128,6 +128,11 @@ ROWS = [
     Row("linear", F.linear, ((2, 3), (3, 4), (4,)), lambda x, W, b: x @ W + b,
         torch=lambda x, W, b: x @ W + b),
     Row("linear_nobias", F.linear, ((2, 3), (3, 4)), np.matmul, torch=lambda a, b: a @ b),
+    # (N, T, in) inputs: every leading axis is a batch axis, W stays (in, out).
+    Row("linear_batched", F.linear, ((2, 3, 4), (4, 5), (5,)), lambda x, W, b: x @ W + b,
+        torch=lambda x, W, b: x @ W + b),
+    Row("linear_batched_nobias", F.linear, ((3, 2, 2, 3), (3, 4)), np.matmul,
+        torch=lambda a, b: a @ b),
 ]
 
 

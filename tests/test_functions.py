@@ -226,6 +226,11 @@ def test_matmul_shape_error_names_op_and_shapes():
         F.matmul(Variable(np.ones((2, 3))), Variable(np.ones((2, 4))))
 
 
+def test_linear_refuses_a_weight_that_is_not_2d():
+    with pytest.raises(ValueError, match=r"linear: W must be 2-d \(in, out\).*\(2, 3, 4\)"):
+        F.linear(Variable(np.ones((2, 2, 3))), Variable(np.ones((2, 3, 4))))
+
+
 def test_transpose_negative_axes_backward():
     x = Variable(np.arange(24.0).reshape(2, 3, 4))
     y = F.transpose(x, (-1, 0, 1))
