@@ -869,6 +869,7 @@ def softmax_cross_entropy(x, t):
     >>> float(softmax_cross_entropy(np.zeros((2, 4)), np.array([0, 3])).data)  # log 4
     1.3862943611198906
     """
+    x, = _floating(x)
     return SoftmaxCrossEntropy()(x, t)
 
 
@@ -879,6 +880,16 @@ def _labels_like(t, x):
     if t.dtype != x.dtype:
         t = AsType(x.dtype.name)(t)
     return t
+
+
+def _floating(*xs):
+    """xs with integer or bool values cast to a float dtype: the dtype of a float
+    one among them, else float64. Losses scale by 1 / N, which integers would
+    round to 0 (or truncate)."""
+    xs = [as_variable(x) for x in xs]
+    floats = [x.dtype for x in xs if x.dtype.kind in "fc"]
+    dtype = floats[0] if floats else np.dtype(np.float64)
+    return [x if x.dtype.kind in "fc" else AsType(dtype.name)(x) for x in xs]
 
 
 def _paired(op, x, t, what):
@@ -911,7 +922,7 @@ def sigmoid_cross_entropy(x, t):
     >>> float(sigmoid_cross_entropy(np.zeros((2, 1)), np.array([[0], [1]])).data)  # log 2
     0.6931471805599453
     """
-    x = as_variable(x)
+    x, = _floating(x)
     t = as_variable(t)
     if x.ndim != t.ndim and t.size == x.size:
         t = reshape(t, x.shape)  # as in the book: labels (N,) for logits (N, 1)
@@ -928,7 +939,7 @@ def binary_cross_entropy(p, t):
     >>> float(binary_cross_entropy(np.array([0.5, 0.5]), np.array([0, 1])).data)  # log 2
     0.6931471805599453
     """
-    p = as_variable(p)
+    p, = _floating(p)
     t = as_variable(t)
     if p.ndim != t.ndim and t.size == p.size:
         t = reshape(t, p.shape)
@@ -961,8 +972,8 @@ def mean_squared_error(x0, x1):
     >>> float(mean_squared_error(np.array([[1.0], [3.0]]), np.array([[0.0], [0.0]])).data)
     5.0
     """
-    x0 = as_variable(x0)
-    x1 = _paired("mean_squared_error", x0, as_variable(as_operand(x1, x0)), "x1")
+    x0, x1 = _floating(x0, as_operand(x1, x0))
+    x1 = _paired("mean_squared_error", x0, x1, "x1")
     return MeanSquaredError()(x0, x1)
 
 
@@ -1165,7 +1176,7 @@ def softmax_simple(x, axis=1):
 
 def softmax_cross_entropy_simple(x, t):
     """softmax_cross_entropy composed: -mean(log(clip(softmax(x)))[i, t[i]])."""
-    x = as_variable(x)
+    x, = _floating(x)
     t = as_variable(t)
     _check_labels("softmax_cross_entropy_simple", x, t)
     n = len(x)
@@ -1178,8 +1189,8 @@ def softmax_cross_entropy_simple(x, t):
 
 def mean_squared_error_simple(x0, x1):
     """mean_squared_error composed: sum((x0 - x1) ** 2) / len(x0)."""
-    x0 = as_variable(x0)
-    x1 = _paired("mean_squared_error_simple", x0, as_variable(as_operand(x1, x0)), "x1")
+    x0, x1 = _floating(x0, as_operand(x1, x0))
+    x1 = _paired("mean_squared_error_simple", x0, x1, "x1")
     diff = x0 - x1
     return sum(diff ** 2) * (1 / len(diff))
 

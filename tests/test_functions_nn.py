@@ -283,6 +283,37 @@ def test_mean_squared_error_pairs_shapes_that_differ_only_by_unit_axes():
     assert F.mean_squared_error_simple(y, np.array([0.5])).data == 2.25
 
 
+# name -> (loss, integer inputs); the float64 versions of the same inputs are the
+# reference. A scale 1 / N cast to an integer dtype gave a loss of 0.
+INTEGER_INPUTS = {
+    "mean_squared_error": (F.mean_squared_error, [[1], [3]], [[0], [0]]),
+    "mean_squared_error_simple": (F.mean_squared_error_simple, [[1], [3]], [[0], [0]]),
+    "softmax_cross_entropy": (F.softmax_cross_entropy, [[1, 2], [3, 0]], None),
+    "softmax_cross_entropy_simple": (F.softmax_cross_entropy_simple, [[1, 2], [3, 0]], None),
+    "sigmoid_cross_entropy": (F.sigmoid_cross_entropy, [[1], [-2]], [0, 1]),
+    "binary_cross_entropy": (F.binary_cross_entropy, [[1], [0]], [0, 1]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INTEGER_INPUTS))
+def test_losses_of_integer_inputs_are_computed_in_floating_point(name):
+    loss, x, t = INTEGER_INPUTS[name]
+    t = np.array([0, 1]) if t is None else np.array(t)  # class labels stay integers
+    got = loss(np.array(x), t)
+    want = loss(np.array(x, dtype=np.float64),
+                t if "softmax" in name else t.astype(np.float64))
+    assert got.dtype == np.float64 and float(got.data) > 0
+    np.testing.assert_allclose(got.data, want.data, rtol=1e-12)
+
+
+def test_integer_targets_keep_a_float32_loss_float32():
+    x = Variable(np.array([[1.0], [3.0]], dtype=np.float32))
+    loss = F.mean_squared_error(x, np.array([[0], [0]]))
+    loss.backward()
+    assert loss.dtype == x.grad.dtype == np.float32 and float(loss.data) == 5.0
+    assert F.binary_cross_entropy(x * 0.25, np.array([[0], [1]])).dtype == np.float32
+
+
 def test_simple_versions_agree_with_the_fused_ones():
     x = rng().randn(4, 3)
     pairs = [(F.sigmoid_simple(x), F.sigmoid(x)), (F.softmax_simple(x), F.softmax(x)),
