@@ -25,6 +25,10 @@ from dezero.files import atomic_file
 def sum_to(x, shape):
     """Sum the array x down to `shape`, undoing numpy broadcasting."""
     lead = x.ndim - len(shape)
+    if lead < 0 or any(n != 1 and n != x.shape[i + lead] for i, n in enumerate(shape)):
+        raise ValueError(f"sum_to: cannot sum shape {x.shape} to shape {tuple(shape)}; "
+                         f"the target must broadcast to {x.shape} (each of its axes "
+                         f"equal to the matching trailing axis, or 1)")
     lead_axes = tuple(range(lead))
     stretched = tuple(i + lead for i, n in enumerate(shape) if n == 1 and x.shape[i + lead] != 1)
     y = x.sum(lead_axes + stretched, keepdims=True)

@@ -1,5 +1,7 @@
 """Op tests driven by the op table (tests/op_table.py): forward against numpy,
 gradients against numerical ones, second derivatives, broadcasting and dtypes."""
+import re
+
 import numpy as np
 import pytest
 from op_table import ROWS
@@ -244,6 +246,15 @@ def test_sum_negative_axis_and_axis_list():
     np.testing.assert_array_equal(F.sum(x, axis=-1).data, [3, 12])
     np.testing.assert_array_equal(F.sum(x, axis=[0, 1]).data, 15)
     assert gradient_check(lambda v: F.sum(v, axis=-1) * np.array([1.0, 2.0]), x.data)
+
+
+@pytest.mark.parametrize("x_shape, shape", [((2, 3), (4,)), ((2, 3), (2,)), ((3,), (2, 3)),
+                                            ((2, 3), (3, 3)), ((2, 1), (2, 3))], ids=str)
+def test_sum_to_an_unreachable_shape_names_both_shapes(x_shape, shape):
+    pattern = rf"sum_to: cannot sum shape {re.escape(str(x_shape))} to shape " \
+              rf"{re.escape(str(shape))}"
+    with pytest.raises(ValueError, match=pattern):
+        F.sum_to(Variable(np.ones(x_shape)), shape)
 
 
 def test_reshape_and_broadcast_of_same_shape_return_the_input():
