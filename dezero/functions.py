@@ -841,11 +841,23 @@ def _check_labels(op, x, t):
                          f"(t has shape {t.shape}); give one label per row")
 
 
+def _check_class_ids(op, t, classes, of="classes"):
+    # numpy would read a negative id from the end (-1 is the last class) and a
+    # label past the end raises an IndexError that names no op.
+    if t.size == 0:
+        return
+    low, high = int(t.min()), int(t.max())
+    if low < 0 or high >= classes:
+        raise IndexError(f"{op}: id {low if low < 0 else high} is out of range for "
+                         f"{classes} {of}; ids must be in 0..{classes - 1}")
+
+
 class SoftmaxCrossEntropy(Function):
     """Mean over the batch of -log softmax(x)[i, t[i]]; x: (N, C), t: (N,) integers."""
 
     def forward(self, x, t):
         _check_labels(self.op_name, x, t)
+        _check_class_ids(self.op_name, t, x.shape[1])
         xp = cuda.get_array_module(x)
         # log softmax only where the labels pick it: x[i, t[i]] - logsumexp(x[i]).
         # Cheaper than the whole log-softmax matrix and .mean() on small batches.
@@ -988,6 +1000,7 @@ class Accuracy(Function):
     It is piecewise constant in y, so its gradient is zero: backward gives none."""
 
     def forward(self, y, t):
+        _check_class_ids(self.op_name, t, y.shape[1])
         pred = y.argmax(axis=1).reshape(t.shape)
         dtype = y.dtype if y.dtype.kind == "f" else np.float64
         return (pred == t).mean(dtype=dtype)
@@ -1116,6 +1129,7 @@ class EmbedID(Function):
     op_name = "embed_id"
 
     def forward(self, x, W):
+        _check_class_ids(self.op_name, x, len(W), of="rows of W (classes)")
         return W[x]
 
     def backward(self, gy):
@@ -1179,6 +1193,7 @@ def softmax_cross_entropy_simple(x, t):
     x, = _floating(x)
     t = as_variable(t)
     _check_labels("softmax_cross_entropy_simple", x, t)
+    _check_class_ids("softmax_cross_entropy_simple", t.data, x.shape[1])
     n = len(x)
     p = clip(softmax(x), 1e-15, 1.0)  # keeps log away from log(0)
     log_p = log(p)

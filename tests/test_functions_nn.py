@@ -213,6 +213,25 @@ def test_softmax_cross_entropy_accepts_column_labels_and_rejects_bad_ones():
         F.softmax_cross_entropy(x, LABELS.astype(np.float64))
 
 
+# op -> call with 3 classes (or 3 rows of W) and ids t; a negative id used to pick the
+# last class, one past the end an unnamed numpy IndexError.
+CLASS_ID_OPS = {
+    "softmax_cross_entropy": lambda t: F.softmax_cross_entropy(rng().randn(2, 3), t),
+    "softmax_cross_entropy_simple": lambda t: F.softmax_cross_entropy_simple(
+        rng().randn(2, 3), t),
+    "accuracy": lambda t: F.accuracy(rng().randn(2, 3), t),
+    "embed_id": lambda t: F.embed_id(t, rng().randn(3, 4)),
+}
+
+
+@pytest.mark.parametrize("bad", [-1, 3, 7])
+@pytest.mark.parametrize("op", sorted(CLASS_ID_OPS))
+def test_class_ids_out_of_range_name_the_op_the_id_and_the_classes(op, bad):
+    with pytest.raises(IndexError, match=rf"{op}: id {bad} is out of range for 3 .*0\.\.2"):
+        CLASS_ID_OPS[op](np.array([0, bad]))
+    CLASS_ID_OPS[op](np.array([0, 2]))  # the last class is fine
+
+
 def test_softmax_cross_entropy_gives_no_gradient_to_labels():
     t = Variable(LABELS)
     x = Variable(rng().randn(4, 3))
