@@ -521,13 +521,14 @@ class Min(Max):
 
 
 def _extreme_backward(f, gy):
-    # Every position equal to the extreme receives the gradient.
+    # Positions tied for the extreme share the gradient equally (PyTorch's amax):
+    # the gradient of a reduction sums to gy, as for any other choice of one.
     x, = f.inputs
     y = f.outputs[0]()
     shape = utils.max_backward_shape(x, f.axis)
-    gy = broadcast_to(reshape(gy, shape), x.shape)
     mask = Equal()(x, broadcast_to(reshape(y, shape), x.shape))
-    return gy * mask
+    ties = sum(mask, axis=f.axis, keepdims=True)
+    return broadcast_to(reshape(gy, shape) / ties, x.shape) * mask
 
 
 def max(x, axis=None, keepdims=False):

@@ -176,4 +176,5 @@ EXTRA_CALLS = {
     "pooling_with_indexes": lambda: Pooling2DWithIndexes(2, 2)(_x(1, 2, 4, 4),
                                                               _x(1, 2, 4, 4, seed=1)),
     "average_pooling": lambda: F.average_pooling(_x(1, 2, 4, 4), 2, 2),
+    "first_max_mask": lambda: F.pooling_simple(_x(1, 2, 4, 4), 2, 2),
 }

@@ -197,17 +197,46 @@ def test_get_item_on_operator_form():
     np.testing.assert_array_equal(x.grad.data, expected)
 
 
-@pytest.mark.parametrize("fn, expected", [
-    (lambda x: F.max(x, axis=1), [[0, 1, 1], [1, 1, 0]]),
-    (lambda x: F.min(x, axis=1), [[1, 0, 0], [0, 0, 1]]),
-    (lambda x: F.max(x), [[0, 1, 1], [0, 0, 0]]),
-    (lambda x: x.max(axis=0, keepdims=True), [[0, 1, 1], [1, 0, 0]]),
-])
-def test_max_min_gradient_goes_to_every_extreme(fn, expected):
-    x = Variable(np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 0.0]]))
+# name -> (dezero, torch) reductions; x below has ties for the maximum and minimum
+# in rows, columns and overall.
+TIED_EXTREMES = {
+    "max": (F.max, lambda a: a.amax()),
+    "max_axis1": (lambda x: F.max(x, axis=1), lambda a: a.amax(1)),
+    "max_axis0_keepdims": (lambda x: x.max(axis=0, keepdims=True),
+                           lambda a: a.amax(0, keepdim=True)),
+    "max_axes": (lambda x: F.max(x, axis=(0, 2)), lambda a: a.amax((0, 2))),
+    "min": (F.min, lambda a: a.amin()),
+    "min_axis1": (lambda x: F.min(x, axis=1), lambda a: a.amin(1)),
+    "min_axis-1_keepdims": (lambda x: F.min(x, axis=-1, keepdims=True),
+                            lambda a: a.amin(-1, keepdim=True)),
+}
+
+
+def _tied():
+    return np.array([[[1.0, 3.0, 3.0], [2.0, 2.0, 0.0]], [[3.0, 0.0, 3.0], [0.0, 1.0, 0.0]]])
+
+
+@pytest.mark.parametrize("name", TIED_EXTREMES)
+def test_max_min_share_the_gradient_among_ties_as_torch_amax(name):
+    torch = pytest.importorskip("torch")
+    fn, torch_fn = TIED_EXTREMES[name]
+    x = Variable(_tied())
     y = fn(x)
-    y.backward()
-    np.testing.assert_array_equal(x.grad.data, expected)
+    w = np.random.default_rng(3).uniform(0.5, 1.5, size=y.shape)
+    F.sum(y * w).backward(create_graph=True)
+    xt = torch.tensor(_tied(), requires_grad=True)
+    (torch_fn(xt) * torch.tensor(w)).sum().backward()
+    np.testing.assert_allclose(x.grad.data, xt.grad.numpy(), rtol=1e-12)
+    # The gradient of each reduction sums to its upstream gradient.
+    np.testing.assert_allclose(x.grad.data.sum(), w.sum(), rtol=1e-12)
+    assert x.grad.creator is not None  # written with functions: differentiable again
+
+
+def test_max_min_gradient_splits_ties_without_torch():
+    x = Variable(np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 0.0]], dtype=np.float32))
+    F.max(x, axis=1).backward()
+    np.testing.assert_array_equal(x.grad.data, [[0, 0.5, 0.5], [0.5, 0.5, 0]])
+    assert x.grad.dtype == np.float32
 
 
 def test_clip_gradient_is_zero_outside_the_range():
