@@ -123,11 +123,18 @@ class Pow(Function):
         self.c = c
 
     def forward(self, x):
-        return x ** self.c
+        return x ** _like(self.c, x)
 
     def backward(self, gy):
         x, = self.inputs
         return self.c * x ** (self.c - 1) * gy
+
+
+def _like(c, x):
+    """The Python number c as a numpy scalar of x's float dtype. numpy 1.x promotes
+    a 0-d float32 array meeting a Python float (x * 0.5, maximum(x, 0)) to float64;
+    numpy 2 and larger arrays keep float32. Other dtypes get c as it is."""
+    return x.dtype.type(c) if x.dtype.kind == "f" else c
 
 
 def pow(x, c):
@@ -301,7 +308,7 @@ class Clip(Function):
         self.x_max = x_max
 
     def forward(self, x):
-        return cuda.get_array_module(x).clip(x, self.x_min, self.x_max)
+        return cuda.get_array_module(x).clip(x, _like(self.x_min, x), _like(self.x_max, x))
 
     def backward(self, gy):
         x, = self.inputs
@@ -627,8 +634,8 @@ class Sigmoid(Function):
     cpp = "tanh({x} * 0.5) * 0.5 + 0.5"
 
     def forward(self, x):
-        xp = cuda.get_array_module(x)
-        return xp.tanh(x * 0.5) * 0.5 + 0.5
+        half = _like(0.5, x)
+        return cuda.get_array_module(x).tanh(x * half) * half + half
 
     def backward(self, gy):
         y = self.outputs[0]()
@@ -649,7 +656,7 @@ class ReLU(Function):
     cpp = "({x} > 0) ? {x} : 0"
 
     def forward(self, x):
-        return cuda.get_array_module(x).maximum(x, 0)
+        return cuda.get_array_module(x).maximum(x, _like(0, x))
 
     def backward(self, gy):
         x, = self.inputs
@@ -684,7 +691,7 @@ class LeakyReLU(Function):
         self.slope = slope
 
     def forward(self, x):
-        return cuda.get_array_module(x).where(x > 0, x, x * self.slope)
+        return cuda.get_array_module(x).where(x > 0, x, x * _like(self.slope, x))
 
     def backward(self, gy):
         x, = self.inputs
@@ -701,7 +708,7 @@ class LeakyReLUGrad(Function):
 
     def forward(self, x):
         # Built from a 0/1 mask so that no float64 array appears for float32 x.
-        return (x > 0).astype(x.dtype) * (1 - self.slope) + self.slope
+        return (x > 0).astype(x.dtype) * _like(1 - self.slope, x) + _like(self.slope, x)
 
     def backward(self, gy):
         return None
@@ -767,7 +774,7 @@ class Softplus(Function):
     cpp = "fmax({x}, 0) + log1p(exp(-fabs({x})))"
 
     def forward(self, x):
-        return cuda.get_array_module(x).logaddexp(0, x)
+        return cuda.get_array_module(x).logaddexp(_like(0, x), x)
 
     def backward(self, gy):
         x, = self.inputs
