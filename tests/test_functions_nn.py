@@ -181,6 +181,33 @@ def test_softmax_and_log_softmax_match_torch_with_large_logits():
             assert np.all(np.isfinite(y.data)) and np.all(np.isfinite(xv.grad.data))
 
 
+# name -> (dezero, torch) on float32 logits (N, C) and labels t
+LARGE_LOGITS = {
+    "log_softmax": (lambda x, t: F.log_softmax(x),
+                    lambda torch, x, t: torch.log_softmax(x, dim=1)),
+    "softmax_cross_entropy": (F.softmax_cross_entropy,
+                              lambda torch, x, t: torch.nn.functional.cross_entropy(x, t)),
+    "softmax_cross_entropy_simple": (F.softmax_cross_entropy_simple,
+                                     lambda torch, x, t: torch.nn.functional.cross_entropy(x,
+                                                                                           t)),
+}
+
+
+@pytest.mark.parametrize("offset", [1e5, -1e5, 3e6])
+@pytest.mark.parametrize("name", LARGE_LOGITS)
+def test_log_softmax_keeps_float32_precision_for_large_logits(name, offset):
+    # m + log(s) rounded to float32 near 1e5 is off by up to 0.004: the max must be
+    # subtracted before the log of the sum is.
+    torch = pytest.importorskip("torch")
+    fn, torch_fn = LARGE_LOGITS[name]
+    x = (rng().randn(6, 5) * 3 + offset).astype(np.float32)
+    t = np.array([0, 1, 2, 3, 4, 0])
+    y = fn(Variable(x), t)
+    want = torch_fn(torch, torch.tensor(x), torch.tensor(t)).numpy()
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y.data, want, rtol=0, atol=2e-6)
+
+
 # =============================================================================
 # Losses
 # =============================================================================
