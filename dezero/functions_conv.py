@@ -318,6 +318,12 @@ class Pooling(Function):
         self.kernel_size = pair(kernel_size)
         self.stride = pair(stride)
         self.pad = pair(pad)
+        half = tuple(k // 2 for k in self.kernel_size)
+        if any(p > h for p, h in zip(self.pad, half)):
+            # Windows of padding alone would have -inf (padding never wins) as maximum.
+            raise ValueError(f"pooling: pad {self.pad} is more than half the kernel "
+                             f"{self.kernel_size}; border windows would hold only "
+                             f"padding and give -inf. Use pad <= kernel_size // 2 = {half}")
 
     def forward(self, x):
         _check_image(self.op_name, x)

@@ -261,6 +261,16 @@ def test_shape_errors_name_the_op_and_the_shapes():
         F.col2im(np.zeros((5, 8)), (1, 2, 4, 4), 2)
 
 
+@pytest.mark.parametrize("kernel, pad", [(2, 2), (3, 2), ((3, 2), (1, 2)), (1, 1)], ids=str)
+def test_pooling_refuses_padding_beyond_half_the_kernel(kernel, pad):
+    # Such padding makes windows of padding alone, whose maximum was -inf.
+    with pytest.raises(ValueError, match=r"pooling: pad .* more than half the kernel .*-inf"):
+        F.pooling(rng(1).randn(1, 1, 4, 4), kernel, stride=1, pad=pad)
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RuntimeError, match="pad should be"):
+        torch.nn.functional.max_pool2d(torch.zeros(1, 1, 4, 4), kernel, 1, pad)
+
+
 def test_ops_keep_their_attrs_and_backward_needs_nothing_from_forward():
     x = Variable(rng(1).randn(1, 1, 4, 4))
     y = F.pooling(x, 2, stride=2)
