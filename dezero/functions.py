@@ -9,7 +9,7 @@ Sits on core.py; layers, optimizers and the tracer build on it.
 """
 import numpy as np
 
-from dezero import cuda, utils
+from dezero import core, cuda, utils
 from dezero.core import Config, Constant, Function, Variable, as_operand, as_variable, no_grad
 
 # =============================================================================
@@ -1078,14 +1078,15 @@ def batch_norm(x, gamma, beta, mean, var, decay=0.9, eps=2e-5):
     y = gamma * (x - mu) / sqrt(sigma2 + eps) + beta.
 
     In training (dezero.Config.train) mu and sigma2 are the batch's mean and
-    variance, and the running statistics are updated by assignment:
-        mean.data <- decay * mean + (1 - decay) * mu
-        var.data  <- decay * var + (1 - decay) * sigma2 * m / (m - 1)
+    variance, and the running statistics (shape (C,)) are updated:
+        mean <- decay * mean + (1 - decay) * mu
+        var  <- decay * var + (1 - decay) * sigma2 * m / (m - 1)
     with m the number of values per feature (the running variance is unbiased,
-    as in the book and in PyTorch). `mean` and `var` must then be Variables of
-    shape (C,): the book updated arrays in place, here the new values are
-    assigned, so that a traced step sees the write. In test mode `mean` and
-    `var` (Variables or arrays) are used as they are. gamma and beta: shape (C,).
+    as in the book and in PyTorch). A Variable gets its new value assigned to
+    `.data`, which a traced step sees as a state write; an array is updated in
+    place, as the book does, which only eager mode allows (a trace raises
+    TraceError). In test mode `mean` and `var` are used as they are.
+    gamma and beta: shape (C,).
 
     >>> with dezero.test_mode(): batch_norm(np.ones((1, 2)), np.ones(2), np.zeros(2),
     ...     np.ones(2), np.zeros(2)).data.round(3)
@@ -1111,11 +1112,13 @@ def batch_norm(x, gamma, beta, mean, var, decay=0.9, eps=2e-5):
         return xc * reshape(gamma, stat_shape) + reshape(beta, stat_shape)
 
     for name, v in (("mean", mean), ("var", var)):
-        if not isinstance(v, Variable):
-            raise TypeError(
-                f"batch_norm: in training the running {name} must be a Variable, since "
-                f"its new value is assigned to {name}.data; got {type(v).__name__}. "
-                f"Wrap it once and keep the Variable, e.g. {name} = Variable(array)")
+        if not isinstance(v, Variable) and core._tracer is not None:
+            from dezero.static.ir import TraceError
+            from dezero.static.tracer import where
+            raise TraceError(
+                f"batch_norm: the running {name} is a {type(v).__name__} in a traced run "
+                f"({where()}); its in-place update would not be replayed\n  fix: keep it "
+                f"in a Variable, e.g. {name} = Variable(array), as the BatchNorm layer does")
     m = x.size // channels
     # Batch statistics are outputs of Functions, so backward reaches them.
     mu = sum(x, axis=axes, keepdims=True) * (1 / m)
@@ -1126,10 +1129,13 @@ def batch_norm(x, gamma, beta, mean, var, decay=0.9, eps=2e-5):
 
     unbias = m / (m - 1) if m > 1 else 1.0
     with no_grad():
-        new_mean = mean * decay + reshape(mu, mean.shape) * (1 - decay)
-        new_var = var * decay + reshape(sigma2, var.shape) * ((1 - decay) * unbias)
-    mean.data = new_mean.data
-    var.data = new_var.data
+        new_mean = as_variable(mean) * decay + reshape(mu, mean.shape) * (1 - decay)
+        new_var = as_variable(var) * decay + reshape(sigma2, var.shape) * ((1 - decay) * unbias)
+    for stat, new in ((mean, new_mean), (var, new_var)):
+        if isinstance(stat, Variable):
+            stat.data = new.data
+        else:
+            stat[...] = new.data
     return y
 
 

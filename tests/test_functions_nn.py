@@ -468,15 +468,41 @@ def test_batch_norm_assigns_new_running_stats_and_keeps_float32():
     np.testing.assert_allclose(y.data.mean(axis=0), 0.0, atol=1e-5)
 
 
-def test_batch_norm_requires_variables_for_running_stats_in_training():
-    x = rng().randn(4, 2)
-    with pytest.raises(TypeError, match="running mean must be a Variable"):
-        F.batch_norm(x, np.ones(2), np.zeros(2), np.zeros(2), Variable(np.ones(2)))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_batch_norm_updates_array_running_stats_in_place_as_the_book(dtype):
+    # The book's own tests hand batch_nrom plain arrays in training.
+    x = rng().randn(6, 2).astype(dtype)
+    gamma, beta = np.ones(2, dtype), np.zeros(2, dtype)
+    mean, var = np.zeros(2, dtype), np.ones(2, dtype)
+    mean_v, var_v = Variable(np.zeros(2, dtype)), Variable(np.ones(2, dtype))
+    y = F.batch_nrom(x, gamma, beta, mean, var)
+    y_v = F.batch_norm(x, gamma, beta, mean_v, var_v)
+    np.testing.assert_array_equal(y.data, y_v.data)
+    np.testing.assert_array_equal(mean, mean_v.data)
+    np.testing.assert_array_equal(var, var_v.data)
+    np.testing.assert_allclose(mean, 0.1 * x.mean(axis=0), rtol=1e-5)
+    assert mean.dtype == var.dtype == dtype
     with pytest.raises(ValueError, match=r"gamma must have shape \(2,\)"):
-        F.batch_norm(x, np.ones(3), np.zeros(2), Variable(np.zeros(2)), Variable(np.ones(2)))
-    with dezero.test_mode():  # arrays are fine when nothing is written
-        F.batch_norm(x, np.ones(2), np.zeros(2), np.zeros(2), np.ones(2))
+        F.batch_norm(x, np.ones(3), beta, mean, var)
+    with dezero.test_mode():
+        F.batch_norm(x, gamma, beta, mean, var)
     assert F.batch_nrom is F.batch_norm
+
+
+def test_batch_norm_array_running_stats_raise_under_trace():
+    from dezero.static import TraceError
+    x = rng().randn(6, 2)
+    mean, var = np.zeros(2), Variable(np.ones(2))
+    step = dezero.trace(lambda x: F.batch_norm(x, np.ones(2), np.zeros(2), mean, var))
+    with pytest.raises(TraceError, match=r"running mean is a ndarray in a traced run.*"
+                                         r"\n  fix: .*mean = Variable\(array\)"):
+        step(Variable(x))
+    np.testing.assert_array_equal(mean, 0.0)  # nothing written
+    mean = Variable(np.zeros(2))  # as Variables, the same step traces and replays
+    for _ in range(3):
+        eager_mean = mean.data.copy() * 0.9 + 0.1 * x.mean(axis=0)
+        step(Variable(x))
+        np.testing.assert_allclose(mean.data, eager_mean, rtol=1e-12)
 
 
 def test_embed_id_matches_torch_with_repeated_ids():
