@@ -172,12 +172,18 @@ def array_allclose(a, b, rtol=1e-4, atol=1e-5):
 
 
 # =============================================================================
-# Drawing the dynamic graph: get_dot_graph, plot_dot_graph, render_dot
+# Drawing the dynamic graph: get_dot_graph, plot_dot_graph, render_dot, escape_dot
 # =============================================================================
 
 
+def escape_dot(text):
+    """text for a double-quoted DOT string: a backslash in a name (C:\\new) would
+    otherwise start an escape (\\n a line break), and a quote end the string."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
 def _dot_var(v, node_id, verbose):
-    label = "" if v.name is None else v.name.replace('"', '\\"')
+    label = "" if v.name is None else escape_dot(v.name)
     if verbose and v.data is not None:
         if v.name is not None:
             label += ": "
