@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from op_table import ROWS
 
+import dezero
 import dezero.functions as F
 from dezero import Variable
 from dezero.utils import gradient_check, numerical_grad
@@ -237,6 +238,48 @@ def test_max_min_gradient_splits_ties_without_torch():
     F.max(x, axis=1).backward()
     np.testing.assert_array_equal(x.grad.data, [[0, 0.5, 0.5], [0.5, 0.5, 0]])
     assert x.grad.dtype == np.float32
+
+
+# name -> (function, input maker); a traced run of the function and its gradient must
+# equal eager execution, call after call with new (tied, batched, large) inputs.
+def _ints(*shape, high=3):
+    return lambda r: r.integers(0, high, shape).astype(np.float32)
+
+
+REPLAYED = {
+    "max_ties": (lambda x: F.max(x, axis=1), _ints(4, 5)),
+    "min_ties_overall": (F.min, _ints(4, 5, high=2)),
+    "pooling_simple_ties": (lambda x: F.pooling_simple(x, 2, 2), _ints(2, 2, 4, 4)),
+    "linear_batched": (lambda x: F.linear(x, np.arange(6, dtype=np.float32).reshape(3, 2)) ** 2,
+                       lambda r: r.standard_normal((2, 4, 3)).astype(np.float32)),
+    "log_softmax_large": (F.log_softmax,
+                          lambda r: (r.standard_normal((4, 5)) + 1e5).astype(np.float32)),
+    "mean_squared_error_ints": (lambda x: F.mean_squared_error(x, np.ones((3, 2), np.int64)),
+                                lambda r: r.integers(0, 5, (3, 2))),
+}
+
+
+@pytest.mark.parametrize("name", REPLAYED)
+def test_trace_replays_as_eager(name, capsys):
+    fn, make = REPLAYED[name]
+
+    def step(x):
+        y = fn(x)
+        F.sum(y).backward()
+        return y, x.grad
+
+    traced = dezero.trace(step)
+    r = np.random.default_rng(0)
+    with dezero.static.debug(1):  # one line per recording
+        for _ in range(3):
+            a = make(r)
+            y, gx = step(Variable(a.copy()))
+            y_t, gx_t = traced(Variable(a.copy()))
+            assert y_t.dtype == y.dtype
+            np.testing.assert_array_equal(y_t.data, y.data)
+            if gx is not None:
+                np.testing.assert_allclose(gx_t.data, gx.data, rtol=1e-6)
+    assert capsys.readouterr().err.count("trace step") == 1  # the later calls replayed
 
 
 def test_clip_gradient_is_zero_outside_the_range():
