@@ -9,7 +9,7 @@ Sits on core.py; layers, optimizers and the tracer build on it.
 """
 import numpy as np
 
-from dezero import cuda, utils
+from dezero import core, cuda, utils
 from dezero.core import Config, Constant, Function, Variable, as_operand, as_variable, no_grad
 
 # =============================================================================
@@ -123,11 +123,18 @@ class Pow(Function):
         self.c = c
 
     def forward(self, x):
-        return x ** self.c
+        return x ** _like(self.c, x)
 
     def backward(self, gy):
         x, = self.inputs
         return self.c * x ** (self.c - 1) * gy
+
+
+def _like(c, x):
+    """The Python number c as a numpy scalar of x's float dtype. numpy 1.x promotes
+    a 0-d float32 array meeting a Python float (x * 0.5, maximum(x, 0)) to float64;
+    numpy 2 and larger arrays keep float32. Other dtypes get c as it is."""
+    return x.dtype.type(c) if x.dtype.kind == "f" else c
 
 
 def pow(x, c):
@@ -301,7 +308,7 @@ class Clip(Function):
         self.x_max = x_max
 
     def forward(self, x):
-        return cuda.get_array_module(x).clip(x, self.x_min, self.x_max)
+        return cuda.get_array_module(x).clip(x, _like(self.x_min, x), _like(self.x_max, x))
 
     def backward(self, gy):
         x, = self.inputs
@@ -521,13 +528,14 @@ class Min(Max):
 
 
 def _extreme_backward(f, gy):
-    # Every position equal to the extreme receives the gradient.
+    # Positions tied for the extreme share the gradient equally (PyTorch's amax):
+    # the gradient of a reduction sums to gy, as for any other choice of one.
     x, = f.inputs
     y = f.outputs[0]()
     shape = utils.max_backward_shape(x, f.axis)
-    gy = broadcast_to(reshape(gy, shape), x.shape)
     mask = Equal()(x, broadcast_to(reshape(y, shape), x.shape))
-    return gy * mask
+    ties = sum(mask, axis=f.axis, keepdims=True)
+    return broadcast_to(reshape(gy, shape) / ties, x.shape) * mask
 
 
 def max(x, axis=None, keepdims=False):
@@ -587,6 +595,9 @@ class Linear(Function):
 
     def forward(self, x, W, b=None):
         _check_matmul(self.op_name, x, W)
+        if W.ndim != 2:
+            raise ValueError(f"linear: W must be 2-d (in, out), got shape {W.shape}; "
+                             f"use matmul for a batch of weight matrices")
         y = x @ W
         return y if b is None else y + b
 
@@ -595,10 +606,16 @@ class Linear(Function):
         # A raw input batch (a Constant) needs no gradient: skipping it saves a
         # matmul as large as the forward one.
         gx = None if isinstance(x, Constant) else matmul(gy, W.T)
-        gW = None if isinstance(W, Constant) else matmul(x.T, gy)
+        gW = None if isinstance(W, Constant) else matmul(_rows(x).T, _rows(gy))
         if len(self.inputs) == 2:
             return gx, gW
         return gx, gW, sum_to(gy, self.inputs[2].shape)
+
+
+def _rows(x):
+    # Leading axes (N, T, ...) are all batch: flattened into rows, x.T @ gy sums
+    # over every row and gives gW the shape of W.
+    return x if x.ndim == 2 else reshape(x, (-1, x.shape[-1]))
 
 
 def linear(x, W, b=None):
@@ -617,8 +634,8 @@ class Sigmoid(Function):
     cpp = "tanh({x} * 0.5) * 0.5 + 0.5"
 
     def forward(self, x):
-        xp = cuda.get_array_module(x)
-        return xp.tanh(x * 0.5) * 0.5 + 0.5
+        half = _like(0.5, x)
+        return cuda.get_array_module(x).tanh(x * half) * half + half
 
     def backward(self, gy):
         y = self.outputs[0]()
@@ -639,7 +656,7 @@ class ReLU(Function):
     cpp = "({x} > 0) ? {x} : 0"
 
     def forward(self, x):
-        return cuda.get_array_module(x).maximum(x, 0)
+        return cuda.get_array_module(x).maximum(x, _like(0, x))
 
     def backward(self, gy):
         x, = self.inputs
@@ -674,7 +691,7 @@ class LeakyReLU(Function):
         self.slope = slope
 
     def forward(self, x):
-        return cuda.get_array_module(x).where(x > 0, x, x * self.slope)
+        return cuda.get_array_module(x).where(x > 0, x, x * _like(self.slope, x))
 
     def backward(self, gy):
         x, = self.inputs
@@ -691,7 +708,7 @@ class LeakyReLUGrad(Function):
 
     def forward(self, x):
         # Built from a 0/1 mask so that no float64 array appears for float32 x.
-        return (x > 0).astype(x.dtype) * (1 - self.slope) + self.slope
+        return (x > 0).astype(x.dtype) * _like(1 - self.slope, x) + _like(self.slope, x)
 
     def backward(self, gy):
         return None
@@ -736,7 +753,11 @@ class LogSoftmax(Function):
         self.axis = axis
 
     def forward(self, x):
-        return x - utils.logsumexp(x, self.axis)
+        xp = cuda.get_array_module(x)
+        # The max is subtracted first: x - (m + log s) would round m + log s to the
+        # spacing of m (0.008 in float32 at 1e5) before the difference.
+        shifted = x - x.max(axis=self.axis, keepdims=True)
+        return shifted - xp.log(xp.exp(shifted).sum(axis=self.axis, keepdims=True))
 
     def backward(self, gy):
         y = self.outputs[0]()
@@ -757,7 +778,7 @@ class Softplus(Function):
     cpp = "fmax({x}, 0) + log1p(exp(-fabs({x})))"
 
     def forward(self, x):
-        return cuda.get_array_module(x).logaddexp(0, x)
+        return cuda.get_array_module(x).logaddexp(_like(0, x), x)
 
     def backward(self, gy):
         x, = self.inputs
@@ -832,17 +853,30 @@ def _check_labels(op, x, t):
                          f"(t has shape {t.shape}); give one label per row")
 
 
+def _check_class_ids(op, t, classes, of="classes"):
+    # numpy would read a negative id from the end (-1 is the last class) and a
+    # label past the end raises an IndexError that names no op.
+    if t.size == 0:
+        return
+    low, high = int(t.min()), int(t.max())
+    if low < 0 or high >= classes:
+        raise IndexError(f"{op}: id {low if low < 0 else high} is out of range for "
+                         f"{classes} {of}; ids must be in 0..{classes - 1}")
+
+
 class SoftmaxCrossEntropy(Function):
     """Mean over the batch of -log softmax(x)[i, t[i]]; x: (N, C), t: (N,) integers."""
 
     def forward(self, x, t):
         _check_labels(self.op_name, x, t)
+        _check_class_ids(self.op_name, t, x.shape[1])
         xp = cuda.get_array_module(x)
         # log softmax only where the labels pick it: x[i, t[i]] - logsumexp(x[i]).
         # Cheaper than the whole log-softmax matrix and .mean() on small batches.
-        m = x.max(axis=1, keepdims=True)
-        logsumexp = xp.log(xp.exp(x - m).sum(axis=1)) + m[:, 0]
-        picked = x[xp.arange(len(x)), t.ravel()] - logsumexp
+        # The max goes first, as in LogSoftmax: (x - m) - log s, not x - (m + log s).
+        shifted = x - x.max(axis=1, keepdims=True)
+        log_s = xp.log(xp.exp(shifted).sum(axis=1))
+        picked = shifted[xp.arange(len(x)), t.ravel()] - log_s
         # Scaled by a scalar of x's dtype: the loss keeps float32 on numpy 1.x too.
         return -picked.sum() * x.dtype.type(1 / len(x))
 
@@ -860,6 +894,7 @@ def softmax_cross_entropy(x, t):
     >>> float(softmax_cross_entropy(np.zeros((2, 4)), np.array([0, 3])).data)  # log 4
     1.3862943611198906
     """
+    x, = _floating(x)
     return SoftmaxCrossEntropy()(x, t)
 
 
@@ -870,6 +905,16 @@ def _labels_like(t, x):
     if t.dtype != x.dtype:
         t = AsType(x.dtype.name)(t)
     return t
+
+
+def _floating(*xs):
+    """xs with integer or bool values cast to a float dtype: the dtype of a float
+    one among them, else float64. Losses scale by 1 / N, which integers would
+    round to 0 (or truncate)."""
+    xs = [as_variable(x) for x in xs]
+    floats = [x.dtype for x in xs if x.dtype.kind in "fc"]
+    dtype = floats[0] if floats else np.dtype(np.float64)
+    return [x if x.dtype.kind in "fc" else AsType(dtype.name)(x) for x in xs]
 
 
 def _paired(op, x, t, what):
@@ -902,7 +947,7 @@ def sigmoid_cross_entropy(x, t):
     >>> float(sigmoid_cross_entropy(np.zeros((2, 1)), np.array([[0], [1]])).data)  # log 2
     0.6931471805599453
     """
-    x = as_variable(x)
+    x, = _floating(x)
     t = as_variable(t)
     if x.ndim != t.ndim and t.size == x.size:
         t = reshape(t, x.shape)  # as in the book: labels (N,) for logits (N, 1)
@@ -919,7 +964,7 @@ def binary_cross_entropy(p, t):
     >>> float(binary_cross_entropy(np.array([0.5, 0.5]), np.array([0, 1])).data)  # log 2
     0.6931471805599453
     """
-    p = as_variable(p)
+    p, = _floating(p)
     t = as_variable(t)
     if p.ndim != t.ndim and t.size == p.size:
         t = reshape(t, p.shape)
@@ -952,8 +997,8 @@ def mean_squared_error(x0, x1):
     >>> float(mean_squared_error(np.array([[1.0], [3.0]]), np.array([[0.0], [0.0]])).data)
     5.0
     """
-    x0 = as_variable(x0)
-    x1 = _paired("mean_squared_error", x0, as_variable(as_operand(x1, x0)), "x1")
+    x0, x1 = _floating(x0, as_operand(x1, x0))
+    x1 = _paired("mean_squared_error", x0, x1, "x1")
     return MeanSquaredError()(x0, x1)
 
 
@@ -968,6 +1013,7 @@ class Accuracy(Function):
     It is piecewise constant in y, so its gradient is zero: backward gives none."""
 
     def forward(self, y, t):
+        _check_class_ids(self.op_name, t, y.shape[1])
         pred = y.argmax(axis=1).reshape(t.shape)
         dtype = y.dtype if y.dtype.kind == "f" else np.float64
         return (pred == t).mean(dtype=dtype)
@@ -1032,14 +1078,15 @@ def batch_norm(x, gamma, beta, mean, var, decay=0.9, eps=2e-5):
     y = gamma * (x - mu) / sqrt(sigma2 + eps) + beta.
 
     In training (dezero.Config.train) mu and sigma2 are the batch's mean and
-    variance, and the running statistics are updated by assignment:
-        mean.data <- decay * mean + (1 - decay) * mu
-        var.data  <- decay * var + (1 - decay) * sigma2 * m / (m - 1)
+    variance, and the running statistics (shape (C,)) are updated:
+        mean <- decay * mean + (1 - decay) * mu
+        var  <- decay * var + (1 - decay) * sigma2 * m / (m - 1)
     with m the number of values per feature (the running variance is unbiased,
-    as in the book and in PyTorch). `mean` and `var` must then be Variables of
-    shape (C,): the book updated arrays in place, here the new values are
-    assigned, so that a traced step sees the write. In test mode `mean` and
-    `var` (Variables or arrays) are used as they are. gamma and beta: shape (C,).
+    as in the book and in PyTorch). A Variable gets its new value assigned to
+    `.data`, which a traced step sees as a state write; an array is updated in
+    place, as the book does, which only eager mode allows (a trace raises
+    TraceError). In test mode `mean` and `var` are used as they are.
+    gamma and beta: shape (C,).
 
     >>> with dezero.test_mode(): batch_norm(np.ones((1, 2)), np.ones(2), np.zeros(2),
     ...     np.ones(2), np.zeros(2)).data.round(3)
@@ -1065,11 +1112,13 @@ def batch_norm(x, gamma, beta, mean, var, decay=0.9, eps=2e-5):
         return xc * reshape(gamma, stat_shape) + reshape(beta, stat_shape)
 
     for name, v in (("mean", mean), ("var", var)):
-        if not isinstance(v, Variable):
-            raise TypeError(
-                f"batch_norm: in training the running {name} must be a Variable, since "
-                f"its new value is assigned to {name}.data; got {type(v).__name__}. "
-                f"Wrap it once and keep the Variable, e.g. {name} = Variable(array)")
+        if not isinstance(v, Variable) and core._tracer is not None:
+            from dezero.static.ir import TraceError
+            from dezero.static.tracer import where
+            raise TraceError(
+                f"batch_norm: the running {name} is a {type(v).__name__} in a traced run "
+                f"({where()}); its in-place update would not be replayed\n  fix: keep it "
+                f"in a Variable, e.g. {name} = Variable(array), as the BatchNorm layer does")
     m = x.size // channels
     # Batch statistics are outputs of Functions, so backward reaches them.
     mu = sum(x, axis=axes, keepdims=True) * (1 / m)
@@ -1080,10 +1129,13 @@ def batch_norm(x, gamma, beta, mean, var, decay=0.9, eps=2e-5):
 
     unbias = m / (m - 1) if m > 1 else 1.0
     with no_grad():
-        new_mean = mean * decay + reshape(mu, mean.shape) * (1 - decay)
-        new_var = var * decay + reshape(sigma2, var.shape) * ((1 - decay) * unbias)
-    mean.data = new_mean.data
-    var.data = new_var.data
+        new_mean = as_variable(mean) * decay + reshape(mu, mean.shape) * (1 - decay)
+        new_var = as_variable(var) * decay + reshape(sigma2, var.shape) * ((1 - decay) * unbias)
+    for stat, new in ((mean, new_mean), (var, new_var)):
+        if isinstance(stat, Variable):
+            stat.data = new.data
+        else:
+            stat[...] = new.data
     return y
 
 
@@ -1096,6 +1148,7 @@ class EmbedID(Function):
     op_name = "embed_id"
 
     def forward(self, x, W):
+        _check_class_ids(self.op_name, x, len(W), of="rows of W (classes)")
         return W[x]
 
     def backward(self, gy):
@@ -1156,9 +1209,10 @@ def softmax_simple(x, axis=1):
 
 def softmax_cross_entropy_simple(x, t):
     """softmax_cross_entropy composed: -mean(log(clip(softmax(x)))[i, t[i]])."""
-    x = as_variable(x)
+    x, = _floating(x)
     t = as_variable(t)
     _check_labels("softmax_cross_entropy_simple", x, t)
+    _check_class_ids("softmax_cross_entropy_simple", t.data, x.shape[1])
     n = len(x)
     p = clip(softmax(x), 1e-15, 1.0)  # keeps log away from log(0)
     log_p = log(p)
@@ -1169,8 +1223,8 @@ def softmax_cross_entropy_simple(x, t):
 
 def mean_squared_error_simple(x0, x1):
     """mean_squared_error composed: sum((x0 - x1) ** 2) / len(x0)."""
-    x0 = as_variable(x0)
-    x1 = _paired("mean_squared_error_simple", x0, as_variable(as_operand(x1, x0)), "x1")
+    x0, x1 = _floating(x0, as_operand(x1, x0))
+    x1 = _paired("mean_squared_error_simple", x0, x1, "x1")
     diff = x0 - x1
     return sum(diff ** 2) * (1 / len(diff))
 

@@ -318,6 +318,12 @@ class Pooling(Function):
         self.kernel_size = pair(kernel_size)
         self.stride = pair(stride)
         self.pad = pair(pad)
+        half = tuple(k // 2 for k in self.kernel_size)
+        if any(p > h for p, h in zip(self.pad, half)):
+            # Windows of padding alone would have -inf (padding never wins) as maximum.
+            raise ValueError(f"pooling: pad {self.pad} is more than half the kernel "
+                             f"{self.kernel_size}; border windows would hold only "
+                             f"padding and give -inf. Use pad <= kernel_size // 2 = {half}")
 
     def forward(self, x):
         _check_image(self.op_name, x)
@@ -436,13 +442,27 @@ def average_pooling(x, kernel_size, stride=1, pad=0):
     return AveragePooling(kernel_size, stride, pad)(x)
 
 
+class FirstMaxMask(Function):
+    """1 at the first maximum of each row of x (N, K), 0 elsewhere (in x's dtype);
+    not differentiable."""
+
+    def forward(self, x):
+        xp = cuda.get_array_module(x)
+        return (x.argmax(axis=1)[:, None] == xp.arange(x.shape[1])).astype(x.dtype)
+
+    def backward(self, gy):
+        return None
+
+
 def pooling_simple(x, kernel_size, stride=1, pad=0):
-    """Max pooling composed of im2col, reshape and max (the book's first version);
-    unlike pooling, its padding is zeros."""
+    """Max pooling composed of im2col, reshape and a pick of each window's maximum
+    (the book's first version); unlike pooling, its padding is zeros."""
     x = as_variable(x)
     n, c, h, w = x.shape
     (kh, kw), (sh, sw), (ph, pw) = pair(kernel_size), pair(stride), pair(pad)
     oh, ow = get_conv_outsize(h, kh, sh, ph), get_conv_outsize(w, kw, sw, pw)
-    col = im2col(x, kernel_size, stride, pad, to_matrix=True)
-    y = col.reshape(-1, kh * kw).max(axis=1)
+    col = im2col(x, kernel_size, stride, pad, to_matrix=True).reshape(-1, kh * kw)
+    # Not max(col, axis=1), which shares a tied maximum's gradient: as in pooling,
+    # the first maximum of a window takes all of it.
+    y = sum(col * FirstMaxMask()(col), axis=1)
     return y.reshape(n, oh, ow, c).transpose(0, 3, 1, 2)

@@ -25,6 +25,10 @@ from dezero.files import atomic_file
 def sum_to(x, shape):
     """Sum the array x down to `shape`, undoing numpy broadcasting."""
     lead = x.ndim - len(shape)
+    if lead < 0 or any(n != 1 and n != x.shape[i + lead] for i, n in enumerate(shape)):
+        raise ValueError(f"sum_to: cannot sum shape {x.shape} to shape {tuple(shape)}; "
+                         f"the target must broadcast to {x.shape} (each of its axes "
+                         f"equal to the matching trailing axis, or 1)")
     lead_axes = tuple(range(lead))
     stretched = tuple(i + lead for i, n in enumerate(shape) if n == 1 and x.shape[i + lead] != 1)
     y = x.sum(lead_axes + stretched, keepdims=True)
@@ -168,12 +172,18 @@ def array_allclose(a, b, rtol=1e-4, atol=1e-5):
 
 
 # =============================================================================
-# Drawing the dynamic graph: get_dot_graph, plot_dot_graph, render_dot
+# Drawing the dynamic graph: get_dot_graph, plot_dot_graph, render_dot, escape_dot
 # =============================================================================
 
 
+def escape_dot(text):
+    """text for a double-quoted DOT string: a backslash in a name (C:\\new) would
+    otherwise start an escape (\\n a line break), and a quote end the string."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
 def _dot_var(v, node_id, verbose):
-    label = "" if v.name is None else v.name.replace('"', '\\"')
+    label = "" if v.name is None else escape_dot(v.name)
     if verbose and v.data is not None:
         if v.name is not None:
             label += ": "

@@ -128,6 +128,11 @@ ROWS = [
     Row("linear", F.linear, ((2, 3), (3, 4), (4,)), lambda x, W, b: x @ W + b,
         torch=lambda x, W, b: x @ W + b),
     Row("linear_nobias", F.linear, ((2, 3), (3, 4)), np.matmul, torch=lambda a, b: a @ b),
+    # (N, T, in) inputs: every leading axis is a batch axis, W stays (in, out).
+    Row("linear_batched", F.linear, ((2, 3, 4), (4, 5), (5,)), lambda x, W, b: x @ W + b,
+        torch=lambda x, W, b: x @ W + b),
+    Row("linear_batched_nobias", F.linear, ((3, 2, 2, 3), (3, 4)), np.matmul,
+        torch=lambda a, b: a @ b),
 ]
 
 
@@ -171,4 +176,5 @@ EXTRA_CALLS = {
     "pooling_with_indexes": lambda: Pooling2DWithIndexes(2, 2)(_x(1, 2, 4, 4),
                                                               _x(1, 2, 4, 4, seed=1)),
     "average_pooling": lambda: F.average_pooling(_x(1, 2, 4, 4), 2, 2),
+    "first_max_mask": lambda: F.pooling_simple(_x(1, 2, 4, 4), 2, 2),
 }

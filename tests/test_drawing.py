@@ -5,6 +5,7 @@ import os
 import numpy as np
 import pytest
 
+import dezero
 import dezero.functions as F
 from dezero import Variable, utils
 
@@ -47,6 +48,30 @@ def test_dot_labels_escape_quotes():
     x = Variable(np.ones(2), name='say "hi"')
     text = utils.get_dot_graph(F.sin(x), verbose=False)
     assert 'label="say \\"hi\\""' in text
+
+
+WINDOWS_PATH = "C:\\new\\table"  # unescaped, dot reads \n as a line break
+
+
+def test_dot_labels_escape_backslashes():
+    x = Variable(np.ones(2), name=WINDOWS_PATH)
+    text = utils.get_dot_graph(F.sin(x), verbose=False)
+    assert 'label="C:\\\\new\\\\table"' in text
+    assert utils.escape_dot('a\\"b') == 'a\\\\\\"b'
+
+
+def test_static_graph_dot_escapes_backslashes():
+    graph = dezero.trace(lambda x: F.exp(x)).lower(np.ones(2, np.float32))
+    graph.name = WINDOWS_PATH
+    assert graph.to_dot().startswith('digraph "C:\\\\new\\\\table" {')
+
+
+@needs_dot
+def test_names_with_backslashes_render_as_written(tmp_path):
+    x = Variable(np.ones(2), name=WINDOWS_PATH)
+    path = tmp_path / "graph.svg"
+    utils.plot_dot_graph(F.sin(x), verbose=False, to_file=str(path))
+    assert WINDOWS_PATH in path.read_text()
 
 
 def test_dot_extension_writes_text_without_graphviz(tmp_path, monkeypatch):

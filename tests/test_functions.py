@@ -1,9 +1,12 @@
 """Op tests driven by the op table (tests/op_table.py): forward against numpy,
 gradients against numerical ones, second derivatives, broadcasting and dtypes."""
+import re
+
 import numpy as np
 import pytest
 from op_table import ROWS
 
+import dezero
 import dezero.functions as F
 from dezero import Variable
 from dezero.utils import gradient_check, numerical_grad
@@ -195,17 +198,88 @@ def test_get_item_on_operator_form():
     np.testing.assert_array_equal(x.grad.data, expected)
 
 
-@pytest.mark.parametrize("fn, expected", [
-    (lambda x: F.max(x, axis=1), [[0, 1, 1], [1, 1, 0]]),
-    (lambda x: F.min(x, axis=1), [[1, 0, 0], [0, 0, 1]]),
-    (lambda x: F.max(x), [[0, 1, 1], [0, 0, 0]]),
-    (lambda x: x.max(axis=0, keepdims=True), [[0, 1, 1], [1, 0, 0]]),
-])
-def test_max_min_gradient_goes_to_every_extreme(fn, expected):
-    x = Variable(np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 0.0]]))
+# name -> (dezero, torch) reductions; x below has ties for the maximum and minimum
+# in rows, columns and overall.
+TIED_EXTREMES = {
+    "max": (F.max, lambda a: a.amax()),
+    "max_axis1": (lambda x: F.max(x, axis=1), lambda a: a.amax(1)),
+    "max_axis0_keepdims": (lambda x: x.max(axis=0, keepdims=True),
+                           lambda a: a.amax(0, keepdim=True)),
+    "max_axes": (lambda x: F.max(x, axis=(0, 2)), lambda a: a.amax((0, 2))),
+    "min": (F.min, lambda a: a.amin()),
+    "min_axis1": (lambda x: F.min(x, axis=1), lambda a: a.amin(1)),
+    "min_axis-1_keepdims": (lambda x: F.min(x, axis=-1, keepdims=True),
+                            lambda a: a.amin(-1, keepdim=True)),
+}
+
+
+def _tied():
+    return np.array([[[1.0, 3.0, 3.0], [2.0, 2.0, 0.0]], [[3.0, 0.0, 3.0], [0.0, 1.0, 0.0]]])
+
+
+@pytest.mark.parametrize("name", TIED_EXTREMES)
+def test_max_min_share_the_gradient_among_ties_as_torch_amax(name):
+    torch = pytest.importorskip("torch")
+    fn, torch_fn = TIED_EXTREMES[name]
+    x = Variable(_tied())
     y = fn(x)
-    y.backward()
-    np.testing.assert_array_equal(x.grad.data, expected)
+    w = np.random.default_rng(3).uniform(0.5, 1.5, size=y.shape)
+    F.sum(y * w).backward(create_graph=True)
+    xt = torch.tensor(_tied(), requires_grad=True)
+    (torch_fn(xt) * torch.tensor(w)).sum().backward()
+    np.testing.assert_allclose(x.grad.data, xt.grad.numpy(), rtol=1e-12)
+    # The gradient of each reduction sums to its upstream gradient.
+    np.testing.assert_allclose(x.grad.data.sum(), w.sum(), rtol=1e-12)
+    assert x.grad.creator is not None  # written with functions: differentiable again
+
+
+def test_max_min_gradient_splits_ties_without_torch():
+    x = Variable(np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 0.0]], dtype=np.float32))
+    F.max(x, axis=1).backward()
+    np.testing.assert_array_equal(x.grad.data, [[0, 0.5, 0.5], [0.5, 0.5, 0]])
+    assert x.grad.dtype == np.float32
+
+
+# name -> (function, input maker); a traced run of the function and its gradient must
+# equal eager execution, call after call with new (tied, batched, large) inputs.
+def _ints(*shape, high=3):
+    return lambda r: r.integers(0, high, shape).astype(np.float32)
+
+
+REPLAYED = {
+    "max_ties": (lambda x: F.max(x, axis=1), _ints(4, 5)),
+    "min_ties_overall": (F.min, _ints(4, 5, high=2)),
+    "pooling_simple_ties": (lambda x: F.pooling_simple(x, 2, 2), _ints(2, 2, 4, 4)),
+    "linear_batched": (lambda x: F.linear(x, np.arange(6, dtype=np.float32).reshape(3, 2)) ** 2,
+                       lambda r: r.standard_normal((2, 4, 3)).astype(np.float32)),
+    "log_softmax_large": (F.log_softmax,
+                          lambda r: (r.standard_normal((4, 5)) + 1e5).astype(np.float32)),
+    "mean_squared_error_ints": (lambda x: F.mean_squared_error(x, np.ones((3, 2), np.int64)),
+                                lambda r: r.integers(0, 5, (3, 2))),
+}
+
+
+@pytest.mark.parametrize("name", REPLAYED)
+def test_trace_replays_as_eager(name, capsys):
+    fn, make = REPLAYED[name]
+
+    def step(x):
+        y = fn(x)
+        F.sum(y).backward()
+        return y, x.grad
+
+    traced = dezero.trace(step)
+    r = np.random.default_rng(0)
+    with dezero.static.debug(1):  # one line per recording
+        for _ in range(3):
+            a = make(r)
+            y, gx = step(Variable(a.copy()))
+            y_t, gx_t = traced(Variable(a.copy()))
+            assert y_t.dtype == y.dtype
+            np.testing.assert_array_equal(y_t.data, y.data)
+            if gx is not None:
+                np.testing.assert_allclose(gx_t.data, gx.data, rtol=1e-6)
+    assert capsys.readouterr().err.count("trace step") == 1  # the later calls replayed
 
 
 def test_clip_gradient_is_zero_outside_the_range():
@@ -226,6 +300,11 @@ def test_matmul_shape_error_names_op_and_shapes():
         F.matmul(Variable(np.ones((2, 3))), Variable(np.ones((2, 4))))
 
 
+def test_linear_refuses_a_weight_that_is_not_2d():
+    with pytest.raises(ValueError, match=r"linear: W must be 2-d \(in, out\).*\(2, 3, 4\)"):
+        F.linear(Variable(np.ones((2, 2, 3))), Variable(np.ones((2, 3, 4))))
+
+
 def test_transpose_negative_axes_backward():
     x = Variable(np.arange(24.0).reshape(2, 3, 4))
     y = F.transpose(x, (-1, 0, 1))
@@ -239,6 +318,15 @@ def test_sum_negative_axis_and_axis_list():
     np.testing.assert_array_equal(F.sum(x, axis=-1).data, [3, 12])
     np.testing.assert_array_equal(F.sum(x, axis=[0, 1]).data, 15)
     assert gradient_check(lambda v: F.sum(v, axis=-1) * np.array([1.0, 2.0]), x.data)
+
+
+@pytest.mark.parametrize("x_shape, shape", [((2, 3), (4,)), ((2, 3), (2,)), ((3,), (2, 3)),
+                                            ((2, 3), (3, 3)), ((2, 1), (2, 3))], ids=str)
+def test_sum_to_an_unreachable_shape_names_both_shapes(x_shape, shape):
+    pattern = rf"sum_to: cannot sum shape {re.escape(str(x_shape))} to shape " \
+              rf"{re.escape(str(shape))}"
+    with pytest.raises(ValueError, match=pattern):
+        F.sum_to(Variable(np.ones(x_shape)), shape)
 
 
 def test_reshape_and_broadcast_of_same_shape_return_the_input():

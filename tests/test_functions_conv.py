@@ -221,6 +221,25 @@ def test_simple_versions_agree():
     np.testing.assert_array_equal(F.pooling_simple(x, 2, 1).data, F.pooling(x, 2, 1).data)
 
 
+def test_pooling_simple_agrees_with_pooling_and_torch_on_tied_maxima():
+    # Windows with several equal maxima: the first takes the whole gradient, in
+    # pooling, pooling_simple and torch's max_pool2d alike.
+    torch = pytest.importorskip("torch")
+    x = rng(1).randint(0, 3, (2, 2, 5, 4)).astype(np.float64)
+    w = rng(2).randn(2, 2, 2, 2)
+    grads = []
+    for pool in (F.pooling, F.pooling_simple):
+        xv = Variable(x.copy())
+        y = pool(xv, 2, stride=2)
+        F.sum(y * w).backward()
+        np.testing.assert_array_equal(y.data, F.pooling(x, 2, stride=2).data)
+        grads.append(xv.grad.data)
+    xt = torch.tensor(x, requires_grad=True)
+    (torch.nn.functional.max_pool2d(xt, 2, 2) * torch.tensor(w)).sum().backward()
+    np.testing.assert_array_equal(grads[0], xt.grad.numpy())
+    np.testing.assert_array_equal(grads[1], xt.grad.numpy())
+
+
 # =============================================================================
 # Errors and plumbing
 # =============================================================================
@@ -240,6 +259,16 @@ def test_shape_errors_name_the_op_and_the_shapes():
         F.deconv2d(x, np.zeros((2, 1, 2, 2)), stride=2, outsize=(11, 11))
     with pytest.raises(ValueError, match="col2im: columns of shape"):
         F.col2im(np.zeros((5, 8)), (1, 2, 4, 4), 2)
+
+
+@pytest.mark.parametrize("kernel, pad", [(2, 2), (3, 2), ((3, 2), (1, 2)), (1, 1)], ids=str)
+def test_pooling_refuses_padding_beyond_half_the_kernel(kernel, pad):
+    # Such padding makes windows of padding alone, whose maximum was -inf.
+    with pytest.raises(ValueError, match=r"pooling: pad .* more than half the kernel .*-inf"):
+        F.pooling(rng(1).randn(1, 1, 4, 4), kernel, stride=1, pad=pad)
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RuntimeError, match="pad should be"):
+        torch.nn.functional.max_pool2d(torch.zeros(1, 1, 4, 4), kernel, 1, pad)
 
 
 def test_ops_keep_their_attrs_and_backward_needs_nothing_from_forward():

@@ -181,6 +181,33 @@ def test_softmax_and_log_softmax_match_torch_with_large_logits():
             assert np.all(np.isfinite(y.data)) and np.all(np.isfinite(xv.grad.data))
 
 
+# name -> (dezero, torch) on float32 logits (N, C) and labels t
+LARGE_LOGITS = {
+    "log_softmax": (lambda x, t: F.log_softmax(x),
+                    lambda torch, x, t: torch.log_softmax(x, dim=1)),
+    "softmax_cross_entropy": (F.softmax_cross_entropy,
+                              lambda torch, x, t: torch.nn.functional.cross_entropy(x, t)),
+    "softmax_cross_entropy_simple": (F.softmax_cross_entropy_simple,
+                                     lambda torch, x, t: torch.nn.functional.cross_entropy(x,
+                                                                                           t)),
+}
+
+
+@pytest.mark.parametrize("offset", [1e5, -1e5, 3e6])
+@pytest.mark.parametrize("name", LARGE_LOGITS)
+def test_log_softmax_keeps_float32_precision_for_large_logits(name, offset):
+    # m + log(s) rounded to float32 near 1e5 is off by up to 0.004: the max must be
+    # subtracted before the log of the sum is.
+    torch = pytest.importorskip("torch")
+    fn, torch_fn = LARGE_LOGITS[name]
+    x = (rng().randn(6, 5) * 3 + offset).astype(np.float32)
+    t = np.array([0, 1, 2, 3, 4, 0])
+    y = fn(Variable(x), t)
+    want = torch_fn(torch, torch.tensor(x), torch.tensor(t)).numpy()
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y.data, want, rtol=0, atol=2e-6)
+
+
 # =============================================================================
 # Losses
 # =============================================================================
@@ -211,6 +238,25 @@ def test_softmax_cross_entropy_accepts_column_labels_and_rejects_bad_ones():
         F.softmax_cross_entropy(x, LABELS[:3])
     with pytest.raises(TypeError, match="integer class labels"):
         F.softmax_cross_entropy(x, LABELS.astype(np.float64))
+
+
+# op -> call with 3 classes (or 3 rows of W) and ids t; a negative id used to pick the
+# last class, one past the end an unnamed numpy IndexError.
+CLASS_ID_OPS = {
+    "softmax_cross_entropy": lambda t: F.softmax_cross_entropy(rng().randn(2, 3), t),
+    "softmax_cross_entropy_simple": lambda t: F.softmax_cross_entropy_simple(
+        rng().randn(2, 3), t),
+    "accuracy": lambda t: F.accuracy(rng().randn(2, 3), t),
+    "embed_id": lambda t: F.embed_id(t, rng().randn(3, 4)),
+}
+
+
+@pytest.mark.parametrize("bad", [-1, 3, 7])
+@pytest.mark.parametrize("op", sorted(CLASS_ID_OPS))
+def test_class_ids_out_of_range_name_the_op_the_id_and_the_classes(op, bad):
+    with pytest.raises(IndexError, match=rf"{op}: id {bad} is out of range for 3 .*0\.\.2"):
+        CLASS_ID_OPS[op](np.array([0, bad]))
+    CLASS_ID_OPS[op](np.array([0, 2]))  # the last class is fine
 
 
 def test_softmax_cross_entropy_gives_no_gradient_to_labels():
@@ -281,6 +327,37 @@ def test_mean_squared_error_pairs_shapes_that_differ_only_by_unit_axes():
     np.testing.assert_allclose(loss.data, 2.25)
     np.testing.assert_allclose(y.grad.data, [[3.0]])
     assert F.mean_squared_error_simple(y, np.array([0.5])).data == 2.25
+
+
+# name -> (loss, integer inputs); the float64 versions of the same inputs are the
+# reference. A scale 1 / N cast to an integer dtype gave a loss of 0.
+INTEGER_INPUTS = {
+    "mean_squared_error": (F.mean_squared_error, [[1], [3]], [[0], [0]]),
+    "mean_squared_error_simple": (F.mean_squared_error_simple, [[1], [3]], [[0], [0]]),
+    "softmax_cross_entropy": (F.softmax_cross_entropy, [[1, 2], [3, 0]], None),
+    "softmax_cross_entropy_simple": (F.softmax_cross_entropy_simple, [[1, 2], [3, 0]], None),
+    "sigmoid_cross_entropy": (F.sigmoid_cross_entropy, [[1], [-2]], [0, 1]),
+    "binary_cross_entropy": (F.binary_cross_entropy, [[1], [0]], [0, 1]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INTEGER_INPUTS))
+def test_losses_of_integer_inputs_are_computed_in_floating_point(name):
+    loss, x, t = INTEGER_INPUTS[name]
+    t = np.array([0, 1]) if t is None else np.array(t)  # class labels stay integers
+    got = loss(np.array(x), t)
+    want = loss(np.array(x, dtype=np.float64),
+                t if "softmax" in name else t.astype(np.float64))
+    assert got.dtype == np.float64 and float(got.data) > 0
+    np.testing.assert_allclose(got.data, want.data, rtol=1e-12)
+
+
+def test_integer_targets_keep_a_float32_loss_float32():
+    x = Variable(np.array([[1.0], [3.0]], dtype=np.float32))
+    loss = F.mean_squared_error(x, np.array([[0], [0]]))
+    loss.backward()
+    assert loss.dtype == x.grad.dtype == np.float32 and float(loss.data) == 5.0
+    assert F.binary_cross_entropy(x * 0.25, np.array([[0], [1]])).dtype == np.float32
 
 
 def test_simple_versions_agree_with_the_fused_ones():
@@ -391,15 +468,41 @@ def test_batch_norm_assigns_new_running_stats_and_keeps_float32():
     np.testing.assert_allclose(y.data.mean(axis=0), 0.0, atol=1e-5)
 
 
-def test_batch_norm_requires_variables_for_running_stats_in_training():
-    x = rng().randn(4, 2)
-    with pytest.raises(TypeError, match="running mean must be a Variable"):
-        F.batch_norm(x, np.ones(2), np.zeros(2), np.zeros(2), Variable(np.ones(2)))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_batch_norm_updates_array_running_stats_in_place_as_the_book(dtype):
+    # The book's own tests hand batch_nrom plain arrays in training.
+    x = rng().randn(6, 2).astype(dtype)
+    gamma, beta = np.ones(2, dtype), np.zeros(2, dtype)
+    mean, var = np.zeros(2, dtype), np.ones(2, dtype)
+    mean_v, var_v = Variable(np.zeros(2, dtype)), Variable(np.ones(2, dtype))
+    y = F.batch_nrom(x, gamma, beta, mean, var)
+    y_v = F.batch_norm(x, gamma, beta, mean_v, var_v)
+    np.testing.assert_array_equal(y.data, y_v.data)
+    np.testing.assert_array_equal(mean, mean_v.data)
+    np.testing.assert_array_equal(var, var_v.data)
+    np.testing.assert_allclose(mean, 0.1 * x.mean(axis=0), rtol=1e-5)
+    assert mean.dtype == var.dtype == dtype
     with pytest.raises(ValueError, match=r"gamma must have shape \(2,\)"):
-        F.batch_norm(x, np.ones(3), np.zeros(2), Variable(np.zeros(2)), Variable(np.ones(2)))
-    with dezero.test_mode():  # arrays are fine when nothing is written
-        F.batch_norm(x, np.ones(2), np.zeros(2), np.zeros(2), np.ones(2))
+        F.batch_norm(x, np.ones(3), beta, mean, var)
+    with dezero.test_mode():
+        F.batch_norm(x, gamma, beta, mean, var)
     assert F.batch_nrom is F.batch_norm
+
+
+def test_batch_norm_array_running_stats_raise_under_trace():
+    from dezero.static import TraceError
+    x = rng().randn(6, 2)
+    mean, var = np.zeros(2), Variable(np.ones(2))
+    step = dezero.trace(lambda x: F.batch_norm(x, np.ones(2), np.zeros(2), mean, var))
+    with pytest.raises(TraceError, match=r"running mean is a ndarray in a traced run.*"
+                                         r"\n  fix: .*mean = Variable\(array\)"):
+        step(Variable(x))
+    np.testing.assert_array_equal(mean, 0.0)  # nothing written
+    mean = Variable(np.zeros(2))  # as Variables, the same step traces and replays
+    for _ in range(3):
+        eager_mean = mean.data.copy() * 0.9 + 0.1 * x.mean(axis=0)
+        step(Variable(x))
+        np.testing.assert_allclose(mean.data, eager_mean, rtol=1e-12)
 
 
 def test_embed_id_matches_torch_with_repeated_ids():

@@ -67,6 +67,18 @@ def test_linear_gradients():
     check_grads(lambda: layer(x), [x, layer.W, layer.b])
 
 
+def test_linear_on_batched_sequences_keeps_W_two_dimensional():
+    # (N, T, in) as PyTorch's nn.Linear takes it: gradients of x, W and b, and an
+    # optimizer step leaves W (in, out).
+    layer = L.Linear(3, dtype=np.float64)
+    x = rand(2, 4, 5)
+    assert layer(x).shape == (2, 4, 3) and layer.W.shape == (5, 3)
+    layer.b.data = np.random.RandomState(2).randn(3)
+    check_grads(lambda: layer(x), [x, layer.W, layer.b])
+    dezero.optimizers.SGD(lr=0.1).setup(layer).update()
+    assert layer.W.shape == (5, 3) and layer.b.shape == (3,)
+
+
 def test_linear_nobias_gradients():
     layer = L.Linear(3, nobias=True, dtype=np.float64, in_size=5)
     assert layer.b is None and [p.name for p in layer.params()] == ["W"]

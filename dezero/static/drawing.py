@@ -7,6 +7,7 @@ octagons, and state writes dashed orange nodes fed by dashed red edges.
     graph.plot("step.svg")
 """
 from dezero.static.ir import StaticGraph, format_attr
+from dezero.utils import escape_dot
 
 # =============================================================================
 # DOT text: graph_to_dot
@@ -24,18 +25,17 @@ _STYLE = {
 
 
 def graph_to_dot(graph: StaticGraph) -> str:
-    lines = [f'digraph "{graph.name}" {{', "  rankdir=TB;"]
+    lines = [f'digraph "{escape_dot(graph.name)}" {{', "  rankdir=TB;"]
     for i, node in enumerate(graph.nodes):
         if node.kind in ("input", "state", "const"):
             v = node.outputs[0]
             label = f"{v.name}: {v.type}"
             if node.kind == "state" and node.attrs.get("field") == "grad":
-                label += f"\\n({node.attrs['of']}.grad)"
+                label += f"\\n({escape_dot(node.attrs['of'])}.grad)"
             lines.append(f'  "{v.name}" [label="{label}", {_STYLE[node.kind]}];')
         elif node.kind == "op":
             attrs = ", ".join(f"{k}={format_attr(a)}" for k, a in sorted(node.attrs.items()))
-            label = node.op + (f"\\n[{attrs}]" if attrs else "")
-            label = label.replace('"', '\\"')
+            label = node.op + (f"\\n[{escape_dot(attrs)}]" if attrs else "")
             lines.append(f'  "op{i}" [label="{label}", {_STYLE["op"]}];')
             for v in node.inputs:
                 lines.append(f'  "{v.name}" -> "op{i}";')
@@ -52,7 +52,7 @@ def graph_to_dot(graph: StaticGraph) -> str:
                 target = node.inputs[0].name + (".grad" if field == "grad" else "")
             source = node.inputs[-1].name if field == "attr" or len(node.inputs) > 1 \
                 else None
-            lines.append(f'  "write{i}" [label="{target} <-", {_STYLE["write"]}];')
+            lines.append(f'  "write{i}" [label="{escape_dot(target)} <-", {_STYLE["write"]}];')
             if source is not None:
                 lines.append(f'  "{source}" -> "write{i}" [style=dashed, color=red];')
         elif node.kind == "output":
