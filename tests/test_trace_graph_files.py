@@ -329,3 +329,12 @@ def test_infinities_and_nan_save_load_and_replay(tmp_path):
             np.testing.assert_array_equal(got.data, want.data)
         for got, want in zip(loaded.interpret(x), eager):
             np.testing.assert_array_equal(got.data, want.data)
+
+
+def test_save_refuses_what_load_would_refuse(tmp_path):
+    graph, _ = small_graph()
+    graph.of_kind("op")[0].attrs["extra"] = 1
+    with pytest.raises(GraphFileError, match=r"cannot save graph f: nodes\[5\]\.attrs: "
+                                             r"unexpected key 'extra' \(keys: slices\)"):
+        graph.save(str(tmp_path / "g"))
+    assert not (tmp_path / "g.json").exists()

@@ -359,6 +359,10 @@ def save(graph: StaticGraph, path: str) -> None:
                    "arrays_sha256": hashlib.sha256(blob).hexdigest(),
                    "nodes": nodes, "out_tree": _tree_to_json(graph.out_tree)}
     text = json.dumps(description, indent=1, allow_nan=False)
+    try:  # a graph that saves also loads: refuse here what load() would refuse
+        _build(json.loads(text), arrays)
+    except GraphFileError as e:
+        raise GraphFileError(f"cannot save graph {graph.name}: {e}") from None
     directory = os.path.dirname(os.path.abspath(json_path))
     os.makedirs(directory, exist_ok=True)
     # Arrays first: the description names their hash, so a crash between the two
