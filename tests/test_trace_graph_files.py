@@ -338,3 +338,11 @@ def test_save_refuses_what_load_would_refuse(tmp_path):
                                              r"unexpected key 'extra' \(keys: slices\)"):
         graph.save(str(tmp_path / "g"))
     assert not (tmp_path / "g.json").exists()
+
+
+def test_a_crafted_name_stays_inside_its_quotes_in_the_drawing(saved):
+    path, description, _ = saved
+    description["name"] = 'f" {node [image="/etc/passwd"]} digraph "g'
+    path.write_text(json.dumps(description))
+    dot = dezero.static.load(str(path)).to_dot()
+    assert dot.splitlines()[0] == 'digraph "f___node__image___etc_passwd____digraph__g" {'

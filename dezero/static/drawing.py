@@ -6,7 +6,7 @@ octagons, and state writes dashed orange nodes fed by dashed red edges.
 
     graph.plot("step.svg")
 """
-from dezero.static.ir import StaticGraph, format_attr
+from dezero.static.ir import StaticGraph, format_attr, identifier
 
 # =============================================================================
 # DOT text: graph_to_dot
@@ -24,7 +24,8 @@ _STYLE = {
 
 
 def graph_to_dot(graph: StaticGraph) -> str:
-    lines = [f'digraph "{graph.name}" {{', "  rankdir=TB;"]
+    # The graph's name may come from a file: only an identifier made from it is quoted.
+    lines = [f'digraph "{identifier(graph.name, "graph")}" {{', "  rankdir=TB;"]
     for i, node in enumerate(graph.nodes):
         if node.kind in ("input", "state", "const"):
             v = node.outputs[0]
