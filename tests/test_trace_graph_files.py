@@ -13,6 +13,7 @@ import dezero.layers as L
 from dezero import Variable
 from dezero.static import GraphError, GraphFileError
 from dezero.static.backends.pycode import generate
+from dezero.static.saving import Field, encode_attr, read_attr
 
 # Code that leaves a trace if it ever runs: a file in the working directory.
 RUN_MARKER = "PWNED"
@@ -346,3 +347,19 @@ def test_a_crafted_name_stays_inside_its_quotes_in_the_drawing(saved):
     path.write_text(json.dumps(description))
     dot = dezero.static.load(str(path)).to_dot()
     assert dot.splitlines()[0] == 'digraph "f___node__image___etc_passwd____digraph__g" {'
+
+
+@pytest.mark.parametrize("value", [
+    np.array([np.nan, 1.0, -np.inf], np.float32), np.float16(np.inf), np.array(3, np.int8),
+    np.zeros((0, 3)), (slice(1, None), Ellipsis, None, -2), np.dtype("int32"), [1, 2.5],
+    np.array([[True], [False]]), float("nan"),
+])
+def test_attribute_encodings_round_trip_through_strict_json(value):
+    text = json.dumps(encode_attr(value), allow_nan=False)
+    decoded = read_attr(json.loads(text), Field("attrs.x"))
+    assert type(decoded) is type(value)
+    if isinstance(value, (np.ndarray, np.generic, float)):
+        np.testing.assert_array_equal(decoded, value)
+        assert np.asarray(decoded).dtype == np.asarray(value).dtype
+    else:
+        assert decoded == value
