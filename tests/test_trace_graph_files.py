@@ -231,7 +231,7 @@ def op_node(d, op):
     (lambda d: d["nodes"][1]["outputs"][0].update(name="x"),
      r"nodes\[1\]\.outputs\[0\]\.name: expected a name no earlier node defines, got str 'x'"),
     (lambda d: d["nodes"][0]["outputs"][0].update(shape=[3, -3]),
-     r"nodes\[0\]\.outputs\[0\]\.shape\[1\]: expected int in \[0, "),
+     r"nodes\[0\]\.outputs\[0\]\.shape\[1\]: expected int in \[0, 281474976710656\]"),
     (lambda d: d["nodes"][0]["outputs"][0].update(dtype="object"),
      r"nodes\[0\]\.outputs\[0\]\.dtype: expected one of bool, int8, "),
     (lambda d: op_node(d, "sum").update(op="eval"), r"nodes\[8\]\.op: expected a registered op"),
@@ -363,3 +363,10 @@ def test_attribute_encodings_round_trip_through_strict_json(value):
         assert np.asarray(decoded).dtype == np.asarray(value).dtype
     else:
         assert decoded == value
+
+
+def test_a_shape_too_large_for_numpy_is_refused_at_load():
+    huge = {"$array": [], "dtype": "float32", "shape": [0, 2**40, 2**40]}
+    with pytest.raises(GraphFileError, match=r"attrs\.x\.shape: expected at most 32 "
+                                             r"dimensions and 2\*\*48 elements, got list"):
+        read_attr(huge, Field("attrs.x"))

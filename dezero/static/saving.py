@@ -214,8 +214,11 @@ class Field:
         return np.dtype(self.one_of(value, DTYPES))
 
     def shape(self, value) -> tuple:
-        dims = self.expect(self.items(value), len(value) <= 32, "at most 32 dimensions")
-        return tuple(self[i].integer(n, 0, 2**62) for i, n in enumerate(dims))
+        dims = tuple(self[i].integer(n, 0, 2**48) for i, n in enumerate(self.items(value)))
+        # numpy refuses a shape whose nonzero dims multiply past its index range
+        self.expect(value, len(dims) <= 32 and math.prod(max(n, 1) for n in dims) <= 2**48,
+                    "at most 32 dimensions and 2**48 elements")
+        return dims
 
     def number(self, value, dtype: np.dtype):
         """A number of dtype's kind in its range: a bool, an int, or a float (which may
