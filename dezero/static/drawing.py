@@ -25,6 +25,7 @@ _STYLE = {
 
 
 def graph_to_dot(graph: StaticGraph) -> str:
+    # The name may come from a file: escaped, it stays inside its quotes.
     lines = [f'digraph "{escape_dot(graph.name)}" {{', "  rankdir=TB;"]
     for i, node in enumerate(graph.nodes):
         if node.kind in ("input", "state", "const"):

@@ -8,8 +8,11 @@ a flat, topologically ordered list of Nodes; each Node names its inputs by Value
 """
 from __future__ import annotations
 
+import builtins
 import keyword
+import math
 import re
+import unicodedata
 
 import numpy as np
 
@@ -120,24 +123,66 @@ def read_slot(obj, field: str):
 
 
 def letter_name(n: int) -> str:
-    """0 -> 'a', 25 -> 'z', 26 -> 'ba': the names a jaxpr gives its values."""
+    """0 -> 'a', 25 -> 'z', 26 -> 'ba': the names a jaxpr gives its values ('id_' and
+    'if_' where the letters spell a builtin or a keyword)."""
     letters = []
     while True:
         letters.append(chr(ord("a") + n % 26))
         n //= 26
         if n == 0:
-            return "".join(reversed(letters))
+            name = "".join(reversed(letters))
+            return name if is_source_name(name) else name + "_"
+
+
+# =============================================================================
+# Names and literals of generated code: is_source_name, identifier, source_literal
+# =============================================================================
+
+# Generated code may call any builtin (float("nan")) and names its own helpers with
+# a leading '_' (_xp, _arr), so its variables may be neither.
+_BUILTINS = frozenset(name for name in vars(builtins) if not name.startswith("_"))
+
+
+def is_source_name(text) -> bool:
+    """True for a name generated code may bind: an identifier in normal form (the
+    parser folds 'ｐｒｉｎｔ' to 'print'), no keyword, no builtin, no leading '_'."""
+    return isinstance(text, str) and text.isidentifier() and not text.startswith("_") \
+        and unicodedata.normalize("NFKC", text) == text and text not in _BUILTINS \
+        and not keyword.iskeyword(text) and not keyword.issoftkeyword(text)
 
 
 def identifier(text: str | None, default: str) -> str:
-    """A Python identifier for a name (values become variables of the replay code);
-    never starting with '_', which the replay code keeps for its own globals."""
-    text = re.sub(r"\W", "_", text or "").lstrip("_0123456789")
-    if not text:
-        text = default
-    if keyword.iskeyword(text) or keyword.issoftkeyword(text):
+    """A name generated code may bind (is_source_name), made from any text: values
+    become variables of the replay code."""
+    text = re.sub(r"\W", "_", unicodedata.normalize("NFKC", text or ""))
+    if not text.isidentifier():  # \w admits a few characters identifiers do not
+        text = re.sub(r"[^0-9A-Za-z_]", "_", text)
+    text = text.lstrip("_0123456789") or default
+    if not is_source_name(text):  # a keyword or builtin: 'sum' -> 'sum_'
         text += "_"
-    return text
+    return text if is_source_name(text) else default
+
+
+def source_literal(value) -> str | None:
+    """Python source for a plain value (None, bool, int, float, tuples of them),
+    re-rendered from its type, or None for any other value: generated code holds
+    no other literal."""
+    if value is None or type(value) in (bool, int):
+        return repr(value)
+    if type(value) is float:
+        return repr(value) if math.isfinite(value) else f"float('{value}')"
+    if type(value) is tuple:
+        parts = [source_literal(v) for v in value]
+        if None in parts:
+            return None
+        return f"({parts[0]},)" if len(parts) == 1 else f"({', '.join(parts)})"
+    return None
+
+
+def printable(text: str) -> str:
+    """text with line breaks and other unprintable characters escaped: safe to put on
+    one line of a comment in generated code."""
+    return text if text.isprintable() else repr(text)[1:-1]
 
 
 # =============================================================================
@@ -146,8 +191,11 @@ def identifier(text: str | None, default: str) -> str:
 
 
 def format_attr(value) -> str:
+    """An attribute as the printed graph shows it ('1:', '(0, 2)', 'float32'), on one
+    line: whatever the value, the text holds no line break."""
     if isinstance(value, slice):
-        parts = ["" if p is None else str(p) for p in (value.start, value.stop, value.step)]
+        parts = ["" if p is None else format_attr(p) for p in (value.start, value.stop,
+                                                                value.step)]
         return ":".join(parts[:2] if value.step is None else parts)
     if isinstance(value, tuple):
         inner = ", ".join(format_attr(v) for v in value)
@@ -158,7 +206,7 @@ def format_attr(value) -> str:
         return np.dtype(value).name
     if value is Ellipsis:
         return "..."
-    return repr(value)
+    return printable(repr(value))
 
 
 def _format_const(array) -> str:
@@ -289,10 +337,10 @@ class StaticGraph:
         """Validate the IR and return the graph; raise GraphError naming the bad node.
 
         Rules: node kinds in order (input, state, const first; op; write; one output
-        last); every input defined earlier; names unique identifiers; consts hold an
-        array of their type; elementwise ops broadcast their inputs to their output
-        type; writes aimed at captured state (or, for .grad, at an input) with a
-        source of the target's type, at most one write per target.
+        last); every input defined earlier; names unique and safe (is_source_name);
+        consts hold an array of their type; elementwise ops broadcast their inputs to
+        their output type; writes aimed at captured state (or, for .grad, at an input)
+        with a source of the target's type, at most one write per target.
         """
         defined, writes = set(), set()
         values = {}
@@ -312,8 +360,9 @@ class StaticGraph:
                 if v.name not in defined or values[v.name] is not v:
                     fail(node, f"input {v.name} is used before it is defined")
             for v in node.outputs:
-                if not v.name or not v.name.isidentifier() or v.name in defined:
-                    fail(node, f"value name {v.name!r} is not a fresh identifier")
+                if not is_source_name(v.name) or v.name in defined:
+                    fail(node, f"value name {v.name!r} is not fresh or not a safe name "
+                               f"(an identifier, no keyword or builtin, no leading '_')")
                 defined.add(v.name)
                 values[v.name] = v
             if node.kind == "const":

@@ -38,21 +38,41 @@ TREE rebuilds what the function returned from the flat outputs:
 Attribute values: JSON null/bool/int/str/list as themselves; a float as itself, or
 {"$float": "inf" | "-inf" | "nan"}; {"$tuple": [...]}, {"$slice": [start, stop, step]},
 {"$ellipsis": true}, {"$dtype": "float32"}, {"$scalar": value, "dtype": "float32"},
-{"$array": [...], "dtype": "int64", "shape": [...]}, {"$dict": [[key, value], ...]}.
+{"$array": [...], "dtype": "int64", "shape": [...]}.
 
 Inputs of a loaded graph are given positionally, in the order of `graph.input_names`
 (the traced function's array arguments, nested ones flattened in order). A loaded
-graph owns Variables for its "data" and "attr" state (`graph.state`), and data
-writes update them; "attr" writes have no object to set in a loaded graph, so
-values carried in attributes do not carry over between its calls.
+graph owns Variables for its "data" and "attr" state (`graph.state`), and writes
+update them: a value carried in an attribute (LSTM.h) carries over between calls in
+the graph's own Variable.
+
+Loading: the file is data, never code
+-------------------------------------
+A graph file may come from anywhere, so load() checks every field before it builds
+anything, and each failure is a GraphFileError naming the field ("nodes[3].attrs.axis:
+expected int in [...], got str 'x'"). Strict JSON (no NaN or Infinity, no repeated
+key, no float that overflows); version a positive int; the graph name printable text;
+value names identifiers that are no keyword or builtin and do not start with '_',
+each defined once and used only after its node; node kinds, keys and input counts;
+ops registered Function names whose attrs are exactly the constructor's parameters,
+in the encodings above; dtypes from DTYPES; ints within int64 (or the array's dtype);
+the .npz beside the .json, matching its hash, read without pickle, holding exactly
+the arrays of the const and state nodes with their declared shapes and dtypes; the
+output tree's indices. The replay code generator (backends/pycode.py) checks again
+what it emits: only such names and literals re-rendered from plain values
+(ir.source_literal), with every comment escaped (ir.printable).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import io
 import json
 import math
+import operator
 import os
+import reprlib
 import zipfile
 
 import numpy as np
@@ -60,13 +80,17 @@ import numpy as np
 from dezero import cuda
 from dezero.core import OPS, Variable
 from dezero.files import atomic_file
-from dezero.static.ir import Node, StaticGraph, Value, read_slot
+from dezero.static.ir import KINDS, GraphError, Node, StaticGraph, Value, is_source_name, read_slot
 
 FORMAT = "dezero.static-graph"
 VERSION = 1
+# The dtypes a file may declare: plain numbers, never objects, strings or records.
+DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "float16", "float32", "float64")
+_INT64 = (-2**63, 2**63 - 1)
 
 # =============================================================================
-# Attribute encoding: encode_attr, decode_attr
+# Attribute encoding: encode_attr
 # =============================================================================
 
 
@@ -83,46 +107,20 @@ def encode_attr(value):
     if isinstance(value, list):
         return [encode_attr(v) for v in value]
     if isinstance(value, slice):
-        return {"$slice": [encode_attr(value.start), encode_attr(value.stop),
-                           encode_attr(value.step)]}
+        return {"$slice": [None if p is None else operator.index(p)
+                           for p in (value.start, value.stop, value.step)]}
     if value is Ellipsis:
         return {"$ellipsis": True}
     if isinstance(value, np.dtype) or (isinstance(value, type) and
                                        issubclass(value, np.generic)):
         return {"$dtype": np.dtype(value).name}
     if isinstance(value, np.generic):
-        return {"$scalar": value.item(), "dtype": value.dtype.name}
+        return {"$scalar": encode_attr(value.item()), "dtype": value.dtype.name}
     if isinstance(value, cuda.array_types):
         array = cuda.as_numpy(value)
-        return {"$array": array.tolist(), "dtype": array.dtype.name,
+        return {"$array": encode_attr(array.tolist()), "dtype": array.dtype.name,
                 "shape": list(array.shape)}
-    if isinstance(value, dict):
-        return {"$dict": [[encode_attr(k), encode_attr(v)] for k, v in value.items()]}
     raise TypeError(f"cannot encode an attribute of type {type(value).__name__}: {value!r}")
-
-
-def decode_attr(value):
-    if isinstance(value, list):
-        return [decode_attr(v) for v in value]
-    if not isinstance(value, dict):
-        return value
-    if "$float" in value:
-        return float(value["$float"])
-    if "$tuple" in value:
-        return tuple(decode_attr(v) for v in value["$tuple"])
-    if "$slice" in value:
-        return slice(*(decode_attr(v) for v in value["$slice"]))
-    if "$ellipsis" in value:
-        return Ellipsis
-    if "$dtype" in value:
-        return np.dtype(value["$dtype"])
-    if "$scalar" in value:
-        return np.dtype(value["dtype"]).type(value["$scalar"])
-    if "$array" in value:
-        return np.array(value["$array"], dtype=value["dtype"]).reshape(value["shape"])
-    if "$dict" in value:
-        return {decode_attr(k): decode_attr(v) for k, v in value["$dict"]}
-    raise ValueError(f"unknown attribute encoding {value!r}")
 
 
 def _tree_to_json(tree):
@@ -138,22 +136,194 @@ def _tree_to_json(tree):
     return ["static", tree[1]]
 
 
-def _tree_from_json(tree):
-    kind = tree[0]
-    if kind in ("tuple", "list"):
-        return (kind, [_tree_from_json(t) for t in tree[1]])
-    if kind == "dict":
-        return (kind, [(k, _tree_from_json(t)) for k, t in tree[1]])
-    return (kind, tree[1])
-
-
 # =============================================================================
-# Files: save, load, GraphFileError
+# Checked reading: Field (a place in the file and the checks made there)
 # =============================================================================
 
 
 class GraphFileError(ValueError):
-    """A saved graph cannot be read: corrupt, truncated, mismatched or too new."""
+    """A saved graph cannot be read: corrupt, truncated, mismatched, crafted or too new."""
+
+
+def _describe(value) -> str:
+    if isinstance(value, (dict, list)):
+        what = "object with keys" if isinstance(value, dict) else "list"
+        return f"{what} {reprlib.repr(list(value))}"
+    return "null" if value is None else f"{type(value).__name__} {reprlib.repr(value)}"
+
+
+class Field:
+    """A place in a graph file, such as `nodes[3].attrs.axis`, with the checks load()
+    makes there: each returns the value it accepts or raises a GraphFileError that
+    names the place, what it expected and what it found."""
+
+    def __init__(self, path: str = "the description"):
+        self.path = path
+
+    def __getitem__(self, key) -> Field:
+        if isinstance(key, int):
+            return Field(f"{self.path}[{key}]")
+        return Field(f"{self.path}.{key}")
+
+    def fail(self, expected: str, value):
+        raise GraphFileError(f"{self.path}: expected {expected}, got {_describe(value)}")
+
+    def expect(self, value, ok: bool, expected: str):
+        if not ok:
+            self.fail(expected, value)
+        return value
+
+    def integer(self, value, low: int, high: int) -> int:
+        return self.expect(value, type(value) is int and low <= value <= high,
+                           f"int in [{low}, {high}]")
+
+    def text(self, value, limit: int = 1000) -> str:
+        return self.expect(value, isinstance(value, str) and 0 < len(value) <= limit and
+                           value.isprintable(), f"printable text of 1 to {limit} characters")
+
+    def name(self, value) -> str:  # a value name: it becomes a variable of generated code
+        return self.expect(value, is_source_name(value), "a name that is an identifier, no "
+                           "keyword or builtin, and does not start with '_'")
+
+    def attribute(self, value) -> str:  # an attribute or a class name, shown in comments
+        return self.expect(value, isinstance(value, str) and value.isidentifier(),
+                           "an identifier")
+
+    def one_of(self, value, choices):
+        return self.expect(value, isinstance(value, str) and value in choices,
+                           "one of " + ", ".join(choices))
+
+    def items(self, value, length: int | None = None) -> list:
+        return self.expect(value, isinstance(value, list) and length in (None, len(value)),
+                           "a list" if length is None else f"a list of {length}")
+
+    def record(self, value, required, optional=()) -> dict:
+        """An object with all the required keys and no key beyond the optional ones."""
+        if not isinstance(value, dict):
+            self.fail("an object", value)
+        for key in value:
+            if key not in required and key not in optional:
+                keys = ", ".join((*required, *optional)) or "none"
+                raise GraphFileError(f"{self.path}: unexpected key {key!r} (keys: {keys})")
+        for key in required:
+            if key not in value:
+                raise GraphFileError(f"{self.path}: missing key {key!r}")
+        return value
+
+    def dtype(self, value) -> np.dtype:
+        return np.dtype(self.one_of(value, DTYPES))
+
+    def shape(self, value) -> tuple:
+        dims = tuple(self[i].integer(n, 0, 2**48) for i, n in enumerate(self.items(value)))
+        # numpy refuses a shape whose nonzero dims multiply past its index range
+        self.expect(value, len(dims) <= 32 and math.prod(max(n, 1) for n in dims) <= 2**48,
+                    "at most 32 dimensions and 2**48 elements")
+        return dims
+
+    def number(self, value, dtype: np.dtype):
+        """A number of dtype's kind in its range: a bool, an int, or a float (which may
+        be {"$float": "nan"})."""
+        if dtype.kind == "b":
+            return self.expect(value, type(value) is bool, "true or false")
+        if dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            return self.integer(value, int(info.min), int(info.max))
+        if isinstance(value, dict):
+            return read_attr(self.record(value, ("$float",)), self)
+        return self.expect(value, type(value) in (int, float) and
+                           abs(value) <= np.finfo(dtype).max, f"a number in {dtype.name}'s range")
+
+
+# =============================================================================
+# Attribute decoding: read_attr, one function per "$" encoding
+# =============================================================================
+
+
+def read_attr(value, at: Field):
+    """An op attribute decoded from the file, each part checked (encodings: see above)."""
+    if value is None or isinstance(value, (bool, str, float)):
+        return value  # the JSON reader refused non-finite floats
+    if isinstance(value, int):
+        return at.integer(value, *_INT64)
+    if isinstance(value, list):
+        return [read_attr(v, at[i]) for i, v in enumerate(value)]
+    tags = [k for k in value if k.startswith("$")] if isinstance(value, dict) else []
+    if len(tags) != 1 or tags[0] not in _DECODERS:
+        at.fail("null, bool, number, text, list or an object with one of the keys "
+                + ", ".join(_DECODERS), value)
+    keys, decode = _DECODERS[tags[0]]
+    return decode(at.record(value, (tags[0], *keys)), at)
+
+
+def _read_float(record, at):
+    return float(at["$float"].one_of(record["$float"], ("inf", "-inf", "nan")))
+
+
+def _read_tuple(record, at):
+    return tuple(read_attr(v, at["$tuple"][i]) for i, v in
+                 enumerate(at["$tuple"].items(record["$tuple"])))
+
+
+def _read_slice(record, at):
+    parts = at["$slice"].items(record["$slice"], 3)
+    return slice(*(None if p is None else at["$slice"][i].integer(p, *_INT64)
+                   for i, p in enumerate(parts)))
+
+
+def _read_ellipsis(record, at):
+    at["$ellipsis"].expect(record["$ellipsis"], record["$ellipsis"] is True, "true")
+    return Ellipsis
+
+
+def _read_scalar(record, at):
+    dtype = at["dtype"].dtype(record["dtype"])
+    return dtype.type(at["$scalar"].number(record["$scalar"], dtype))
+
+
+def _read_array(record, at):
+    dtype, shape = at["dtype"].dtype(record["dtype"]), at["shape"].shape(record["shape"])
+
+    def leaves(value, dims, here):  # nested lists of exactly the declared shape
+        if not dims:
+            return [here.number(value, dtype)]
+        return [x for i, v in enumerate(here.items(value, dims[0]))
+                for x in leaves(v, dims[1:], here[i])]
+    return np.array(leaves(record["$array"], shape, at["$array"]), dtype).reshape(shape)
+
+
+# "$tag" -> (the other keys of its object, the decoder)
+_DECODERS = {
+    "$float": ((), _read_float), "$tuple": ((), _read_tuple), "$slice": ((), _read_slice),
+    "$ellipsis": ((), _read_ellipsis),
+    "$dtype": ((), lambda record, at: at["$dtype"].dtype(record["$dtype"])),
+    "$scalar": (("dtype",), _read_scalar), "$array": (("dtype", "shape"), _read_array),
+}
+
+
+@functools.cache
+def _attr_names(cls) -> tuple | None:
+    """The attributes an op stores: its constructor's parameters (Function's convention,
+    so that type(f)(**f.attrs) rebuilds it); None for a constructor with **kwargs."""
+    if cls.__init__ is object.__init__:
+        return ()
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return tuple(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD,
+                                                      p.KEYWORD_ONLY))
+
+
+def _read_op_attrs(cls, attrs, at) -> dict:
+    names = _attr_names(cls)
+    if names is None:  # any keyword: an identifier that names nothing on the class
+        names = tuple(k for k in at.record(attrs, ()) if is_source_name(k)
+                      and not hasattr(cls, k))
+    return {k: read_attr(v, at[k]) for k, v in at.record(attrs, names).items()}
+
+
+# =============================================================================
+# Files: save, load
+# =============================================================================
 
 
 def _paths(path):
@@ -192,6 +362,10 @@ def save(graph: StaticGraph, path: str) -> None:
                    "arrays_sha256": hashlib.sha256(blob).hexdigest(),
                    "nodes": nodes, "out_tree": _tree_to_json(graph.out_tree)}
     text = json.dumps(description, indent=1, allow_nan=False)
+    try:  # a graph that saves also loads: refuse here what load() would refuse
+        _build(json.loads(text), arrays)
+    except GraphFileError as e:
+        raise GraphFileError(f"cannot save graph {graph.name}: {e}") from None
     directory = os.path.dirname(os.path.abspath(json_path))
     os.makedirs(directory, exist_ok=True)
     # Arrays first: the description names their hash, so a crash between the two
@@ -203,78 +377,207 @@ def save(graph: StaticGraph, path: str) -> None:
 
 
 def load(path: str) -> StaticGraph:
-    """Read a graph saved by save(); it owns its state (graph.state) and runs standalone."""
+    """Read a graph saved by save(), checking every field before anything is built;
+    it owns its state (graph.state) and runs standalone."""
     _import_ops()
     json_path, _ = _paths(os.fspath(path))
-    try:
-        with open(json_path, encoding="utf-8") as f:
-            description = json.load(f)
-    except json.JSONDecodeError as e:
-        raise GraphFileError(f"{json_path} is not a valid graph description (corrupt or "
-                             f"truncated JSON: {e})") from e
+    description = _read_json(json_path)
     if not isinstance(description, dict) or description.get("format") != FORMAT:
         raise GraphFileError(f"{json_path} is not a dezero static graph file "
                              f"(no \"format\": \"{FORMAT}\")")
     version = description.get("version")
-    if not isinstance(version, int) or version > VERSION:
+    if type(version) is int and version > VERSION:
         raise GraphFileError(f"{json_path} has format version {version}; this dezero reads "
                              f"versions up to {VERSION}: upgrade dezero to load it")
-    npz_path = os.path.join(os.path.dirname(json_path), description["arrays"])
+    try:
+        Field().record(description, ("format", "version", "name", "arrays", "arrays_sha256",
+                                     "nodes", "out_tree"))
+        Field("version").integer(version, 1, VERSION)
+        arrays = _read_arrays(description, json_path)
+        return _build(description, arrays).check()
+    except (GraphFileError, GraphError) as e:
+        raise GraphFileError(f"{json_path}: {e}") from None
+    except RecursionError:
+        raise GraphFileError(f"{json_path}: nested too deeply to be a graph") from None
+
+
+def _read_json(json_path):
+    def refuse(constant):
+        raise ValueError(f"{constant} is no JSON number (a float attribute writes it "
+                         f"{{\"$float\": \"nan\"}})")
+
+    def finite(text):
+        if not math.isfinite(float(text)):
+            raise ValueError(f"the number {reprlib.repr(text)} overflows a float")
+        return float(text)
+
+    def unique(pairs):
+        if len({k for k, _ in pairs}) != len(pairs):
+            raise ValueError("an object repeats a key")
+        return dict(pairs)
+    try:
+        with open(json_path, encoding="utf-8") as f:
+            return json.load(f, parse_constant=refuse, parse_float=finite,
+                             object_pairs_hook=unique)
+    except (ValueError, RecursionError) as e:  # JSON and Unicode errors are ValueErrors
+        raise GraphFileError(f"{json_path} is not a valid graph description (corrupt or "
+                             f"truncated JSON: {e})") from e
+
+
+def _read_arrays(description, json_path) -> dict:
+    """The arrays of the .npz named by the description, after checking its hash."""
+    name = Field("arrays").text(description["arrays"])
+    if os.path.basename(name) != name or not name.endswith(".npz") or \
+            os.altsep and os.altsep in name:
+        Field("arrays").fail("the file name of the .npz beside the .json", name)
+    npz_path = os.path.join(os.path.dirname(json_path), name)
     try:
         with open(npz_path, "rb") as f:
             blob = f.read()
     except FileNotFoundError:
         raise GraphFileError(f"{json_path} needs its arrays file {npz_path}, which is "
                              f"missing; copy both files together") from None
-    if hashlib.sha256(blob).hexdigest() != description.get("arrays_sha256"):
+    if hashlib.sha256(blob).hexdigest() != description["arrays_sha256"]:
         raise GraphFileError(f"{npz_path} does not match {json_path} (its hash differs): "
                              f"it is truncated, corrupt, or from another save")
     try:
-        with np.load(io.BytesIO(blob), allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-        return _build(description, arrays).check()
-    except (KeyError, IndexError, TypeError, ValueError, zipfile.BadZipFile) as e:
-        if isinstance(e, GraphFileError):
-            raise
-        raise GraphFileError(f"{json_path} is corrupt: {type(e).__name__}: {e}") from e
+        npz = np.load(io.BytesIO(blob), allow_pickle=False)
+        if not isinstance(npz, np.lib.npyio.NpzFile):
+            raise ValueError("a single array, not an .npz archive")
+        with npz:
+            return {k: npz[k] for k in npz.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+        raise GraphFileError(f"{npz_path} cannot be read as plain arrays (no pickle, no "
+                             f"objects): {e}") from e
+
+
+# =============================================================================
+# Building the graph: _build, one reader per part
+# =============================================================================
+
+# kind -> (how many values it defines, None for one or more; its required keys; its
+# optional keys)
+_NODE_RULES = {"input": (1, ("kind", "outputs"), ()),
+               "state": (1, ("kind", "outputs", "attrs"), ()),
+               "const": (1, ("kind", "outputs"), ()),
+               "op": (None, ("kind", "outputs", "op", "attrs"), ("inputs",)),
+               "write": (0, ("kind", "outputs", "attrs", "inputs"), ()),
+               "output": (0, ("kind", "outputs"), ("inputs",))}
 
 
 def _build(description, arrays) -> StaticGraph:
-    values: dict[str, Value] = {}
-    owned: dict[str, Variable] = {}
-    nodes = []
-    for entry in description["nodes"]:
-        outputs = [Value(o["name"], o["shape"], o["dtype"]) for o in entry["outputs"]]
-        inputs = [values[name] for name in entry.get("inputs", ())]
-        attrs = entry.get("attrs", {})
-        kind = entry["kind"]
-        payload = None
-        if kind == "op":
-            if entry["op"] not in OPS:
-                raise GraphFileError(f"op {entry['op']!r} is not registered; import the "
-                                     f"module that defines it before loading")
-            attrs = {k: decode_attr(v) for k, v in attrs.items()}
-        elif kind in ("const", "state"):
-            array = arrays[f"{kind}/{outputs[0].name}"]
-            if array.shape != outputs[0].shape or array.dtype != outputs[0].dtype:
-                raise GraphFileError(f"array {outputs[0].name} in the .npz is "
-                                     f"{array.dtype}{list(array.shape)}, the graph says "
-                                     f"{outputs[0].type}")
-            if kind == "const":
-                payload = array
-            elif attrs.get("field", "data") in ("data", "attr"):
-                owned[outputs[0].name] = Variable(array, name=outputs[0].name)
-                payload = (owned[outputs[0].name], "data")
-            else:
-                owner = owned[attrs["of"]]
-                owner.grad = Variable(array)
-                payload = (owner, "grad")
-        nodes.append(Node(kind, entry.get("op"), inputs, attrs, outputs, payload))
-        values.update((v.name, v) for v in outputs)
-    graph = StaticGraph(description["name"], _own_attributes(nodes),
-                        _tree_from_json(description["out_tree"]))
+    name = Field("name").text(description["name"])
+    values, owned, nodes = {}, {}, []
+    for i, entry in enumerate(Field("nodes").items(description["nodes"])):
+        nodes.append(_read_node(entry, Field("nodes")[i], values, owned, arrays))
+    unread = set(arrays) - {f"{n.kind}/{n.outputs[0].name}" for n in nodes
+                            if n.kind in ("const", "state")}
+    if unread:
+        raise GraphFileError(f"arrays: the .npz holds {min(unread)!r}, which no node reads")
+    n_outputs = len(nodes[-1].inputs) if nodes and nodes[-1].kind == "output" else 0
+    tree = _read_tree(description["out_tree"], Field("out_tree"), n_outputs)
+    graph = StaticGraph(name, _own_attributes(nodes), tree)
     graph.owns_state = True
     return graph
+
+
+def _read_node(entry, at, values, owned, arrays) -> Node:
+    kind = at["kind"].one_of(at.record(entry, ("kind",), ("outputs", "op", "attrs",
+                                                          "inputs"))["kind"], KINDS)
+    count, required, optional = _NODE_RULES[kind]
+    at.record(entry, required, optional)
+    inputs = []
+    for j, name in enumerate(at["inputs"].items(entry.get("inputs", []))):
+        if not isinstance(name, str) or name not in values:
+            at["inputs"][j].fail("the name of a value defined by an earlier node", name)
+        inputs.append(values[name])
+    attrs, payload = {}, None
+    if kind == "op":
+        cls = OPS.get(entry["op"]) if isinstance(entry["op"], str) else None
+        if cls is None:
+            at["op"].fail("a registered op (import the module that defines it before "
+                          "loading)", entry["op"])
+        attrs = _read_op_attrs(cls, entry["attrs"], at["attrs"])
+    elif kind in ("state", "write"):
+        attrs = _read_slot_attrs(entry["attrs"], at, kind, len(inputs), owned)
+    defined = at["outputs"].items(entry["outputs"])
+    at["outputs"].expect(defined, len(defined) == count or count is None and defined,
+                         f"{'one or more' if count is None else count} values")
+    outputs = [_read_value(v, at["outputs"][j], values) for j, v in enumerate(defined)]
+    if kind in ("const", "state"):
+        payload = _payload(kind, outputs[0], attrs, arrays, at, owned)
+    return Node(kind, entry.get("op"), inputs, attrs, outputs, payload)
+
+
+def _read_value(entry, at, values) -> Value:
+    at.record(entry, ("name", "shape", "dtype"))
+    name = at["name"].name(entry["name"])
+    if name in values:
+        at["name"].fail("a name no earlier node defines", name)
+    values[name] = Value(name, at["shape"].shape(entry["shape"]),
+                         at["dtype"].dtype(entry["dtype"]))
+    return values[name]
+
+
+# The inputs a write takes, by the field it writes: [target, source], [target] (a
+# .grad cleared to None) or [source] (an attribute).
+_WRITE_INPUTS = {"data": (2,), "grad": (1, 2), "attr": (1,)}
+
+
+def _read_slot_attrs(attrs, at, kind, n_inputs, owned) -> dict:
+    """The attrs of a state or write node: which slot of a Variable it reads or writes."""
+    here = at["attrs"]
+    field = here["field"].one_of(here.record(attrs, ("field",), ("name", "of"))["field"],
+                                 _WRITE_INPUTS)
+    keys = {"data": (), "grad": ("of",) * (kind == "state"), "attr": ("name", "of")}[field]
+    here.record(attrs, ("field", *keys))
+    if field == "attr":
+        here["name"].attribute(attrs["name"])
+        here["of"].attribute(attrs["of"])
+    elif keys:  # a state read from the .grad of a data state read earlier
+        here["of"].expect(attrs["of"], isinstance(attrs["of"], str) and attrs["of"] in owned,
+                          "the name of a data state defined earlier")
+    if kind == "write":
+        expected = " or ".join(map(str, _WRITE_INPUTS[field]))
+        at["inputs"].expect(n_inputs, n_inputs in _WRITE_INPUTS[field],
+                            f"{expected} values for a {field} write")
+    return dict(attrs)
+
+
+def _payload(kind, value, attrs, arrays, at, owned):
+    key = f"{kind}/{value.name}"
+    array = arrays.get(key)
+    if array is None or array.shape != value.shape or array.dtype != value.dtype:
+        got = "nothing" if array is None else f"{array.dtype}{list(array.shape)}"
+        raise GraphFileError(f"{at.path}: the .npz holds {got} under {key!r} where the "
+                             f"graph says {value.type}")
+    if kind == "const":
+        return array
+    if attrs["field"] in ("data", "attr"):
+        owned[value.name] = Variable(array, name=value.name)
+        return owned[value.name], "data"
+    owner = owned[attrs["of"]]
+    owner.grad = Variable(array)
+    return owner, "grad"
+
+
+def _read_tree(tree, at, n_outputs):
+    """The structure of the returned value (see the format above), checked."""
+    kind, part = at.items(tree, 2)
+    kind = at[0].one_of(kind, ("var", "array", "tuple", "list", "dict", "static"))
+    if kind in ("var", "array"):
+        return kind, at[1].integer(part, 0, n_outputs - 1)
+    if kind in ("tuple", "list"):
+        return kind, [_read_tree(t, at[1][i], n_outputs) for i, t in
+                      enumerate(at[1].items(part))]
+    if kind == "dict":
+        pairs = [at[1][i].items(pair, 2) for i, pair in enumerate(at[1].items(part))]
+        for i, (key, _) in enumerate(pairs):
+            if not isinstance(key, str):
+                at[1][i][0].fail("text", key)
+        return kind, [(k, _read_tree(t, at[1][i][1], n_outputs))
+                      for i, (k, t) in enumerate(pairs)]
+    return kind, part  # "static": a JSON value, returned as it is
 
 
 def _own_attributes(nodes):

@@ -14,12 +14,12 @@ import functools
 import importlib
 import inspect
 import linecache
-import math
 
 import numpy as np
 
 from dezero import core, cuda
 from dezero.core import Config, Function, Variable, _wrap_output
+from dezero.static import ir
 from dezero.static.backends.interpreter import as_result_array, make_function, reraise
 from dezero.static.ir import GraphError, StaticGraph, TraceError, format_attr, identifier, read_slot
 
@@ -52,20 +52,6 @@ def _inline_table():
 _INLINE = None
 
 
-def _literal(value) -> str | None:
-    """Python source for a plain attr value, or None if it has none."""
-    if value is None or isinstance(value, bool) or type(value) in (int, str):
-        return repr(value)
-    if type(value) is float and math.isfinite(value):
-        return repr(value)
-    if type(value) is tuple:
-        parts = [_literal(v) for v in value]
-        if None in parts:
-            return None
-        return f"({parts[0]},)" if len(parts) == 1 else f"({', '.join(parts)})"
-    return None
-
-
 @functools.cache
 def _forward_names(cls) -> list:
     return list(inspect.signature(cls.forward).parameters)[1:]
@@ -93,8 +79,8 @@ def inline_call(node) -> str | None:
         return None
     fields = {name: v.name for name, v in zip(names, node.inputs)}
     for key, value in node.attrs.items():
-        literal = _literal(value)
-        if literal is None:
+        literal = ir.source_literal(value)
+        if literal is None or key in fields:
             return None
         fields[key] = literal
     return text.format(**fields)
@@ -123,8 +109,9 @@ def _sum_to_call(node) -> str:
     axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(y.shape)
                                       if n == 1 and x.shape[i + lead] != 1)
     if all(y.shape[i] != 1 or x.shape[i + lead] == 1 for i in range(len(y.shape))):
-        return f"_sum({x.name}, axis={_literal(axes)})"
-    return f"{x.name}.sum(axis={_literal(axes)}, keepdims=True).reshape({_literal(y.shape)})"
+        return f"_sum({x.name}, axis={ir.source_literal(axes)})"
+    return (f"{x.name}.sum(axis={ir.source_literal(axes)}, keepdims=True)"
+            f".reshape({ir.source_literal(y.shape)})")
 
 
 # =============================================================================
@@ -135,6 +122,12 @@ def _sum_to_call(node) -> str:
 def generate(graph: StaticGraph):
     """(source, globals, line -> node) for the replay function of `graph`."""
     fname = identifier(graph.name, "graph")
+    for node in graph.nodes:  # value names become variables: nothing else may pass
+        for v in node.inputs + node.outputs:
+            if not ir.is_source_name(v.name):
+                raise GraphError(f"graph {ir.printable(graph.name)}: value name {v.name!r} is "
+                                 f"not a safe name (an identifier, no keyword or builtin, "
+                                 f"no leading '_')")
     params = [n.outputs[0].name for n in graph.nodes if n.kind in ("input", "state")]
     n_ops = sum(1 for n in graph.nodes if n.kind == "op")
     xp = cuda.cupy if graph.device == "gpu" else np
@@ -144,8 +137,8 @@ def generate(graph: StaticGraph):
     consts = [n.outputs[0].name for n in graph.nodes if n.kind == "const"]
     while fname in consts:  # constants are globals of the code: keep the def apart
         fname += "_"
-    lines = [f"def {fname}({', '.join(params)}):  # generated from trace {graph.name}: "
-             f"{n_ops} ops"]
+    lines = [f"def {fname}({', '.join(params)}):  # generated from trace "
+             f"{ir.printable(graph.name)}: {n_ops} ops"]
     if consts:
         lines.append(f"    # constants (globals of this code): {', '.join(consts)}")
     line_nodes, counts, writes, returned = {}, {}, [], []
@@ -167,7 +160,7 @@ def generate(graph: StaticGraph):
             text = f"    {', '.join(outs)} = {call}"
             if node.attrs and not inlined:
                 attrs = ", ".join(f"{k}={format_attr(v)}" for k, v in sorted(node.attrs.items()))
-                text = f"{text:<40}  # [{attrs}]"
+                text = f"{text:<40}  # [{ir.printable(attrs)}]"
             lines.append(text)
             line_nodes[len(lines)] = node
             for v in node.outputs if len(outs) > 1 else ():
@@ -176,7 +169,8 @@ def generate(graph: StaticGraph):
                     line_nodes[len(lines)] = node
         elif node.kind == "write" and node.attrs["field"] == "attr":
             writes.append(node.inputs[0].name)
-            lines.append(f"    # {node.attrs['of']}.{node.attrs['name']} <- {node.inputs[0].name}")
+            target = ir.printable(f"{node.attrs['of']}.{node.attrs['name']}")
+            lines.append(f"    # {target} <- {node.inputs[0].name}")
         elif node.kind == "write":
             target = node.inputs[0].name + (".grad" if node.attrs["field"] == "grad" else "")
             if len(node.inputs) > 1:
@@ -351,6 +345,8 @@ def generate_glue(graph: StaticGraph, fname: str, env: dict) -> str:
 
 def _tree_source(tree, env) -> str:
     kind = tree[0]
+    if kind in ("var", "array") and type(tree[1]) is not int:
+        raise GraphError(f"an output tree indexes outputs by int, not by {tree[1]!r}")
     if kind == "var":
         return f"_out(_r[{tree[1]}])"
     if kind == "array":
