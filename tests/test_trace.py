@@ -278,8 +278,11 @@ def test_printed_graph_and_replay_code_are_deterministic_text():
         "def lambda_(x, W, b):  # generated from trace <lambda>: 4 ops\n"
         "    a = x @ W\n"
         "    c = a + b\n"
+        "    del a\n"
         "    d = _xp.tanh(c)\n"
+        "    del c\n"
         "    e = d.sum(axis=1, keepdims=False)\n"
+        "    del d\n"
         "    return (e,)\n")
 
 

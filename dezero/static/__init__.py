@@ -57,21 +57,28 @@ the gradients backward() left are written back too::
       return d
 
 `graph.code` is the replay code: one line per node, simple ops spelled inline,
-the others calling their Function's forward on arrays::
+the others calling their Function's forward on arrays, and each intermediate
+deleted after its last reader (as eager code frees it)::
 
     def step(x, t, W, b, lr):  # generated from trace step: 11 ops
         # constants (globals of this code): a
         c = x @ W + b
         d = _arr(_mean_squared_error0(c, t))
         e = c - t
+        del c
         f = e * a
+        del e
         g = x.T
         h = g @ f
+        del g
         i = _sum(f, axis=(0,))
+        del f
         j = lr * h
         k = W - j
+        del j
         l = lr * i
         m = b - l
+        del l
         # W <- k
         # b <- m
         # W.grad <- h

@@ -111,10 +111,6 @@ def _identity_rows(xp):
     return eye
 
 
-def _method_sum(x, axis):
-    return x.sum(axis=axis)
-
-
 def _sum_to_call(node) -> str:
     # utils.sum_to works out the summed axes at every call; the graph knows both
     # shapes, so the replay code names them once (the same single reduction).
@@ -140,7 +136,7 @@ def generate(graph: StaticGraph):
     xp = cuda.cupy if graph.device == "gpu" else np
     # numpy's add.reduce is ndarray.sum without its Python-level wrapper.
     env = {"_arr": as_result_array, "_xp": xp, "_eye": _identity_rows(xp),
-           "_sum": np.add.reduce if xp is np else _method_sum}
+           "_sum": np.add.reduce if xp is np else lambda x, axis: x.sum(axis=axis)}
     consts = [n.outputs[0].name for n in graph.nodes if n.kind == "const"]
     while fname in consts:  # constants are globals of the code: keep the def apart
         fname += "_"
@@ -148,7 +144,7 @@ def generate(graph: StaticGraph):
              f"{n_ops} ops"]
     if consts:
         lines.append(f"    # constants (globals of this code): {', '.join(consts)}")
-    line_nodes, counts, writes, returned = {}, {}, [], []
+    line_nodes, counts, writes, returned, dying = {}, {}, [], [], _last_uses(graph)
     for node in graph.nodes:
         if node.kind == "const":
             env[node.outputs[0].name] = node.payload
@@ -174,6 +170,8 @@ def generate(graph: StaticGraph):
                 if v.shape == ():
                     lines.append(f"    {v.name} = _arr({v.name})")
                     line_nodes[len(lines)] = node
+            if id(node) in dying:
+                lines.append(f"    del {', '.join(dying[id(node)])}")
         elif node.kind == "write" and node.attrs["field"] == "attr":
             writes.append(node.inputs[0].name)
             lines.append(f"    # {node.attrs['of']}.{node.attrs['name']} <- {node.inputs[0].name}")
@@ -189,6 +187,29 @@ def generate(graph: StaticGraph):
     items = returned + writes
     lines.append(f"    return ({', '.join(items)}{',' if len(items) == 1 else ''})")
     return "\n".join(lines) + "\n", env, line_nodes, fname
+
+
+def _last_uses(graph: StaticGraph) -> dict:
+    """id(op node) -> names of the values computed by ops that no later node reads.
+
+    The replay code deletes them right after that node: a value lives from the
+    op that makes it to its last reader, as in eager code, instead of until the
+    replay returns (large intermediates would pile up and their memory be mapped
+    afresh at every call). Outputs and write sources live on; inputs, state and
+    constants are never deleted (the caller or the code's globals own them).
+    """
+    last = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            if v.name in last:
+                last[v.name] = node
+        if node.kind == "op":  # a value nobody reads dies where it is made
+            last.update((v.name, node) for v in node.outputs)
+    dying: dict = {}
+    for name, node in last.items():
+        if node.kind == "op":  # returned or written values live to the end
+            dying.setdefault(id(node), []).append(name)
+    return dying
 
 
 # =============================================================================
