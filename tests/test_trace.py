@@ -339,7 +339,7 @@ def test_interpreter_is_the_reference_for_the_replay_code():
     graph = traced.lower(x)
     np.testing.assert_array_equal(graph.interpret(x).data, graph(x).data)
     state = [W.data, b.data]
-    flat = Interpreter(graph).run(x, *state)
+    flat = Interpreter(graph).execute(x, *state)
     np.testing.assert_array_equal(flat[0], graph.compile().fn(x, *state)[0])
 
 

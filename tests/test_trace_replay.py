@@ -3,10 +3,12 @@ registry, and the reference interpreter against the replay code and eager."""
 import tracemalloc
 
 import numpy as np
+import pytest
 
 import dezero
 import dezero.functions as F
 from dezero import Variable
+from dezero.static import backends
 
 # =============================================================================
 # Memory: each intermediate is freed after its last use
@@ -21,8 +23,11 @@ def chain(x):
 
 
 def peak_bytes(fn):
+    """Most memory fn holds at once beyond what it started with (a first call makes
+    the arrays it leaves behind visible to tracemalloc, so their frees count)."""
     tracemalloc.start()
     try:
+        fn()
         tracemalloc.reset_peak()
         before = tracemalloc.get_traced_memory()[0]
         fn()
@@ -39,3 +44,46 @@ def test_replay_frees_each_intermediate_after_its_last_use():
         np.testing.assert_array_equal(traced(x).data, chain(x).data)
         assert peak_bytes(lambda: traced(x)) < 3.5 * x.data.nbytes
     assert "del " in traced.graph.code
+
+
+def test_replay_stores_each_new_state_array_as_soon_as_it_is_computed():
+    rng = np.random.default_rng(1)
+    params = [Variable(rng.standard_normal(10 ** 6).astype(np.float32)) for _ in range(4)]
+    twins = [Variable(p.data.copy()) for p in params]
+
+    def make_step(params):
+        def step(lr):
+            with dezero.no_grad():
+                for p in params:
+                    p.data = (p - lr * p).data
+        return step
+
+    eager, traced = make_step(twins), dezero.trace(make_step(params))
+    traced(0.5), eager(0.5)
+    for _ in range(3):  # the same static lr: replays
+        # Eager code frees each old parameter as it assigns the new one; so must
+        # the replay (4 new arrays held until the end would peak at 5 arrays).
+        peak = peak_bytes(lambda: traced(0.5))  # two calls
+        eager(0.5), eager(0.5)
+        for p, q in zip(params, twins):
+            np.testing.assert_array_equal(p.data, q.data)
+    assert peak < 2.5 * params[0].data.nbytes
+
+
+# =============================================================================
+# Backends: chosen by name, one interface
+# =============================================================================
+
+
+def test_backends_are_chosen_by_name_and_give_the_same_result():
+    W = Variable(np.arange(6, dtype=np.float32).reshape(3, 2))
+    graph = dezero.trace(lambda x: F.tanh(F.matmul(x, W))).lower(np.ones((4, 3), np.float32))
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    plans = {name: graph.compile(name) for name in backends.BACKENDS}
+    assert set(plans) >= {"interpreter", "python"}
+    assert graph.compile("python") is plans["python"]  # made once, kept
+    for plan in plans.values():
+        np.testing.assert_array_equal(plan(x).data, graph(x).data)
+        np.testing.assert_array_equal(plan.run([x]).data, graph.interpret(x).data)
+    with pytest.raises(ValueError, match="unknown backend 'cuda'.*interpreter, python"):
+        graph.compile("cuda")

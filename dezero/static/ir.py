@@ -245,7 +245,7 @@ class StaticGraph:
         self.owns_state = False
         # "cpu" or "gpu": which array module the replay code calls.
         self.device = "cpu"
-        self._compiled = None
+        self._compiled = {}  # backend name -> plan
 
     # ---- views ------------------------------------------------------------
     def of_kind(self, kind: str) -> list[Node]:
@@ -380,12 +380,12 @@ class StaticGraph:
         return render_dot(self.to_dot(), to_file)
 
     # ---- running ----------------------------------------------------------
-    def compile(self):
-        """Generate and compile the replay code (done on the first run otherwise)."""
-        if self._compiled is None:
-            from dezero.static.backends.pycode import compile_graph
-            self._compiled = compile_graph(self)
-        return self._compiled
+    def compile(self, backend: str = "python"):
+        """The plan of the named backend (see backends/), made on first use and kept."""
+        if backend not in self._compiled:
+            from dezero.static.backends import compile
+            self._compiled[backend] = compile(self, backend)
+        return self._compiled[backend]
 
     @property
     def code(self) -> str:
@@ -409,8 +409,7 @@ class StaticGraph:
 
     def interpret(self, *inputs):
         """Run with the reference interpreter (slow, checked); same result as graph(*inputs)."""
-        from dezero.static.backends.interpreter import Interpreter
-        return self.compile().run(inputs, runner=Interpreter(self).run)
+        return self.compile("interpreter").run(inputs)
 
     # ---- devices ----------------------------------------------------------
     def to_gpu(self) -> StaticGraph:
@@ -430,7 +429,7 @@ class StaticGraph:
                 target = var.grad if field == "grad" else var
                 target.data = convert(target.data)
         self.device = device
-        self._compiled = None  # compiled code closes over the old constants
+        self._compiled = {}  # compiled code closes over the old constants
         return self
 
     # ---- files ------------------------------------------------------------

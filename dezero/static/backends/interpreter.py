@@ -4,13 +4,15 @@ Every other backend (the generated replay code now, fused kernels later) is test
 against it. It checks each op's result against the type the graph promises and
 re-raises any failure with the printed line of the node that failed.
 
-    flat = Interpreter(graph).run(*input_arrays, *state_arrays)
+    outputs = Interpreter(graph)(x, t)   # a plan (plan.py), like every backend's
+    flat = Interpreter(graph).execute(*input_arrays, *state_arrays)
 """
 from __future__ import annotations
 
 import numpy as np
 
 from dezero import cuda
+from dezero.static.backends.plan import Plan
 from dezero.static.ir import GraphError, Node, StaticGraph, format_node
 
 # =============================================================================
@@ -50,19 +52,19 @@ def reraise(error: BaseException, node: Node, graph_name: str):
 # =============================================================================
 
 
-class Interpreter:
+class Interpreter(Plan):
     """Runs a graph node by node on numpy/cupy arrays.
 
-    `run(*arrays)` takes the input arrays then the state arrays (graph order) and
-    returns the outputs followed by the sources of the state writes: the same
-    calling convention as the generated replay code.
+    `execute(*arrays)` takes the input arrays then the state arrays (graph order)
+    and returns the outputs followed by the sources of the state writes; the plan
+    around it (plan.py) reads and writes the state.
     """
 
     def __init__(self, graph: StaticGraph):
-        self.graph = graph
+        super().__init__(graph)
         self.functions = {id(n): make_function(n) for n in graph.nodes if n.kind == "op"}
 
-    def run(self, *arrays):
+    def execute(self, *arrays):
         self.env, self.feed, self.written, self.returned = {}, iter(arrays), [], ()
         for node in self.graph.nodes:
             try:
@@ -95,8 +97,13 @@ class Interpreter:
             self.env[value.name] = y
 
     def write(self, node):
-        if len(node.inputs) > 1:  # a grad write without a source clears the grad
+        if node.attrs["field"] == "attr":  # an attribute write names only its source
+            self.written.append(self.env[node.inputs[0].name])
+        elif len(node.inputs) > 1:  # a grad write without a source clears the grad
             self.written.append(self.env[node.inputs[1].name])
 
     def output(self, node):
         self.returned = [self.env[v.name] for v in node.inputs]
+
+
+compile_graph = Interpreter
