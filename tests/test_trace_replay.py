@@ -87,3 +87,56 @@ def test_backends_are_chosen_by_name_and_give_the_same_result():
         np.testing.assert_array_equal(plan.run([x]).data, graph.interpret(x).data)
     with pytest.raises(ValueError, match="unknown backend 'cuda'.*interpreter, python"):
         graph.compile("cuda")
+
+
+# =============================================================================
+# Aliasing: what a replay returns is its own
+# =============================================================================
+
+
+def state_times_one(S):
+    return lambda x: S * 1.0  # simplified to S itself
+
+
+def input_times_one(S):
+    return lambda x: (x * 1.0, x - 0.0)
+
+
+def folded_constant(S):
+    return lambda x: (x + S, F.exp(Variable(np.zeros(3, np.float32))))  # folded
+
+
+def written_state(S):
+    def step(x):
+        with dezero.no_grad():
+            S.data = (S + x).data
+        return S * 1.0  # the array just stored into S
+    return step
+
+
+@pytest.mark.filterwarnings("ignore:.*depends on no argument")
+@pytest.mark.parametrize("make", [state_times_one, input_times_one, folded_constant,
+                                  written_state])
+def test_writing_into_a_returned_array_changes_nothing_else(make):
+    S_eager, S_traced = (Variable(np.ones(3, np.float32)) for _ in range(2))
+    eager, traced = make(S_eager), dezero.trace(make(S_traced))
+    for i in range(4):
+        x_eager = Variable(np.full(3, i, np.float32))
+        x_traced = Variable(x_eager.data.copy())
+        ys_eager, ys_traced = eager(x_eager), traced(x_traced)
+        if not isinstance(ys_eager, tuple):
+            ys_eager, ys_traced = (ys_eager,), (ys_traced,)
+        for y_eager, y_traced in zip(ys_eager, ys_traced):
+            np.testing.assert_array_equal(y_traced.data, y_eager.data)
+            y_eager.data[...] += 100  # eager results are fresh arrays
+            y_traced.data[...] += 100
+        np.testing.assert_array_equal(S_traced.data, S_eager.data)
+        np.testing.assert_array_equal(x_traced.data, x_eager.data)
+    graph = traced.graph
+    for run in (graph, graph.interpret):  # the graph called alone, by both backends
+        ys = run(x_traced)
+        state, x = S_traced.data.copy(), x_traced.data.copy()
+        for y in ys if isinstance(ys, tuple) else (ys,):
+            y.data[...] += 100
+        np.testing.assert_array_equal(S_traced.data, state)
+        np.testing.assert_array_equal(x_traced.data, x)

@@ -48,6 +48,18 @@ def replayed_output(array):
     return y
 
 
+def shared_values(graph: StaticGraph) -> set:
+    """Names of the values whose arrays someone else holds: inputs (the caller's),
+    captured state, constants (one array for every replay) and the sources of state
+    writes. A replay returns a copy of these, so that writing into a returned array
+    changes nothing else and no later result, as with eager code's fresh results;
+    every other output is a fresh array already."""
+    names = {n.outputs[0].name for n in graph.nodes if n.kind in ("input", "state", "const")}
+    for node in graph.of_kind("write"):
+        names.update(v.name for v in node.inputs[0 if node.attrs["field"] == "attr" else 1:])
+    return names
+
+
 def build_outputs(tree, flat):
     """The structure the traced function returned (see saving.py for out_tree),
     rebuilt around the flat output arrays."""
@@ -77,6 +89,8 @@ class Plan:
     def __init__(self, graph: StaticGraph):
         self.graph = graph
         self.reads = [n.payload for n in graph.nodes if n.kind == "state"]
+        shared = shared_values(graph)
+        self.copied = [i for i, v in enumerate(graph.output_values) if v.name in shared]
 
     def __call__(self, *inputs):
         return self.run(inputs)
@@ -103,7 +117,9 @@ class Plan:
     def run(self, leaves):
         self.refuse_while_recording()
         arrays = [x._data if isinstance(x, Variable) else x for x in leaves]
-        flat = self.execute(*arrays, *self.read_state())
+        flat = list(self.execute(*arrays, *self.read_state()))
+        for i in self.copied:
+            flat[i] = flat[i].copy()
         targets = {n.outputs[0].name: n.payload[0] for n in self.graph.of_kind("state")}
         targets.update(zip(self.graph.input_names, leaves))
         k = len(self.graph.output_values)

@@ -22,7 +22,7 @@ import numpy as np
 from dezero import cuda
 from dezero.core import Variable, _wrap_output
 from dezero.static.backends.interpreter import as_result_array, make_function, reraise
-from dezero.static.backends.plan import Plan, replayed_output
+from dezero.static.backends.plan import Plan, replayed_output, shared_values
 from dezero.static.ir import StaticGraph, format_attr, identifier
 
 # =============================================================================
@@ -148,7 +148,7 @@ def generate(graph: StaticGraph):
     if consts:
         lines.append(f"    # constants (globals of this code): {', '.join(consts)}")
     line_nodes, counts, writes, returned, dying = {}, {}, [], [], _last_uses(graph)
-    early = _state_writes(graph, env)
+    early, shared = _state_writes(graph, env), shared_values(graph)
     for node in graph.nodes:
         if node.kind == "const":
             env[node.outputs[0].name] = node.payload
@@ -181,8 +181,8 @@ def generate(graph: StaticGraph):
             source = node.inputs[1].name if len(node.inputs) > 1 else "None"
             writes += [source] if len(node.inputs) > 1 else []
             lines.append(f"    # {node.inputs[0].name}.grad <- {source}")
-        elif node.kind == "output":
-            returned = [v.name for v in node.inputs]
+        elif node.kind == "output":  # copies of what someone else holds (see plan.py)
+            returned = [f"{v.name}.copy()" if v.name in shared else v.name for v in node.inputs]
         for v in node.outputs:
             lines.extend(early.get(v.name, ()))
         if id(node) in dying:
