@@ -1,5 +1,8 @@
 """The replay backends: memory, aliasing of what a replay returns, the backend
 registry, and the reference interpreter against the replay code and eager."""
+import ast
+import inspect
+import sys
 import tracemalloc
 
 import numpy as np
@@ -7,8 +10,8 @@ import pytest
 
 import dezero
 import dezero.functions as F
-from dezero import Variable
-from dezero.static import backends
+from dezero import Function, Variable
+from dezero.static import backends, passes
 
 # =============================================================================
 # Memory: each intermediate is freed after its last use
@@ -140,3 +143,76 @@ def test_writing_into_a_returned_array_changes_nothing_else(make):
             y.data[...] += 100
         np.testing.assert_array_equal(S_traced.data, state)
         np.testing.assert_array_equal(x_traced.data, x)
+
+
+# =============================================================================
+# Op facts live on the Function classes; passes build new graphs
+# =============================================================================
+
+
+class Halve(Function):
+    """A user op that states its replay spelling and an identity on its class."""
+    py = "{x} * 0.5"
+
+    def forward(self, x):
+        return x * 0.5
+
+
+class Scale(F.Mul):
+    """A subclass that changes Mul's forward: Mul's facts (py, x * 1 == x) no longer
+    hold, so the replay must call this forward and simplify must keep the op."""
+
+    def forward(self, x0, x1):
+        return x0 * x1 + 1
+
+
+def test_replay_spelling_and_identities_come_from_the_op_class():
+    S = Variable(np.arange(3, dtype=np.float32))
+
+    def f(x):
+        return Halve()(x) + Scale()(x, 1.0) + S * 1.0
+
+    traced = dezero.trace(f)
+    for i in range(3):
+        x = Variable(np.full(3, i, np.float32))
+        np.testing.assert_array_equal(traced(x).data, f(x).data)
+    code = traced.graph.code
+    assert " * 0.5" in code and "_halve" not in code  # Halve.py, spelled inline
+    assert "Scale0(x, a)" in code  # Scale's own forward: Mul's py is not inherited
+    ops = [n.op for n in traced.graph.of_kind("op")]
+    assert ops.count(Scale.op_name) == 1 and "mul" not in ops  # S * 1.0 dropped
+
+
+def test_passes_import_only_the_ir_and_leave_the_old_graph_as_it_was(monkeypatch):
+    source = inspect.getsource(passes)
+    imported = {(node.module, alias.name) for node in ast.walk(ast.parse(source))
+                if isinstance(node, ast.ImportFrom) for alias in node.names
+                if node.module.startswith("dezero.static")}
+    # the IR, and the debug log
+    assert {m for m, name in imported if (m, name) != ("dezero.static", "debugging")} == \
+        {"dezero.static.ir"}
+
+    def snapshot(graph):
+        return str(graph), [(id(v), v.name) for n in graph.nodes for v in n.inputs + n.outputs]
+
+    seen = []
+
+    def optimize_and_compare(graph):  # the trace's own call of the pipeline
+        before = snapshot(graph)
+        optimized = passes.optimize(graph)
+        seen.append((before, snapshot(graph), optimized))
+        return optimized
+
+    monkeypatch.setattr(sys.modules["dezero.static.trace"], "optimize", optimize_and_compare)
+    W = Variable(np.ones((3, 2), np.float32), name="W")
+
+    def f(x):
+        unused = F.exp(x)  # noqa: F841 - removed by dce
+        y = F.sum(F.matmul(x, W) * 1.0 + F.exp(Variable(np.zeros(2, np.float32))))
+        y.backward()
+        return y
+
+    dezero.trace(f)(Variable(np.ones((4, 3), np.float32)))
+    (before, after, optimized), = seen
+    assert after == before  # not one node or value of the recorded graph was edited
+    assert len(optimized.nodes) < len(before[0].splitlines())

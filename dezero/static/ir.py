@@ -108,6 +108,33 @@ class Node:
         return format_node(self)
 
 
+def op_fact(cls, name: str):
+    """A fact about an op read from its class (py, neutral, neutral_attrs): None when
+    a subclass overrides forward after the class that states it, whose fact then
+    says nothing about the new forward."""
+    owner = next((k for k in cls.__mro__ if name in vars(k)), None)
+    if owner is None or getattr(owner, "forward", None) is not cls.forward:
+        return None
+    return getattr(cls, name)
+
+
+def make_function(node: Node):
+    """A Function instance for an op node, rebuilt from its attrs alone.
+
+    The attrs are set directly rather than passed to __init__, so an op whose
+    constructor normalises its arguments is rebuilt exactly as recorded.
+    """
+    cls = node.function_class
+    f = cls.__new__(cls)
+    f.__dict__.update(node.attrs)
+    return f
+
+
+def as_result_array(y):
+    """forward may return a numpy scalar for a 0-d result; the graph holds arrays."""
+    return y if isinstance(y, cuda.array_types) else np.asarray(y)
+
+
 def read_slot(obj, field: str):
     """The array a state slot holds: obj.data, obj.grad.data or obj.<name>.data
     (field "data", "grad" or "attr:<name>")."""
@@ -141,7 +168,7 @@ def identifier(text: str | None, default: str) -> str:
 
 
 # =============================================================================
-# Printing: format_attr, format_node, format_graph
+# Printing and canonical attributes: format_attr, canonical_attr, format_node, format_graph
 # =============================================================================
 
 
@@ -159,6 +186,37 @@ def format_attr(value) -> str:
     if value is Ellipsis:
         return "..."
     return repr(value)
+
+
+def canonical_attr(value):
+    """A hashable form of an attribute that tells apart any two values an op could
+    treat differently (True from 1, 0.0 from -0.0, arrays by dtype, shape and bytes);
+    TypeError for a type the IR does not hold."""
+    if value is None or value is Ellipsis or type(value) in (bool, int, str):
+        return type(value).__name__, value
+    if type(value) is float:
+        return "float", repr(value)
+    if type(value) in (tuple, list):
+        return type(value).__name__, tuple(canonical_attr(v) for v in value)
+    if type(value) is slice:
+        return "slice", tuple(canonical_attr(v) for v in (value.start, value.stop, value.step))
+    if isinstance(value, np.dtype) or isinstance(value, type) and issubclass(value, np.generic):
+        return "dtype", np.dtype(value).name
+    if isinstance(value, (np.generic, *cuda.array_types)):
+        array = cuda.as_numpy(value) if isinstance(value, cuda.array_types) else value
+        return "array", array.dtype.str, array.shape, array.tobytes()
+    if type(value) is dict:
+        return "dict", tuple((canonical_attr(k), canonical_attr(v)) for k, v in value.items())
+    raise TypeError(f"an attribute of type {type(value).__name__} has no canonical form")
+
+
+def attrs_key(attrs: dict):
+    """The canonical form of a node's attrs, for comparing nodes; None if an attr has
+    none (such a node is never merged with another)."""
+    try:
+        return tuple((k, canonical_attr(v)) for k, v in sorted(attrs.items()))
+    except TypeError:
+        return None
 
 
 def _format_const(array) -> str:

@@ -9,32 +9,19 @@ re-raises any failure with the printed line of the node that failed.
 """
 from __future__ import annotations
 
-import numpy as np
-
-from dezero import cuda
 from dezero.static.backends.plan import Plan
-from dezero.static.ir import GraphError, Node, StaticGraph, format_node
+from dezero.static.ir import (
+    GraphError,
+    Node,
+    StaticGraph,
+    as_result_array,
+    format_node,
+    make_function,
+)
 
 # =============================================================================
-# Shared by the backends: make_function, as_result_array, reraise
+# Shared by the backends: reraise
 # =============================================================================
-
-
-def make_function(node: Node):
-    """A Function instance for an op node, rebuilt from its attrs alone.
-
-    The attrs are set directly rather than passed to __init__, so an op whose
-    constructor normalises its arguments is rebuilt exactly as recorded.
-    """
-    cls = node.function_class
-    f = cls.__new__(cls)
-    f.__dict__.update(node.attrs)
-    return f
-
-
-def as_result_array(y):
-    """forward may return a numpy scalar for a 0-d result; the graph holds arrays."""
-    return y if isinstance(y, cuda.array_types) else np.asarray(y)
 
 
 def reraise(error: BaseException, node: Node, graph_name: str):

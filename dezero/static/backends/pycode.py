@@ -12,7 +12,6 @@ applies the state writes and rebuilds the outputs.
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import linecache
 import math
@@ -21,37 +20,26 @@ import numpy as np
 
 from dezero import cuda
 from dezero.core import Variable, _wrap_output
-from dezero.static.backends.interpreter import as_result_array, make_function, reraise
+from dezero.static.backends.interpreter import reraise
 from dezero.static.backends.plan import Plan, replayed_output, shared_values
-from dezero.static.ir import StaticGraph, format_attr, identifier
+from dezero.static.ir import (
+    StaticGraph,
+    as_result_array,
+    format_attr,
+    identifier,
+    make_function,
+    op_fact,
+)
 
 # =============================================================================
-# Inline spellings: INLINE, inline_call
+# Inline spellings: inline_call (from each op class's `py`)
 # =============================================================================
 
-# Backends respell, ops do not: where a dezero op's forward is one array
-# expression, the replay code writes that same expression inline instead of
-# calling forward, which saves a Python call (and an array-module lookup) per
-# node. Placeholders are forward's parameter names and the op's attrs, as in
-# `cpp`; `_xp` is numpy or cupy, by the graph's device.
-def _inline_table():
-    F = importlib.import_module("dezero.functions")
-    table = {
-        "Add": "{x0} + {x1}", "Sub": "{x0} - {x1}", "Mul": "{x0} * {x1}",
-        "Div": "{x0} / {x1}", "Neg": "-{x}", "Pow": "{x} ** {c}", "Square": "{x} * {x}",
-        "Exp": "_xp.exp({x})", "Log": "_xp.log({x})", "Tanh": "_xp.tanh({x})",
-        "Sin": "_xp.sin({x})", "Cos": "_xp.cos({x})", "Sqrt": "_xp.sqrt({x})",
-        "Reshape": "{x}.reshape({shape})", "Transpose": "{x}.transpose({axes})",
-        "MatMul": "{x} @ {W}", "Linear": ("{x} @ {W}", "{x} @ {W} + {b}"),
-        "Sum": "{x}.sum(axis={axis}, keepdims={keepdims})",
-        "BroadcastTo": "_xp.broadcast_to({x}, {shape})", "ReLU": "_xp.maximum({x}, 0)",
-        "Sigmoid": "_xp.tanh({x} * 0.5) * 0.5 + 0.5",
-        "OneHot": "_eye({num_classes}, {dtype})[{t}]",
-    }
-    return {getattr(F, name): text for name, text in table.items() if hasattr(F, name)}
-
-
-_INLINE = None
+# Where an op's forward is one array expression, its class states that expression
+# (`py`, see core.Function) and the replay code writes it inline instead of calling
+# forward, which saves a Python call (and an array-module lookup) per node.
+# Placeholders are forward's parameter names and the op's attrs, as in `cpp`; the
+# code's globals _xp (numpy or cupy, by the graph's device), _eye and _sum serve it.
 
 
 def _literal(value) -> str | None:
@@ -75,22 +63,13 @@ def _forward_names(cls) -> list:
 
 def inline_call(node) -> str | None:
     """The inline expression for an op node, or None to call its forward."""
-    global _INLINE
-    if _INLINE is None:
-        _INLINE = _inline_table()
     cls = node.function_class
-    if cls.op_name == "sum_to" and cls.__module__ == "dezero.functions":
-        return _sum_to_call(node)
-    if cls.op_name == "transpose" and cls.__module__ == "dezero.functions" \
-            and node.attrs["axes"] is None:
-        return f"{node.inputs[0].name}.T"  # the usual case: an attribute, not a call
-    text = _INLINE.get(cls)
-    if text is None:
-        return None
-    names = _forward_names(cls)
-    if isinstance(text, tuple):  # spelled by the number of inputs (linear: with b?)
-        text = text[len(node.inputs) - 2] if 2 <= len(node.inputs) <= 3 else None
-        names = names[:len(node.inputs)]
+    text = op_fact(cls, "py")
+    if callable(text):
+        text = text([v.shape for v in node.inputs], node.outputs[0].shape, node.attrs)
+    elif isinstance(text, dict):  # spelled by the number of inputs (linear: with b?)
+        text = text.get(len(node.inputs))
+    names = _forward_names(cls)[:len(node.inputs)]
     if text is None or len(node.inputs) != len(names):
         return None
     fields = {name: v.name for name, v in zip(names, node.inputs)}
@@ -111,18 +90,6 @@ def _identity_rows(xp):
             rows.flags.writeable = False  # shared by every replay
         return rows
     return eye
-
-
-def _sum_to_call(node) -> str:
-    # utils.sum_to works out the summed axes at every call; the graph knows both
-    # shapes, so the replay code names them once (the same single reduction).
-    x, y = node.inputs[0], node.outputs[0]
-    lead = len(x.shape) - len(y.shape)
-    axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(y.shape)
-                                      if n == 1 and x.shape[i + lead] != 1)
-    if all(y.shape[i] != 1 or x.shape[i + lead] == 1 for i in range(len(y.shape))):
-        return f"_sum({x.name}, axis={_literal(axes)})"
-    return f"{x.name}.sum(axis={_literal(axes)}, keepdims=True).reshape({_literal(y.shape)})"
 
 
 # =============================================================================
