@@ -1207,8 +1207,10 @@ def softmax_cross_entropy_simple(x, t):
     n = len(x)
     p = clip(softmax(x), 1e-15, 1.0)  # keeps log away from log(0)
     log_p = log(p)
-    xp = cuda.get_array_module(x)
-    picked = get_item(log_p, (xp.arange(n), t.data.ravel()))
+    # The labels pick log_p[i, t[i]] through a one-hot mask, an op of t, so that a
+    # trace reads them from its graph instead of freezing t's values into an index.
+    mask = OneHot(x.shape[1], x.dtype.name)(reshape(t, (n,)))
+    picked = sum(log_p * mask, axis=1)
     return -sum(picked) * (1 / n)
 
 

@@ -10,7 +10,8 @@ import pytest
 
 import dezero
 import dezero.functions as F
-from dezero import Function, Variable
+from dezero import Function, Variable, models, optimizers
+from dezero import layers as L
 from dezero.static import backends, passes
 
 # =============================================================================
@@ -216,3 +217,124 @@ def test_passes_import_only_the_ir_and_leave_the_old_graph_as_it_was(monkeypatch
     (before, after, optimized), = seen
     assert after == before  # not one node or value of the recorded graph was edited
     assert len(optimized.nodes) < len(before[0].splitlines())
+
+
+# =============================================================================
+# The interpreter runs every graph the replay code runs
+# =============================================================================
+
+
+def triplets(make, example):
+    """Three models with equal parameters: eager, replayed, interpreted."""
+    made = [make() for _ in range(3)]
+    with dezero.no_grad(), dezero.test_mode():
+        for model in made:
+            model(example)  # lazy layers make their parameters at the first call
+            getattr(model, "reset_state", lambda: None)()
+    for params in zip(*(model.params() for model in made)):
+        for p in params[1:]:
+            p.data = params[0].data.copy()
+    return made
+
+
+def run_three_ways(make_model, make_optimizer, make_step, example, calls):
+    """Each call's arguments (a list of tuples) go to an eager step, a traced step and
+    a traced step whose graph runs on the interpreter once recorded; the three
+    results and models must agree at every call."""
+    made = triplets(make_model, example)
+    steps = [make_step(m, make_optimizer().setup(m)) for m in made]
+    eager, replayed = steps[0], dezero.trace(steps[1])
+    interpreted = dezero.trace(steps[2])
+    for i, args in enumerate(calls):
+        results = [eager(*args), replayed(*args)]
+        if i < 2:  # recording (a step may record twice: .grad unset, then set)
+            results.append(interpreted(*args))
+        else:
+            leaves = [a for arg in args for a in (arg if isinstance(arg, tuple) else (arg,))]
+            results.append(interpreted.graph.interpret(*leaves))
+        for got in results[1:]:
+            np.testing.assert_allclose(got.data, results[0].data, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(results[2].data, results[1].data)
+        for params in zip(*(m.params() for m in made)):
+            for p in params[1:]:
+                np.testing.assert_allclose(p.data, params[0].data, rtol=1e-5, atol=1e-6)
+            np.testing.assert_array_equal(params[2].data, params[1].data)
+            np.testing.assert_array_equal(params[2].grad.data, params[1].grad.data)
+    return made
+
+
+def classifier_step(loss_fn):
+    def make_step(model, optimizer):
+        def step(x, t):
+            loss = loss_fn(model(x), t)
+            model.cleargrads()
+            loss.backward()
+            optimizer.update()
+            return loss
+        return step
+    return make_step
+
+
+def classification_calls(n=5, batch=8):
+    rng = np.random.default_rng(4)
+    return [(rng.standard_normal((batch, 4)).astype(np.float32), rng.integers(0, 3, batch))
+            for _ in range(n)]
+
+
+@pytest.mark.parametrize("make_optimizer", [
+    lambda: optimizers.SGD(lr=0.1),
+    lambda: optimizers.MomentumSGD(lr=0.1),
+    lambda: optimizers.Adam(alpha=0.01),
+    lambda: optimizers.AdamW(alpha=0.01, weight_decay=0.1),
+], ids=["SGD", "MomentumSGD", "Adam", "AdamW"])
+def test_interpreter_runs_training_step_graphs_like_the_replay(make_optimizer):
+    calls = classification_calls()
+    run_three_ways(lambda: models.MLP((10, 3)), make_optimizer,
+                   classifier_step(F.softmax_cross_entropy), calls[0][0], calls)
+
+
+def test_interpreter_runs_an_lstm_window_that_carries_its_state():
+    class Net(models.Model):
+        def __init__(self):
+            super().__init__()
+            self.lstm, self.fc = L.LSTM(4), L.Linear(1)
+
+        def forward(self, x):
+            return self.fc(self.lstm(x))
+
+        def reset_state(self):
+            self.lstm.reset_state()
+
+    def make_step(model, optimizer):
+        def window(xs, ts):  # one window of truncated backpropagation through time
+            loss = 0
+            for x, t in zip(xs, ts):
+                loss = loss + F.mean_squared_error(model(x), t)
+            model.cleargrads()
+            loss.backward()
+            loss.unchain_backward()
+            optimizer.update()
+            return loss
+        return window
+
+    rng = np.random.default_rng(8)
+    calls = []
+    for _ in range(5):
+        xs = tuple(rng.standard_normal((1, 1)).astype(np.float32) for _ in range(3))
+        calls.append((xs, tuple(np.sin(x) for x in xs)))
+    made = run_three_ways(Net, lambda: optimizers.Adam(alpha=0.01), make_step,
+                          np.zeros((1, 1), np.float32), calls)
+    np.testing.assert_array_equal(made[2].lstm.h.data, made[1].lstm.h.data)
+    np.testing.assert_allclose(made[2].lstm.h.data, made[0].lstm.h.data, rtol=1e-5, atol=1e-6)
+
+
+def test_softmax_cross_entropy_simple_reads_its_labels_through_the_graph():
+    calls = classification_calls()  # new labels at every call
+    run_three_ways(lambda: models.MLP((10, 3)), lambda: optimizers.SGD(lr=0.1),
+                   classifier_step(F.softmax_cross_entropy_simple), calls[0][0], calls)
+    graph = dezero.trace(F.softmax_cross_entropy_simple).lower(*calls[0])
+    t = graph.input_values[1]
+    assert any(t in node.inputs for node in graph.of_kind("op"))  # an op reads t
+    for x, labels in calls:
+        np.testing.assert_array_equal(graph(x, labels).data,
+                                      F.softmax_cross_entropy_simple(x, labels).data)
