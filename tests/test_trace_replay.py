@@ -338,3 +338,24 @@ def test_softmax_cross_entropy_simple_reads_its_labels_through_the_graph():
     for x, labels in calls:
         np.testing.assert_array_equal(graph(x, labels).data,
                                       F.softmax_cross_entropy_simple(x, labels).data)
+
+
+@pytest.mark.parametrize("backend", ["python", "interpreter"])
+def test_an_in_place_state_write_updates_the_shared_array_after_its_last_reader(backend):
+    W = Variable(np.arange(3, dtype=np.float32))
+
+    def step(x):
+        with dezero.no_grad():
+            new = W + 1.0
+            y = W * x  # reads the old values after the new ones are computed
+            W.data = new.data
+            return y
+
+    graph = dezero.trace(step).lower(Variable(np.ones(3, np.float32)))
+    write, = graph.of_kind("write")
+    write.attrs["in_place"] = True  # as the tracer marks `W.data += 1`
+    sharer = Variable(W.data)  # another Variable on the same array
+    y = backends.compile(graph, backend)(np.full(3, 2, np.float32))  # not the cached plan
+    np.testing.assert_array_equal(y.data, [0, 2, 4])
+    np.testing.assert_array_equal(W.data, [1, 2, 3])
+    assert sharer.data is W.data

@@ -143,6 +143,8 @@ def write(node, value, targets: dict):
             setattr(node.payload, node.attrs["name"], _wrap_output(value))
         return
     target = targets[node.inputs[0].name]
-    if isinstance(target, Variable):
+    if isinstance(target, Variable) and node.attrs.get("in_place"):
+        target._data[...] = value  # as the traced code did: sharers of the array see it
+    elif isinstance(target, Variable):
         setattr(target, field, value if value is None or field == "data"
                 else _wrap_output(value))

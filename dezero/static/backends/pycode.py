@@ -75,7 +75,7 @@ def inline_call(node) -> str | None:
     fields = {name: v.name for name, v in zip(names, node.inputs)}
     for key, value in node.attrs.items():
         literal = _literal(value)
-        if literal is None:
+        if literal is None or key in fields:  # an attr may not stand for an input
             return None
         fields[key] = literal
     return text.format(**fields)
@@ -155,6 +155,7 @@ def generate(graph: StaticGraph):
         if id(node) in dying:
             lines.append(f"    del {', '.join(dying[id(node)])}")
     items = returned + writes
+    lines.extend(early.get(None, ()))
     lines.append(f"    return ({', '.join(items)}{',' if len(items) == 1 else ''})")
     return "\n".join(lines) + "\n", env, line_nodes, fname
 
@@ -213,6 +214,11 @@ def _state_writes(graph: StaticGraph, env: dict) -> dict:
         source = node.inputs[1].name
         # A constant is copied: the state must not share the code's one array.
         value = f"{source}.copy()" if source in consts else source
+        if node.attrs.get("in_place"):  # the traced code overwrote the array itself:
+            # after the old values' last reader, before the return (key None)
+            early.setdefault(None, []).append(
+                f"    {slots[target]}._data[...] = {value}  # {target}[...] <- {source}")
+            continue
         if node.attrs["field"] == "grad":
             line = f"{slots[target]}.grad = _wrap({value})  # {target}.grad <- {source}"
         elif len(node.inputs[1].shape) > 0:
