@@ -359,3 +359,18 @@ def test_an_in_place_state_write_updates_the_shared_array_after_its_last_reader(
     np.testing.assert_array_equal(y.data, [0, 2, 4])
     np.testing.assert_array_equal(W.data, [1, 2, 3])
     assert sharer.data is W.data
+
+
+@pytest.mark.parametrize("backend", ["python", "interpreter"])
+def test_state_set_to_a_constant_gets_its_own_array(backend):
+    S = Variable(np.ones(3, np.float32))
+
+    def reset():
+        with dezero.no_grad():
+            S.data = F.exp(Variable(np.zeros(3, np.float32))).data  # folded: a constant
+
+    plan = backends.compile(dezero.trace(reset).lower(), backend)
+    for _ in range(2):
+        plan()
+        S.data[...] += 1  # an in-place update of the state, as the book writes them
+        np.testing.assert_array_equal(S.data, 2)  # the next reset starts from 1 again

@@ -67,7 +67,8 @@ class Interpreter(Plan):
         self.env[node.outputs[0].name] = next(self.feed)
 
     def const(self, node):
-        self.env[node.outputs[0].name] = node.payload
+        # A copy per run: what it returns or stores never shares the graph's array.
+        self.env[node.outputs[0].name] = node.payload.copy()
 
     def op(self, node):
         ys = self.functions[id(node)].forward(*(self.env[v.name] for v in node.inputs))

@@ -167,7 +167,7 @@ def _last_uses(graph: StaticGraph) -> dict:
     that makes it to its last reader, as in eager code, instead of until the replay
     returns (large intermediates would pile up and their memory be mapped afresh at
     every call). A state array that gets a new .data is deleted after its last
-    reader too, so that once the new value is stored (see _data_writes) the old one
+    reader too, so that once the new value is stored (see _state_writes) the old one
     is freed, as eager code frees it. Outputs and write sources live on; inputs
     (the caller's) and constants (globals of the code) are never deleted.
     """
@@ -189,8 +189,10 @@ def _last_uses(graph: StaticGraph) -> dict:
 
 
 def _state_writes(graph: StaticGraph, env: dict) -> dict:
-    """value name -> the lines that store it into captured state (.data or .grad);
-    a write that clears a .grad is keyed by its target.
+    """value name -> the lines that store it into captured state (.data or .grad),
+    emitted right after the node that defines it; a write that clears a .grad is
+    keyed by its target, an in-place write by None (emitted before the return).
+    Also puts the state's Variables into env as _s0, _s1 ... (the glue reads them).
 
     The replay function stores each new value as soon as it is computed (an old
     array is then held only by its local name, deleted after its last reader), so
@@ -242,8 +244,8 @@ def compile_graph(graph: StaticGraph) -> Compiled:
 
 class Compiled(Plan):
     """A graph's replay code plus its glue: generated code that reads captured state,
-    calls the replay function (which stores new .data values as it computes them),
-    applies the other state writes and rebuilds the outputs."""
+    calls the replay function (which stores new .data and .grad values as it
+    computes them), applies the other writes and rebuilds the outputs."""
 
     def __init__(self, graph: StaticGraph):
         super().__init__(graph)
