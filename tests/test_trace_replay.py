@@ -246,12 +246,12 @@ def run_three_ways(make_model, make_optimizer, make_step, example, calls):
     eager, replayed = steps[0], dezero.trace(steps[1])
     interpreted = dezero.trace(steps[2])
     for i, args in enumerate(calls):
-        results = [eager(*args), replayed(*args)]
-        if i < 2:  # recording (a step may record twice: .grad unset, then set)
-            results.append(interpreted(*args))
-        else:
-            leaves = [a for arg in args for a in (arg if isinstance(arg, tuple) else (arg,))]
-            results.append(interpreted.graph.interpret(*leaves))
+        leaves = [a for arg in args for a in (arg if isinstance(arg, tuple) else (arg,))]
+        random_state, results = np.random.get_state(), []
+        for run in (eager, replayed, interpreted if i < 2 else None):
+            np.random.set_state(random_state)  # dropout draws the same masks in all
+            # (a step may record twice, .grad unset then set, before the graph runs alone)
+            results.append(run(*args) if run else interpreted.graph.interpret(*leaves))
         for got in results[1:]:
             np.testing.assert_allclose(got.data, results[0].data, rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(results[2].data, results[1].data)
@@ -291,6 +291,25 @@ def test_interpreter_runs_training_step_graphs_like_the_replay(make_optimizer):
     calls = classification_calls()
     run_three_ways(lambda: models.MLP((10, 3)), make_optimizer,
                    classifier_step(F.softmax_cross_entropy), calls[0][0], calls)
+
+
+def test_interpreter_runs_a_cnn_with_batchnorm_and_dropout_like_the_replay():
+    class Net(models.Model):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn, self.fc = L.Conv2d(4, kernel_size=3, pad=1), L.BatchNorm(), \
+                L.Linear(3)
+
+        def forward(self, x):
+            y = F.pooling(F.relu(self.bn(self.conv(x))), 2, 2)
+            return self.fc(F.dropout(F.reshape(y, (y.shape[0], -1)), 0.3))
+
+    rng = np.random.default_rng(6)
+    calls = [(rng.standard_normal((2, 1, 6, 6)).astype(np.float32), rng.integers(0, 3, 2))
+             for _ in range(5)]
+    made = run_three_ways(Net, lambda: optimizers.MomentumSGD(lr=0.1),
+                          classifier_step(F.softmax_cross_entropy), calls[0][0], calls)
+    np.testing.assert_array_equal(made[2].bn.avg_mean.data, made[1].bn.avg_mean.data)
 
 
 def test_interpreter_runs_an_lstm_window_that_carries_its_state():
