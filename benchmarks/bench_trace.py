@@ -1,11 +1,15 @@
 """Trace mode against eager dezero (and JAX's jit where it is installed).
 
-Run by hand: python benchmarks/bench_trace.py. Prints, in one run: the spiral MLP
-training step and the 784-1000-10 MLP step, eager against replayed, with the time
-to record and prepare each graph; and the 11-op expression
-sum(tanh(x*a+b) * (1/(1+exp(-x))) + x**2) forward and backward on (10,) arrays.
+Run by hand: python benchmarks/bench_trace.py. Prints, in one run, eager against
+replayed: the spiral MLP training step, the 784-1000-10 MLP step (sigmoid and SGD;
+ReLU and Adam), an elementwise chain of 9 ops on 10^7 float32 values (forward only),
+each with the time to record and prepare its graph and the minor page faults per
+call in a fresh process; and the 11-op expression sum(tanh(x*a+b) * (1/(1+exp(-x)))
++ x**2) forward and backward on (10,) arrays, against JAX's jit where installed.
 """
 import os
+import resource
+import subprocess
 import sys
 import time
 
@@ -25,8 +29,9 @@ from dezero.datasets import get_spiral  # noqa: E402
 
 
 def per_call(*fns, seconds=2.0, rounds=10):
-    """Best time per call (microseconds) of each function. The functions take turns
-    in short rounds, so that load from other processes hits them alike."""
+    """Best CPU time per call (microseconds) of each function. The functions take
+    turns in short rounds, so that load from other processes hits them alike; CPU
+    time (one BLAS thread) does not count the time other processes hold the core."""
     counts = []
     for fn in fns:
         fn()
@@ -38,11 +43,29 @@ def per_call(*fns, seconds=2.0, rounds=10):
     best = [float("inf")] * len(fns)
     for _ in range(rounds):
         for i, (fn, n) in enumerate(zip(fns, counts)):
-            start = time.perf_counter()
+            start = time.process_time()
             for _ in range(n):
                 fn()
-            best[i] = min(best[i], (time.perf_counter() - start) / n * 1e6)
+            best[i] = min(best[i], (time.process_time() - start) / n * 1e6)
     return best if len(fns) > 1 else best[0]
+
+
+def faults_per_call(fn, calls=20):
+    """Minor page faults per call of fn (fresh pages from the kernel), after two
+    calls that record and warm up."""
+    fn(), fn()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(calls):
+        fn()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls
+
+
+def fresh_faults(name, mode):
+    """faults_per_call of one workload in a fresh process: in a process that has run
+    other work, freed memory is at hand and every count reads 0."""
+    out = subprocess.run([sys.executable, __file__, "--faults", name, mode],
+                         capture_output=True, text=True, check=True).stdout
+    return float(out)
 
 
 def twins(make, x):
@@ -64,19 +87,73 @@ def training_step(model, optimizer):
     return step
 
 
-def bench_training(title, make_model, x, t, lr):
+def training(make_model, make_optimizer, x, t):
+    """(eager step, traced step, its graph, ms to record and prepare it) on twin models."""
     a, b = twins(make_model, x)
-    eager = training_step(a, optimizers.SGD(lr).setup(a))
-    traced = dezero.trace(training_step(b, optimizers.SGD(lr).setup(b)))
+    eager = training_step(a, make_optimizer().setup(a))
+    traced = dezero.trace(training_step(b, make_optimizer().setup(b)))
     start = time.perf_counter()
     graph = traced.lower(x, t)
-    lowered = time.perf_counter() - start
+    lowered = (time.perf_counter() - start) * 1e3
     traced(x, t)  # the first call after lower has grads set: one more recording
-    t_eager, t_replay = per_call(lambda: eager(x, t), lambda: traced(x, t))
-    ops = len(graph.of_kind("op"))
-    print(f"{title}: eager {t_eager:8.1f} us, replay {t_replay:8.1f} us, "
-          f"speed-up {t_eager / t_replay:5.2f}x  ({ops} ops; record+prepare "
-          f"{lowered * 1e3:.1f} ms)")
+    return lambda: eager(x, t), lambda: traced(x, t), graph, lowered
+
+
+def spiral():
+    x, t = get_spiral(train=True)
+    # Small learning rates keep the models near where they start while the steps
+    # repeat on one batch: saturated (inf, denormal) values would time differently.
+    return training(lambda: models.MLP((10, 3)), lambda: optimizers.SGD(1e-3), x[:30], t[:30])
+
+
+def mnist_batch():
+    rng = np.random.default_rng(0)
+    return rng.random((100, 784), dtype=np.float32), rng.integers(0, 10, 100)
+
+
+def mlp_sgd():
+    return training(lambda: models.MLP((1000, 10)), lambda: optimizers.SGD(1e-3),
+                    *mnist_batch())
+
+
+def mlp_relu_adam():
+    return training(lambda: models.MLP((1000, 10), activation=F.relu),
+                    lambda: optimizers.Adam(1e-4), *mnist_batch())
+
+
+def chain(x):
+    y = x * 0.5 + 1.0
+    y = F.exp(-(y * y))
+    y = F.tanh(y * x - 0.25)
+    return y + x
+
+
+def big_chain(size=10 ** 7):
+    x = Variable(np.random.default_rng(0).standard_normal(size, dtype=np.float32))
+    traced = dezero.trace(chain)
+    start = time.perf_counter()
+    graph = traced.lower(x)
+    return lambda: chain(x), lambda: traced(x), graph, (time.perf_counter() - start) * 1e3
+
+
+# name -> (title, setup returning (eager, replay, graph, ms to prepare), seconds to time)
+WORKLOADS = {
+    "spiral": ("spiral MLP (10, 3) step, SGD, batch 30", spiral, 2.0),
+    "mlp": ("MLP 784-1000-10 step, SGD, batch 100  ", mlp_sgd, 2.0),
+    "mlp-adam": ("MLP 784-1000-10 ReLU step, Adam       ", mlp_relu_adam, 2.0),
+    "chain": ("elementwise chain on 1e7 float32, fwd ", big_chain, 6.0),
+}
+
+
+def bench_workload(name):
+    title, setup, seconds = WORKLOADS[name]
+    eager, replay, graph, prepare = setup()
+    t_eager, t_replay = per_call(eager, replay, seconds=seconds)
+    faults = fresh_faults(name, "eager"), fresh_faults(name, "replay")
+    print(f"{title}: eager {t_eager:8.1f} us, replay {t_replay:8.1f} us, speed-up "
+          f"{t_eager / t_replay:5.2f}x  ({len(graph.of_kind('op'))} ops, prepared in "
+          f"{prepare:.1f} ms; page faults per call in a fresh process {faults[0]:.0f} "
+          f"/ {faults[1]:.0f})")
 
 
 def expression(x, a, b):
@@ -129,15 +206,12 @@ def bench_expression():
 
 
 def main():
-    x, t = get_spiral(train=True)
-    x, t = x[:30], t[:30]
-    # Small learning rates keep the models near where they start while the steps
-    # repeat on one batch: saturated (inf, denormal) values would time differently.
-    bench_training("spiral MLP (10, 3), batch 30 ", lambda: models.MLP((10, 3)), x, t, 1e-3)
-    rng = np.random.default_rng(0)
-    x = rng.random((100, 784), dtype=np.float32)
-    t = rng.integers(0, 10, 100)
-    bench_training("MLP 784-1000-10, batch 100   ", lambda: models.MLP((1000, 10)), x, t, 1e-3)
+    if sys.argv[1:2] == ["--faults"]:  # one count, asked by fresh_faults
+        eager, replay, _, _ = WORKLOADS[sys.argv[2]][1]()
+        print(faults_per_call(eager if sys.argv[3] == "eager" else replay))
+        return
+    for name in WORKLOADS:
+        bench_workload(name)
     bench_expression()
 
 

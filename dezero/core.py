@@ -371,6 +371,16 @@ class Function:
       cpp       C++ expression of an elementwise op ("{x} * {y}"), else None;
                 placeholders are forward's parameter names and the op's attrs
       random    the op draws random numbers (never folded or deduplicated)
+      commutative  the inputs may be swapped (common-subexpression elimination)
+      py        the Python expression the replay code writes instead of calling
+                forward, placeholders as in cpp (`_xp` is numpy or cupy); a dict
+                by the number of inputs, or a function (input shapes, output
+                shape, attrs) -> the expression; None: the code calls forward.
+                A subclass that overrides forward does not inherit it
+      neutral   {input position: constant} that makes the op return its other
+                input exactly (x * 1); neutral_attrs: attrs that make it return
+                its input (x ** 1). The simplify pass drops such ops; like
+                py, they are not inherited past an overridden forward
     Subclasses store their constructor arguments under the same names, so that
     `type(f)(**f.attrs)` rebuilds an equivalent op.
     """
@@ -378,6 +388,8 @@ class Function:
     cpp = None
     random = False
     commutative = False
+    py = None
+    neutral = neutral_attrs = None
     op_name = "function"
 
     def __init_subclass__(cls, **kwargs):

@@ -19,6 +19,7 @@ from dezero.core import Config, Constant, Function, Variable, as_operand, as_var
 
 class Add(Function):
     cpp = "{x0} + {x1}"
+    py = "{x0} + {x1}"
     commutative = True
 
     def forward(self, x0, x1):
@@ -43,6 +44,8 @@ def add(x0, x1):
 
 class Sub(Function):
     cpp = "{x0} - {x1}"
+    py = "{x0} - {x1}"
+    neutral = {1: 0}  # x - 0 == x exactly (x + 0 is not: -0.0 + 0 == +0.0)
 
     def forward(self, x0, x1):
         return x0 - x1
@@ -64,6 +67,8 @@ def rsub(x0, x1):
 
 class Mul(Function):
     cpp = "{x0} * {x1}"
+    py = "{x0} * {x1}"
+    neutral = {0: 1, 1: 1}  # 1 * x == x * 1 == x
     commutative = True
 
     def forward(self, x0, x1):
@@ -82,6 +87,8 @@ def mul(x0, x1):
 
 class Div(Function):
     cpp = "{x0} / {x1}"
+    py = "{x0} / {x1}"
+    neutral = {1: 1}  # x / 1 == x
 
     def forward(self, x0, x1):
         return x0 / x1
@@ -103,6 +110,7 @@ def rdiv(x0, x1):
 
 class Neg(Function):
     cpp = "-{x}"
+    py = "-{x}"
 
     def forward(self, x):
         return -x
@@ -118,6 +126,8 @@ def neg(x):
 class Pow(Function):
     """y = x ** c for a constant exponent c."""
     cpp = "pow({x}, {c})"
+    py = "{x} ** {c}"
+    neutral_attrs = {"c": 1}  # x ** 1 == x
 
     def __init__(self, c):
         self.c = c
@@ -151,6 +161,7 @@ def pow(x, c):
 
 class Sin(Function):
     cpp = "sin({x})"
+    py = "_xp.sin({x})"
 
     def forward(self, x):
         return cuda.get_array_module(x).sin(x)
@@ -166,6 +177,7 @@ def sin(x):
 
 class Cos(Function):
     cpp = "cos({x})"
+    py = "_xp.cos({x})"
 
     def forward(self, x):
         return cuda.get_array_module(x).cos(x)
@@ -196,6 +208,7 @@ def tan(x):
 
 class Tanh(Function):
     cpp = "tanh({x})"
+    py = "_xp.tanh({x})"
 
     def forward(self, x):
         return cuda.get_array_module(x).tanh(x)
@@ -211,6 +224,7 @@ def tanh(x):
 
 class Exp(Function):
     cpp = "exp({x})"
+    py = "_xp.exp({x})"
 
     def forward(self, x):
         return cuda.get_array_module(x).exp(x)
@@ -226,6 +240,7 @@ def exp(x):
 
 class Log(Function):
     cpp = "log({x})"
+    py = "_xp.log({x})"
 
     def forward(self, x):
         return cuda.get_array_module(x).log(x)
@@ -241,6 +256,7 @@ def log(x):
 
 class Sqrt(Function):
     cpp = "sqrt({x})"
+    py = "_xp.sqrt({x})"
 
     def forward(self, x):
         return cuda.get_array_module(x).sqrt(x)
@@ -256,6 +272,7 @@ def sqrt(x):
 
 class Square(Function):
     cpp = "{x} * {x}"
+    py = "{x} * {x}"
 
     def forward(self, x):
         return x * x
@@ -352,6 +369,8 @@ class Equal(Function):
 
 
 class Reshape(Function):
+    py = "{x}.reshape({shape})"
+
     def __init__(self, shape):
         self.shape = shape
 
@@ -370,6 +389,11 @@ def reshape(x, shape):
 
 
 class Transpose(Function):
+    @staticmethod
+    def py(in_shapes, out_shape, attrs):
+        # The usual case, a plain transpose, is an attribute rather than a call.
+        return "{x}.T" if attrs["axes"] is None else "{x}.transpose({axes})"
+
     def __init__(self, axes=None):
         self.axes = axes
 
@@ -445,6 +469,8 @@ def flatten(x):
 
 
 class Sum(Function):
+    py = "{x}.sum(axis={axis}, keepdims={keepdims})"
+
     def __init__(self, axis=None, keepdims=False):
         self.axis = axis
         self.keepdims = keepdims
@@ -465,6 +491,18 @@ def sum(x, axis=None, keepdims=False):
 
 
 class SumTo(Function):
+    @staticmethod
+    def py(in_shapes, out_shape, attrs):
+        # utils.sum_to works out the summed axes at every call; the graph knows both
+        # shapes, so the replay code names them once (the same single reduction;
+        # _sum is ndarray.sum without its Python-level wrapper).
+        (x_shape,), lead = in_shapes, len(in_shapes[0]) - len(out_shape)
+        kept = [i + lead for i, n in enumerate(out_shape) if n == 1 and x_shape[i + lead] != 1]
+        axes = tuple(range(lead)) + tuple(kept)
+        if not kept:
+            return f"_sum({{x}}, axis={axes!r})"
+        return f"{{x}}.sum(axis={axes!r}, keepdims=True).reshape({{shape}})"
+
     def __init__(self, shape):
         self.shape = shape
 
@@ -483,6 +521,8 @@ def sum_to(x, shape):
 
 
 class BroadcastTo(Function):
+    py = "_xp.broadcast_to({x}, {shape})"
+
     def __init__(self, shape):
         self.shape = shape
 
@@ -561,6 +601,7 @@ def _check_matmul(op, x, W):
 
 class MatMul(Function):
     op_name = "matmul"
+    py = "{x} @ {W}"
 
     def forward(self, x, W):
         _check_matmul(self.op_name, x, W)
@@ -592,6 +633,7 @@ def rmatmul(W, x):
 
 class Linear(Function):
     """y = x @ W + b (b optional)."""
+    py = {2: "{x} @ {W}", 3: "{x} @ {W} + {b}"}  # by the number of inputs
 
     def forward(self, x, W, b=None):
         _check_matmul(self.op_name, x, W)
@@ -632,6 +674,7 @@ def linear(x, W, b=None):
 class Sigmoid(Function):
     """y = 1 / (1 + exp(-x)), computed as 0.5 * tanh(0.5 * x) + 0.5 (no overflow)."""
     cpp = "tanh({x} * 0.5) * 0.5 + 0.5"
+    py = "_xp.tanh({x} * 0.5) * 0.5 + 0.5"
 
     def forward(self, x):
         half = _like(0.5, x)
@@ -654,6 +697,7 @@ def sigmoid(x):
 class ReLU(Function):
     op_name = "relu"
     cpp = "({x} > 0) ? {x} : 0"
+    py = "_xp.maximum({x}, 0)"
 
     def forward(self, x):
         return cuda.get_array_module(x).maximum(x, _like(0, x))
@@ -828,6 +872,7 @@ def astype(x, dtype):
 
 class OneHot(Function):
     """Rows of the identity of size num_classes picked by integer labels t."""
+    py = "_eye({num_classes}, {dtype})[{t}]"  # _eye: a cached identity matrix
 
     def __init__(self, num_classes, dtype):
         self.num_classes = num_classes
@@ -1216,8 +1261,10 @@ def softmax_cross_entropy_simple(x, t):
     n = len(x)
     p = clip(softmax(x), 1e-15, 1.0)  # keeps log away from log(0)
     log_p = log(p)
-    xp = cuda.get_array_module(x)
-    picked = get_item(log_p, (xp.arange(n), t.data.ravel()))
+    # The labels pick log_p[i, t[i]] through a one-hot mask, an op of t, so that a
+    # trace reads them from its graph instead of freezing t's values into an index.
+    mask = OneHot(x.shape[1], x.dtype.name)(reshape(t, (n,)))
+    picked = sum(log_p * mask, axis=1)
     return -sum(picked) * (1 / n)
 
 

@@ -278,8 +278,11 @@ def test_printed_graph_and_replay_code_are_deterministic_text():
         "def lambda_(x, W, b):  # generated from trace <lambda>: 4 ops\n"
         "    a = x @ W\n"
         "    c = a + b\n"
+        "    del a\n"
         "    d = _xp.tanh(c)\n"
+        "    del c\n"
         "    e = d.sum(axis=1, keepdims=False)\n"
+        "    del d\n"
         "    return (e,)\n")
 
 
@@ -336,7 +339,7 @@ def test_interpreter_is_the_reference_for_the_replay_code():
     graph = traced.lower(x)
     np.testing.assert_array_equal(graph.interpret(x).data, graph(x).data)
     state = [W.data, b.data]
-    flat = Interpreter(graph).run(x, *state)
+    flat = Interpreter(graph).execute(x, *state)
     np.testing.assert_array_equal(flat[0], graph.compile().fn(x, *state)[0])
 
 

@@ -57,26 +57,34 @@ the gradients backward() left are written back too::
       return d
 
 `graph.code` is the replay code: one line per node, simple ops spelled inline,
-the others calling their Function's forward on arrays::
+the others calling their Function's forward on arrays. As eager code does, it
+stores each new .data and .grad into its Variable (`_s0` is W) as soon as it is
+computed and deletes each array after its last reader::
 
     def step(x, t, W, b, lr):  # generated from trace step: 11 ops
         # constants (globals of this code): a
         c = x @ W + b
         d = _arr(_mean_squared_error0(c, t))
         e = c - t
+        del c
         f = e * a
+        del e
         g = x.T
         h = g @ f
+        _s0.grad = _wrap(h)  # W.grad <- h
+        del g
         i = _sum(f, axis=(0,))
+        _s1.grad = _wrap(i)  # b.grad <- i
+        del f
         j = lr * h
         k = W - j
+        _s0._data = k  # W <- k
+        del W, j
         l = lr * i
         m = b - l
-        # W <- k
-        # b <- m
-        # W.grad <- h
-        # b.grad <- i
-        return (d, k, m, h, i)
+        _s1._data = m  # b <- m
+        del b, l
+        return (d,)
 
 Values in a trace: arguments are inputs; Variables made outside and read inside
 are captured by reference; Python scalars and literal arrays made inside are

@@ -111,6 +111,33 @@ class Node:
         return format_node(self)
 
 
+def op_fact(cls, name: str):
+    """A fact about an op read from its class (py, neutral, neutral_attrs): None when
+    a subclass overrides forward after the class that states it, whose fact then
+    says nothing about the new forward."""
+    owner = next((k for k in cls.__mro__ if name in vars(k)), None)
+    if owner is None or getattr(owner, "forward", None) is not cls.forward:
+        return None
+    return getattr(cls, name)
+
+
+def make_function(node: Node):
+    """A Function instance for an op node, rebuilt from its attrs alone.
+
+    The attrs are set directly rather than passed to __init__, so an op whose
+    constructor normalises its arguments is rebuilt exactly as recorded.
+    """
+    cls = node.function_class
+    f = cls.__new__(cls)
+    f.__dict__.update(node.attrs)
+    return f
+
+
+def as_result_array(y):
+    """forward may return a numpy scalar for a 0-d result; the graph holds arrays."""
+    return y if isinstance(y, cuda.array_types) else np.asarray(y)
+
+
 def read_slot(obj, field: str):
     """The array a state slot holds: obj.data, obj.grad.data or obj.<name>.data
     (field "data", "grad" or "attr:<name>")."""
@@ -186,7 +213,7 @@ def printable(text: str) -> str:
 
 
 # =============================================================================
-# Printing: format_attr, format_node, format_graph
+# Printing and canonical attributes: format_attr, canonical_attr, format_node, format_graph
 # =============================================================================
 
 
@@ -207,6 +234,37 @@ def format_attr(value) -> str:
     if value is Ellipsis:
         return "..."
     return printable(repr(value))
+
+
+def canonical_attr(value):
+    """A hashable form of an attribute that tells apart any two values an op could
+    treat differently (True from 1, 0.0 from -0.0, arrays by dtype, shape and bytes);
+    TypeError for a type the IR does not hold."""
+    if value is None or value is Ellipsis or type(value) in (bool, int, str):
+        return type(value).__name__, value
+    if type(value) is float:
+        return "float", repr(value)
+    if type(value) in (tuple, list):
+        return type(value).__name__, tuple(canonical_attr(v) for v in value)
+    if type(value) is slice:
+        return "slice", tuple(canonical_attr(v) for v in (value.start, value.stop, value.step))
+    if isinstance(value, np.dtype) or isinstance(value, type) and issubclass(value, np.generic):
+        return "dtype", np.dtype(value).name
+    if isinstance(value, (np.generic, *cuda.array_types)):
+        array = cuda.as_numpy(value) if isinstance(value, cuda.array_types) else value
+        return "array", array.dtype.str, array.shape, array.tobytes()
+    if type(value) is dict:
+        return "dict", tuple((canonical_attr(k), canonical_attr(v)) for k, v in value.items())
+    raise TypeError(f"an attribute of type {type(value).__name__} has no canonical form")
+
+
+def attrs_key(attrs: dict):
+    """The canonical form of a node's attrs, for comparing nodes; None if an attr has
+    none (such a node is never merged with another)."""
+    try:
+        return tuple((k, canonical_attr(v)) for k, v in sorted(attrs.items()))
+    except TypeError:
+        return None
 
 
 def _format_const(array) -> str:
@@ -293,7 +351,7 @@ class StaticGraph:
         self.owns_state = False
         # "cpu" or "gpu": which array module the replay code calls.
         self.device = "cpu"
-        self._compiled = None
+        self._compiled = {}  # backend name -> plan
 
     # ---- views ------------------------------------------------------------
     def of_kind(self, kind: str) -> list[Node]:
@@ -429,12 +487,12 @@ class StaticGraph:
         return render_dot(self.to_dot(), to_file)
 
     # ---- running ----------------------------------------------------------
-    def compile(self):
-        """Generate and compile the replay code (done on the first run otherwise)."""
-        if self._compiled is None:
-            from dezero.static.backends.pycode import compile_graph
-            self._compiled = compile_graph(self)
-        return self._compiled
+    def compile(self, backend: str = "python"):
+        """The plan of the named backend (see backends/), made on first use and kept."""
+        if backend not in self._compiled:
+            from dezero.static.backends import compile
+            self._compiled[backend] = compile(self, backend)
+        return self._compiled[backend]
 
     @property
     def code(self) -> str:
@@ -458,8 +516,7 @@ class StaticGraph:
 
     def interpret(self, *inputs):
         """Run with the reference interpreter (slow, checked); same result as graph(*inputs)."""
-        from dezero.static.backends.interpreter import Interpreter
-        return self.compile().run(inputs, runner=Interpreter(self).run)
+        return self.compile("interpreter").run(inputs)
 
     # ---- devices ----------------------------------------------------------
     def to_gpu(self) -> StaticGraph:
@@ -479,7 +536,7 @@ class StaticGraph:
                 target = var.grad if field == "grad" else var
                 target.data = convert(target.data)
         self.device = device
-        self._compiled = None  # compiled code closes over the old constants
+        self._compiled = {}  # compiled code closes over the old constants
         return self
 
     # ---- files ------------------------------------------------------------

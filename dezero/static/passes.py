@@ -1,27 +1,36 @@
 """Passes: small functions from StaticGraph to StaticGraph.
 
-passes.py sits after the tracer and before the backends. Each pass returns a new
-graph (the old one stays printable) and reads op facts from the Function classes
-(`random`, `commutative`, `cpp`), never from lists of op names. Fusion of
-elementwise chains (ops with `cpp`) will be one more pass of the same shape.
+passes.py sits after the tracer and before the backends, and imports only the IR
+(ir.py) besides numpy and the debug log. Each pass returns a new graph and never
+edits the old one's nodes or values (the old graph stays printable), and reads op
+facts from the Function classes (`random`, `commutative`, `neutral`,
+`neutral_attrs`), never from lists of op names. Fusion of elementwise chains (ops
+with `cpp`) will be one more pass of the same shape.
 
     graph = optimize(graph)   # dce, cse, fold, simplify, cse, dce; each then check()
 """
 from __future__ import annotations
 
-import importlib
-import json
 import keyword
 
 import numpy as np
 
 from dezero import cuda
 from dezero.static import debugging
-from dezero.static.backends.interpreter import as_result_array, make_function
-from dezero.static.ir import Node, StaticGraph, Value, identifier, letter_name
+from dezero.static.ir import (
+    Node,
+    StaticGraph,
+    Value,
+    as_result_array,
+    attrs_key,
+    identifier,
+    letter_name,
+    make_function,
+    op_fact,
+)
 
 # =============================================================================
-# Helpers: remap, attrs_key
+# Helpers: remap, is_random
 # =============================================================================
 
 
@@ -29,16 +38,6 @@ def _remap(node: Node, mapping: dict) -> Node:
     """A copy of node whose inputs are replaced through mapping (Value -> Value)."""
     inputs = [mapping.get(id(v), v) for v in node.inputs]
     return Node(node.kind, node.op, inputs, node.attrs, node.outputs, node.payload)
-
-
-def attrs_key(attrs: dict) -> str | None:
-    """A canonical text of attrs for comparing nodes; None if they cannot be encoded."""
-    from dezero.static.saving import encode_attr
-    try:
-        return json.dumps({k: encode_attr(v) for k, v in sorted(attrs.items())},
-                          sort_keys=True)
-    except TypeError:
-        return None
 
 
 def _is_random(node: Node) -> bool:
@@ -82,11 +81,11 @@ def cse(graph: StaticGraph) -> StaticGraph:
             array = cuda.as_numpy(node.payload)
             key = ("const", array.dtype.str, array.shape, array.tobytes())
         elif node.kind == "op" and not _is_random(node):
-            text = attrs_key(node.attrs)
+            attrs = attrs_key(node.attrs)
             names = [id(v) for v in node.inputs]
             if node.function_class.commutative:
                 names.sort()
-            key = None if text is None else (node.op, text, tuple(names))
+            key = None if attrs is None else (node.op, attrs, tuple(names))
         if key is not None and key in seen:
             for old, new in zip(node.outputs, seen[key].outputs):
                 mapping[id(old)] = new
@@ -144,46 +143,40 @@ def _evaluate(node: Node, arrays):
     return y.copy()
 
 
-def _identities():
-    # op class -> (operand that may be dropped, the constant that makes it a no-op):
-    # exact in floating point, x * 1 == x, x / 1 == x, x - 0 == x, x ** 1 == x.
-    F = importlib.import_module("dezero.functions")
-    return {F.Mul: ((0, 1), 1), F.Div: ((1,), 1), F.Sub: ((1,), 0)}
-
-
 def simplify(graph: StaticGraph) -> StaticGraph:
-    """Algebraic simplification: drop multiplications and divisions by one,
-    subtractions of zero and powers of one, where the other operand already has
-    the result's shape and dtype (so nothing is broadcast or cast)."""
-    identities = _identities()
+    """Algebraic simplification: drop ops that return one of their inputs unchanged
+    (the class's `neutral` operand or `neutral_attrs`: x * 1, x / 1, x - 0, x ** 1),
+    where that input already has the result's shape and dtype (so nothing is
+    broadcast or cast)."""
     consts = {id(n.outputs[0]): n.payload for n in graph.nodes if n.kind == "const"}
     mapping: dict[int, Value] = {}
     nodes = []
     for node in graph.nodes:
         node = _remap(node, mapping)
-        keep = None
-        if node.kind == "op" and len(node.outputs) == 1:
-            out = node.outputs[0]
-            cls = node.function_class
-            if cls in identities:
-                positions, neutral = identities[cls]
-                for i in positions:
-                    other = node.inputs[1 - i]
-                    const = consts.get(id(node.inputs[i]))
-                    if const is not None and (other.shape, other.dtype) == (out.shape,
-                                                                            out.dtype) \
-                            and bool((const == neutral).all()):
-                        keep = other
-                        break
-            elif cls.op_name == "pow" and node.attrs.get("c") == 1 and \
-                    (node.inputs[0].shape, node.inputs[0].dtype) == (out.shape, out.dtype):
-                keep = node.inputs[0]
-        if keep is not None:
+        keep = _unchanged_input(node, consts) if node.kind == "op" and \
+            len(node.outputs) == 1 else None
+        if keep is not None and (keep.shape, keep.dtype) == (node.outputs[0].shape,
+                                                             node.outputs[0].dtype):
             mapping[id(node.outputs[0])] = keep
             continue
         nodes.append(node)
     debugging.log(3, f"simplify {graph.name}: removed {len(graph.nodes) - len(nodes)} nodes")
     return graph.with_nodes(nodes)
+
+
+def _unchanged_input(node: Node, consts: dict) -> Value | None:
+    """The input an op node returns unchanged, by its class's facts, or None."""
+    cls = node.function_class
+    attrs = op_fact(cls, "neutral_attrs")
+    if attrs and len(node.inputs) == 1 and all(
+            type(node.attrs.get(k)) in (int, float) and node.attrs[k] == v
+            for k, v in attrs.items()):
+        return node.inputs[0]
+    for i, neutral in (op_fact(cls, "neutral") or {}).items():
+        const = consts.get(id(node.inputs[i])) if len(node.inputs) == 2 else None
+        if const is not None and bool((const == neutral).all()):
+            return node.inputs[1 - i]
+    return None
 
 
 def rename(graph: StaticGraph) -> StaticGraph:
@@ -192,14 +185,20 @@ def rename(graph: StaticGraph) -> StaticGraph:
     used = {identifier(graph.name, "graph")}
     used.update(n.outputs[0].name for n in graph.nodes if n.kind in ("input", "state"))
     n = 0
+    mapping: dict[int, Value] = {}
+    nodes = []
     for node in graph.nodes:
+        node = _remap(node, mapping)
         if node.kind in ("const", "op"):
             for value in node.outputs:
                 while letter_name(n) in used or keyword.iskeyword(letter_name(n)):
                     n += 1
-                value.name = letter_name(n)
+                mapping[id(value)] = Value(letter_name(n), value.shape, value.dtype)
                 n += 1
-    return graph
+            node = Node(node.kind, node.op, node.inputs, node.attrs,
+                        [mapping[id(v)] for v in node.outputs], node.payload)
+        nodes.append(node)
+    return graph.with_nodes(nodes)
 
 
 PIPELINE = (dce, cse, fold, simplify, cse, dce)

@@ -1,8 +1,36 @@
-"""Backends run a StaticGraph: the reference interpreter and the generated replay code.
+"""Backends run a StaticGraph: compile(graph, backend) -> a callable plan.
 
 backends/ is the last stage of the pipeline (tracer -> ir -> passes -> backends).
-interpreter.py walks the nodes one by one and checks every type; pycode.py turns the
-node list into Python source that calls each op's forward on arrays directly.
+Each backend is a module with `compile_graph(graph) -> plan`; a plan (plan.py)
+replays the graph with `plan(*inputs)` or `plan.run(inputs)`, reading and writing
+the captured state. BACKENDS names them:
 
-    graph.compile().source   # the replay code; graph.interpret(x) for the reference
+    interpreter   interpreter.py walks the nodes one by one and checks every type:
+                  the reference every other backend is tested against
+    python        pycode.py turns the node list into Python source that calls each
+                  op's forward on arrays directly (the default)
+
+Fused-kernel backends (C++ on the CPU, cupy on the GPU) join the table the same way.
+
+    plan = compile(graph, "interpreter"); plan(x)   # or graph.compile("interpreter")
 """
+from __future__ import annotations
+
+import importlib
+
+# backend name -> the module that defines compile_graph(graph).
+BACKENDS = {
+    "interpreter": "dezero.static.backends.interpreter",
+    "python": "dezero.static.backends.pycode",
+}
+
+DEFAULT = "python"
+
+
+def compile(graph, backend: str = DEFAULT):  # noqa: A001 - the pipeline's word for it
+    """A plan that replays `graph` with the named backend."""
+    module = BACKENDS.get(backend)
+    if module is None:
+        raise ValueError(f"unknown backend {backend!r} for graph {graph.name}; "
+                         f"choose one of {', '.join(sorted(BACKENDS))}")
+    return importlib.import_module(module).compile_graph(graph)

@@ -4,35 +4,24 @@ Every other backend (the generated replay code now, fused kernels later) is test
 against it. It checks each op's result against the type the graph promises and
 re-raises any failure with the printed line of the node that failed.
 
-    flat = Interpreter(graph).run(*input_arrays, *state_arrays)
+    outputs = Interpreter(graph)(x, t)   # a plan (plan.py), like every backend's
+    flat = Interpreter(graph).execute(*input_arrays, *state_arrays)
 """
 from __future__ import annotations
 
-import numpy as np
-
-from dezero import cuda
-from dezero.static.ir import GraphError, Node, StaticGraph, format_node
+from dezero.static.backends.plan import Plan
+from dezero.static.ir import (
+    GraphError,
+    Node,
+    StaticGraph,
+    as_result_array,
+    format_node,
+    make_function,
+)
 
 # =============================================================================
-# Shared by the backends: make_function, as_result_array, reraise
+# Shared by the backends: reraise
 # =============================================================================
-
-
-def make_function(node: Node):
-    """A Function instance for an op node, rebuilt from its attrs alone.
-
-    The attrs are set directly rather than passed to __init__, so an op whose
-    constructor normalises its arguments is rebuilt exactly as recorded.
-    """
-    cls = node.function_class
-    f = cls.__new__(cls)
-    f.__dict__.update(node.attrs)
-    return f
-
-
-def as_result_array(y):
-    """forward may return a numpy scalar for a 0-d result; the graph holds arrays."""
-    return y if isinstance(y, cuda.array_types) else np.asarray(y)
 
 
 def reraise(error: BaseException, node: Node, graph_name: str):
@@ -50,19 +39,19 @@ def reraise(error: BaseException, node: Node, graph_name: str):
 # =============================================================================
 
 
-class Interpreter:
+class Interpreter(Plan):
     """Runs a graph node by node on numpy/cupy arrays.
 
-    `run(*arrays)` takes the input arrays then the state arrays (graph order) and
-    returns the outputs followed by the sources of the state writes: the same
-    calling convention as the generated replay code.
+    `execute(*arrays)` takes the input arrays then the state arrays (graph order)
+    and returns the outputs followed by the sources of the state writes; the plan
+    around it (plan.py) reads and writes the state.
     """
 
     def __init__(self, graph: StaticGraph):
-        self.graph = graph
+        super().__init__(graph)
         self.functions = {id(n): make_function(n) for n in graph.nodes if n.kind == "op"}
 
-    def run(self, *arrays):
+    def execute(self, *arrays):
         self.env, self.feed, self.written, self.returned = {}, iter(arrays), [], ()
         for node in self.graph.nodes:
             try:
@@ -78,7 +67,8 @@ class Interpreter:
         self.env[node.outputs[0].name] = next(self.feed)
 
     def const(self, node):
-        self.env[node.outputs[0].name] = node.payload
+        # A copy per run: what it returns or stores never shares the graph's array.
+        self.env[node.outputs[0].name] = node.payload.copy()
 
     def op(self, node):
         ys = self.functions[id(node)].forward(*(self.env[v.name] for v in node.inputs))
@@ -95,8 +85,13 @@ class Interpreter:
             self.env[value.name] = y
 
     def write(self, node):
-        if len(node.inputs) > 1:  # a grad write without a source clears the grad
+        if node.attrs["field"] == "attr":  # an attribute write names only its source
+            self.written.append(self.env[node.inputs[0].name])
+        elif len(node.inputs) > 1:  # a grad write without a source clears the grad
             self.written.append(self.env[node.inputs[1].name])
 
     def output(self, node):
         self.returned = [self.env[v.name] for v in node.inputs]
+
+
+compile_graph = Interpreter

@@ -3,53 +3,44 @@
 The fast backend (the interpreter in interpreter.py is its reference). One
 assignment per node, names taken from the IR; each op is a Function instance
 rebuilt from its attrs whose bound `forward` the code calls directly, so a replay
-builds no Variable and no dynamic graph. `Compiled.run` reads captured state,
-calls the code, applies state writes and rebuilds the outputs.
+builds no Variable and no dynamic graph. `Compiled.run` does what every plan does
+(see plan.py) in generated code: reads captured state, calls the replay function,
+applies the state writes and rebuilds the outputs.
 
     print(graph.compile().source)
 """
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import linecache
 
 import numpy as np
 
-from dezero import core, cuda
-from dezero.core import Config, Function, Variable, _wrap_output
+from dezero import cuda
+from dezero.core import Variable, _wrap_output
 from dezero.static import ir
-from dezero.static.backends.interpreter import as_result_array, make_function, reraise
-from dezero.static.ir import GraphError, StaticGraph, TraceError, format_attr, identifier, read_slot
+from dezero.static.backends.interpreter import reraise
+from dezero.static.backends.plan import Plan, replayed_output, shared_values
+from dezero.static.ir import (
+    GraphError,
+    StaticGraph,
+    as_result_array,
+    format_attr,
+    identifier,
+    make_function,
+    op_fact,
+)
 
 # =============================================================================
-# Inline spellings: INLINE, inline_call
+# Inline spellings: inline_call (from each op class's `py`)
 # =============================================================================
 
-# Backends respell, ops do not: where a dezero op's forward is one array
-# expression, the replay code writes that same expression inline instead of
-# calling forward, which saves a Python call (and an array-module lookup) per
-# node. Placeholders are forward's parameter names and the op's attrs, as in
-# `cpp`; `_xp` is numpy or cupy, by the graph's device.
-def _inline_table():
-    F = importlib.import_module("dezero.functions")
-    table = {
-        "Add": "{x0} + {x1}", "Sub": "{x0} - {x1}", "Mul": "{x0} * {x1}",
-        "Div": "{x0} / {x1}", "Neg": "-{x}", "Pow": "{x} ** {c}", "Square": "{x} * {x}",
-        "Exp": "_xp.exp({x})", "Log": "_xp.log({x})", "Tanh": "_xp.tanh({x})",
-        "Sin": "_xp.sin({x})", "Cos": "_xp.cos({x})", "Sqrt": "_xp.sqrt({x})",
-        "Reshape": "{x}.reshape({shape})", "Transpose": "{x}.transpose({axes})",
-        "MatMul": "{x} @ {W}", "Linear": ("{x} @ {W}", "{x} @ {W} + {b}"),
-        "Sum": "{x}.sum(axis={axis}, keepdims={keepdims})",
-        "BroadcastTo": "_xp.broadcast_to({x}, {shape})", "ReLU": "_xp.maximum({x}, 0)",
-        "Sigmoid": "_xp.tanh({x} * 0.5) * 0.5 + 0.5",
-        "OneHot": "_eye({num_classes}, {dtype})[{t}]",
-    }
-    return {getattr(F, name): text for name, text in table.items() if hasattr(F, name)}
-
-
-_INLINE = None
+# Where an op's forward is one array expression, its class states that expression
+# (`py`, see core.Function) and the replay code writes it inline instead of calling
+# forward, which saves a Python call (and an array-module lookup) per node.
+# Placeholders are forward's parameter names and the op's attrs, as in `cpp`; the
+# code's globals _xp (numpy or cupy, by the graph's device), _eye and _sum serve it.
 
 
 @functools.cache
@@ -59,28 +50,19 @@ def _forward_names(cls) -> list:
 
 def inline_call(node) -> str | None:
     """The inline expression for an op node, or None to call its forward."""
-    global _INLINE
-    if _INLINE is None:
-        _INLINE = _inline_table()
     cls = node.function_class
-    if cls.op_name == "sum_to" and cls.__module__ == "dezero.functions":
-        return _sum_to_call(node)
-    if cls.op_name == "transpose" and cls.__module__ == "dezero.functions" \
-            and node.attrs["axes"] is None:
-        return f"{node.inputs[0].name}.T"  # the usual case: an attribute, not a call
-    text = _INLINE.get(cls)
-    if text is None:
-        return None
-    names = _forward_names(cls)
-    if isinstance(text, tuple):  # spelled by the number of inputs (linear: with b?)
-        text = text[len(node.inputs) - 2] if 2 <= len(node.inputs) <= 3 else None
-        names = names[:len(node.inputs)]
+    text = op_fact(cls, "py")
+    if callable(text):
+        text = text([v.shape for v in node.inputs], node.outputs[0].shape, node.attrs)
+    elif isinstance(text, dict):  # spelled by the number of inputs (linear: with b?)
+        text = text.get(len(node.inputs))
+    names = _forward_names(cls)[:len(node.inputs)]
     if text is None or len(node.inputs) != len(names):
         return None
     fields = {name: v.name for name, v in zip(names, node.inputs)}
     for key, value in node.attrs.items():
         literal = ir.source_literal(value)
-        if literal is None or key in fields:
+        if literal is None or key in fields:  # an attr may not stand for an input
             return None
         fields[key] = literal
     return text.format(**fields)
@@ -95,23 +77,6 @@ def _identity_rows(xp):
             rows.flags.writeable = False  # shared by every replay
         return rows
     return eye
-
-
-def _method_sum(x, axis):
-    return x.sum(axis=axis)
-
-
-def _sum_to_call(node) -> str:
-    # utils.sum_to works out the summed axes at every call; the graph knows both
-    # shapes, so the replay code names them once (the same single reduction).
-    x, y = node.inputs[0], node.outputs[0]
-    lead = len(x.shape) - len(y.shape)
-    axes = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(y.shape)
-                                      if n == 1 and x.shape[i + lead] != 1)
-    if all(y.shape[i] != 1 or x.shape[i + lead] == 1 for i in range(len(y.shape))):
-        return f"_sum({x.name}, axis={ir.source_literal(axes)})"
-    return (f"{x.name}.sum(axis={ir.source_literal(axes)}, keepdims=True)"
-            f".reshape({ir.source_literal(y.shape)})")
 
 
 # =============================================================================
@@ -129,11 +94,12 @@ def generate(graph: StaticGraph):
                                  f"not a safe name (an identifier, no keyword or builtin, "
                                  f"no leading '_')")
     params = [n.outputs[0].name for n in graph.nodes if n.kind in ("input", "state")]
+    inputs = set(graph.input_names)
     n_ops = sum(1 for n in graph.nodes if n.kind == "op")
     xp = cuda.cupy if graph.device == "gpu" else np
     # numpy's add.reduce is ndarray.sum without its Python-level wrapper.
-    env = {"_arr": as_result_array, "_xp": xp, "_eye": _identity_rows(xp),
-           "_sum": np.add.reduce if xp is np else _method_sum}
+    env = {"_arr": as_result_array, "_xp": xp, "_eye": _identity_rows(xp), "_wrap": _wrap_output,
+           "_sum": np.add.reduce if xp is np else lambda x, axis: x.sum(axis=axis)}
     consts = [n.outputs[0].name for n in graph.nodes if n.kind == "const"]
     while fname in consts:  # constants are globals of the code: keep the def apart
         fname += "_"
@@ -141,7 +107,8 @@ def generate(graph: StaticGraph):
              f"{ir.printable(graph.name)}: {n_ops} ops"]
     if consts:
         lines.append(f"    # constants (globals of this code): {', '.join(consts)}")
-    line_nodes, counts, writes, returned = {}, {}, [], []
+    line_nodes, counts, writes, returned, dying = {}, {}, [], [], _last_uses(graph)
+    early, shared = _state_writes(graph, env), shared_values(graph)
     for node in graph.nodes:
         if node.kind == "const":
             env[node.outputs[0].name] = node.payload
@@ -171,18 +138,93 @@ def generate(graph: StaticGraph):
             writes.append(node.inputs[0].name)
             target = ir.printable(f"{node.attrs['of']}.{node.attrs['name']}")
             lines.append(f"    # {target} <- {node.inputs[0].name}")
-        elif node.kind == "write":
-            target = node.inputs[0].name + (".grad" if node.attrs["field"] == "grad" else "")
-            if len(node.inputs) > 1:
-                writes.append(node.inputs[1].name)
-                lines.append(f"    # {target} <- {node.inputs[1].name}")
-            else:
-                lines.append(f"    # {target} <- None")
-        elif node.kind == "output":
-            returned = [v.name for v in node.inputs]
+        elif node.kind == "write" and node.inputs[0].name in inputs:  # an input's .grad
+            source = node.inputs[1].name if len(node.inputs) > 1 else "None"
+            writes += [source] if len(node.inputs) > 1 else []
+            lines.append(f"    # {node.inputs[0].name}.grad <- {source}")
+        elif node.kind == "output":  # copies of what someone else holds (see plan.py)
+            returned = [f"{v.name}.copy()" if v.name in shared else v.name for v in node.inputs]
+        for v in node.outputs:
+            lines.extend(early.get(v.name, ()))
+        if id(node) in dying:
+            lines.append(f"    del {', '.join(dying[id(node)])}")
     items = returned + writes
+    lines.extend(early.get(None, ()))
     lines.append(f"    return ({', '.join(items)}{',' if len(items) == 1 else ''})")
     return "\n".join(lines) + "\n", env, line_nodes, fname
+
+
+def _last_uses(graph: StaticGraph) -> dict:
+    """id(node) -> names of the values it defines or reads that no later node reads.
+
+    The replay code deletes them right after that node: a value lives from the op
+    that makes it to its last reader, as in eager code, instead of until the replay
+    returns (large intermediates would pile up and their memory be mapped afresh at
+    every call). A state array that gets a new .data is deleted after its last
+    reader too, so that once the new value is stored (see _state_writes) the old one
+    is freed, as eager code frees it. Outputs and write sources live on; inputs
+    (the caller's) and constants (globals of the code) are never deleted.
+    """
+    replaced = {n.inputs[0].name for n in graph.of_kind("write") if n.attrs["field"] == "data"}
+    last = {}
+    for node in graph.nodes:
+        # A .data or .grad write reads its source; its target is named, not read.
+        target_named = node.kind == "write" and node.attrs["field"] != "attr"
+        for v in node.inputs[1:] if target_named else node.inputs:
+            if v.name in last:
+                last[v.name] = node
+        if node.kind == "op" or node.kind == "state" and node.outputs[0].name in replaced:
+            last.update((v.name, node) for v in node.outputs)  # unread: dies at once
+    dying: dict = {}
+    for name, node in last.items():
+        if node.kind in ("state", "op"):  # returned or written values live to the end
+            dying.setdefault(id(node), []).append(name)
+    return dying
+
+
+def _state_writes(graph: StaticGraph, env: dict) -> dict:
+    """value name -> the lines that store it into captured state (.data or .grad),
+    emitted right after the node that defines it; a write that clears a .grad is
+    keyed by its target, an in-place write by None (emitted before the return).
+    Also puts the state's Variables into env as _s0, _s1 ... (the glue reads them).
+
+    The replay function stores each new value as soon as it is computed (an old
+    array is then held only by its local name, deleted after its last reader), so
+    a step's memory rises and falls as in eager code: the optimizer's update frees
+    each old parameter and slot while the next ones are computed. Writes to the
+    .grad of an input and to attributes are left to the glue.
+    """
+    slots = {}
+    for k, node in enumerate(graph.of_kind("state")):
+        env[f"_s{k}"] = node.payload[0]
+        slots[node.outputs[0].name] = f"_s{k}"
+    consts = {n.outputs[0].name for n in graph.of_kind("const")}
+    early: dict = {}
+    for node in graph.of_kind("write"):
+        target = node.inputs[0].name
+        if node.attrs["field"] == "attr" or target not in slots:
+            continue
+        if len(node.inputs) == 1:
+            early.setdefault(target, []).append(f"    {slots[target]}.grad = None")
+            continue
+        source = node.inputs[1].name
+        # A constant is copied: the state must not share the code's one array.
+        value = f"{source}.copy()" if source in consts else source
+        if node.attrs.get("in_place"):  # the traced code overwrote the array itself:
+            # after the old values' last reader, before the return (key None)
+            early.setdefault(None, []).append(
+                f"    {slots[target]}._data[...] = {value}  # {target}[...] <- {source}")
+            continue
+        if node.attrs["field"] == "grad":
+            line = f"{slots[target]}.grad = _wrap({value})  # {target}.grad <- {source}"
+        elif len(node.inputs[1].shape) > 0:
+            # An op's result of ndim >= 1 is an array: store it past the setter's
+            # checks (run() refuses to replay while a tracer records).
+            line = f"{slots[target]}._data = {value}  # {target} <- {source}"
+        else:
+            line = f"{slots[target]}.data = {value}  # {target} <- {source}"
+        early.setdefault(source, []).append("    " + line)
+    return early
 
 
 # =============================================================================
@@ -194,12 +236,13 @@ def compile_graph(graph: StaticGraph) -> Compiled:
     return Compiled(graph)
 
 
-class Compiled:
+class Compiled(Plan):
     """A graph's replay code plus its glue: generated code that reads captured state,
-    calls the replay function, applies the state writes and rebuilds the outputs."""
+    calls the replay function (which stores new .data and .grad values as it
+    computes them), applies the other writes and rebuilds the outputs."""
 
     def __init__(self, graph: StaticGraph):
-        self.graph = graph
+        super().__init__(graph)
         # A distinct pseudo-file per graph, registered with linecache, so that
         # tracebacks through the replay code show its source lines.
         self.filename = f"<replay {graph.name} {id(self):x}>"
@@ -211,35 +254,15 @@ class Compiled:
         text = self.source + "\n" + self.glue
         linecache.cache[self.filename] = (len(text), None, text.splitlines(True),
                                           self.filename)
-        self.reads = [n.payload for n in graph.nodes if n.kind == "state"]
 
     def __del__(self):
         linecache.cache.pop(getattr(self, "filename", None), None)
 
-    def read_state(self):
-        """The arrays of the captured state, in graph order (with a clear error for a
-        slot that is empty now)."""
-        arrays = [read_slot(var, field) for var, field in self.reads]
-        for (var, field), array in zip(self.reads, arrays):
-            if array is None:
-                what = ".grad of " + (var.name or "a variable") if field == "grad" \
-                    else f"{type(var).__name__}.{field[5:]}" if field != "data" \
-                    else var.name or "a state variable"
-                raise GraphError(f"graph {self.graph.name} reads the {what}, which is "
-                                 f"None now; it was set when the graph was traced")
-        return arrays
-
-    def run(self, leaves, runner=None):
-        """Replay on `leaves` (arrays or Variables, in input order); `runner` replaces
-        the replay function (the interpreter uses it)."""
-        if core._tracer is not None:
-            raise TraceError(f"graph {self.graph.name} was called while a trace was "
-                             f"recording; a replay records nothing\n  fix: call the "
-                             f"traced Python function, whose calls a trace records")
+    def run(self, leaves):
+        """Replay on `leaves` (arrays or Variables, in input order)."""
+        self.refuse_while_recording()
         try:
-            if runner is None:
-                return self.replay(leaves)
-            return self.replay(leaves, runner)
+            return self.replay(leaves)
         except Exception as e:  # noqa: BLE001 - re-raised with the node's line
             self.read_state()
             self._reraise(e)
@@ -253,40 +276,6 @@ class Compiled:
                     reraise(error, node, self.graph.name)
             tb = tb.tb_next
         raise error
-
-
-# =============================================================================
-# Outputs of a replay: ReplayedOutput, replayed_output
-# =============================================================================
-
-
-class ReplayedOutput(Function):
-    """The creator of a Variable a replay returns: the replay built no dynamic graph,
-    so a gradient cannot flow back through it, and saying so beats a silent None."""
-
-    op_name = "replayed_output"
-
-    def backward(self, *gys):
-        raise TraceError(
-            "backward() reached a value returned by a replayed traced function; a replay "
-            "records no graph, so no gradient can flow into it (eager code would have "
-            "filled the parameters' .grad)\n  fix: call backward() inside the traced "
-            "function, or call it under dezero.no_grad() if no gradient is needed")
-
-
-# One creator serves every replayed output: it has no inputs, keeps no outputs
-# and its backward only raises, so nothing in it belongs to one replay.
-_REPLAYED = ReplayedOutput()
-_REPLAYED.generation, _REPLAYED.inputs, _REPLAYED.outputs = 0, [], []
-
-
-def replayed_output(array):
-    """A Variable for a replayed output; under enable_backprop it gets ReplayedOutput
-    as its creator, so that backward() through it fails loudly."""
-    y = _wrap_output(array)
-    if Config.enable_backprop:
-        y.creator, y.generation = _REPLAYED, 1
-    return y
 
 
 # =============================================================================
@@ -310,33 +299,23 @@ def generate_glue(graph: StaticGraph, fname: str, env: dict) -> str:
     args = [f"_a{i}" for i in range(len(inputs))]
     slots = {}
     for k, node in enumerate(graph.of_kind("state")):
-        obj, field = node.payload
-        env[f"_s{k}"] = obj
+        field = node.payload[1]
         slots[node.outputs[0].name] = f"_s{k}"
         args.append(f"_s{k}._data" if field == "data" else f"_s{k}.grad._data"
                     if field == "grad" else f"_s{k}.{field[5:]}._data")
     lines.append(f"    _r = _fn({', '.join(args)})")
     k = len(graph.output_values)
-    for node in graph.of_kind("write"):
-        field = node.attrs["field"]
-        target = node.inputs[0].name
+    for node in graph.of_kind("write"):  # writes to state are in the replay function
+        field, target = node.attrs["field"], node.inputs[0].name
         if field == "attr":
             if node.payload is not None:  # a loaded graph has no object to set
                 env[f"_h{k}"] = node.payload
                 lines.append(f"    _setattr(_h{k}, {node.attrs['name']!r}, _wrap(_r[{k}]))")
             k += 1
-            continue
-        value = "None"
-        if len(node.inputs) > 1:
-            value = f"_r[{k}]" if field == "data" else f"_wrap(_r[{k}])"
-            k += 1
-        if target in slots and field == "data" and len(node.inputs[1].shape) > 0:
-            # An op's result of ndim >= 1 is an array: store it past the setter's
-            # checks (run() refuses to replay while a tracer records).
-            lines.append(f"    {slots[target]}._data = {value}")
-        elif target in slots:
-            lines.append(f"    {slots[target]}.{field} = {value}")
-        else:  # the .grad of an input: only a Variable argument can receive it
+        elif target not in slots:  # the .grad of an input: only a Variable receives it
+            value = "None"
+            if len(node.inputs) > 1:
+                value, k = f"_wrap(_r[{k}])", k + 1
             lines.append(f"    if _isinstance({target}, _Variable):")
             lines.append(f"        {target}.grad = {value}")
     lines.append(f"    return {_tree_source(graph.out_tree, env)}")
