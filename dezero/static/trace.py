@@ -270,7 +270,7 @@ class TracedFunction:
 
     # ---- calls ------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        if core._tracer is not None:
+        if core.current_tracer() is not None:
             # Called while another trace records: run inline so that one records it all.
             return self.fn(*args, **kwargs)
         key, leaves = self._signature(args, kwargs)

@@ -18,11 +18,10 @@ import types
 import numpy as np
 
 from dezero import cuda
-from dezero.core import Variable
+from dezero.core import TracerHooks, Variable
 from dezero.static.ir import Node, StaticGraph, TraceError, Value, identifier, letter_name
 
 _DEZERO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_BACKWARD_CODE = Variable.backward.__code__
 
 # =============================================================================
 # Locating the user's line: user_frame, where
@@ -64,7 +63,7 @@ class Capture:
         self.before_data, self.before_grad = before_data, before_grad
 
 
-class Tracer:
+class Tracer(TracerHooks):
     """Receives the core's hooks during one run of a traced function."""
 
     def __init__(self, name: str):
@@ -84,7 +83,7 @@ class Tracer:
         self.producer: dict[int, str] = {}     # id(Value) -> name of the op that made it
         self.uninitialised: list[str] = []     # state whose .data was None before the run
         self.computed: dict[int, Variable] = {}  # id -> each Variable a Function made
-        self.recorded: set[int] = set()          # ids of the Functions called in the run
+        self.recorded: set = set()               # the Functions called in the run
         # id(Variable) -> (object, name): attributes known to carry values between
         # calls (LSTM.h); a captured Variable found here is read through the attribute.
         self.attr_before: dict[int, tuple] = {}
@@ -101,13 +100,13 @@ class Tracer:
         self.keep += [arg, data]
 
     # ---- hooks called by the core -----------------------------------------------
-    def created(self, var: Variable) -> None:
+    def created(self, var: Variable, data):
         self.made.add(id(var))
         self.keep.append(var)
+        return data
 
     def record(self, function, inputs, outputs) -> None:
-        self._check_backward_stays_inside()
-        self.recorded.add(id(function))
+        self.recorded.add(function)
         attrs = function.attrs
         for name, value in attrs.items():
             self._check_attr(function.op_name, name, value)
@@ -121,25 +120,15 @@ class Tracer:
             self.producer[id(value)] = function.op_name
             self.keep += [y, y._data]
 
-    def _check_backward_stays_inside(self):
-        # Inside Variable.backward, `f` is the Function whose backward is running. One
-        # made before the call belongs to a graph the replay will not have (an
-        # argument computed eagerly, an LSTM state not cut with unchain_backward).
-        frame = sys._getframe(2)
-        for _ in range(8):
-            if frame is None:
-                return
-            if frame.f_code is _BACKWARD_CODE:
-                f = frame.f_locals.get("f")
-                if f is not None and id(f) not in self.recorded:
-                    raise TraceError(
-                        f"backward() in {self.name} reached {f.op_name}, computed before "
-                        f"the call ({where()}); a replay has no graph behind its "
-                        f"arguments and state\n  fix: compute that value inside the traced "
-                        f"function, or cut the graph before the call (y.unchain())"
-                        f", or give the traced function y.data")
-                return
-            frame = frame.f_back
+    def backward_step(self, function) -> None:
+        # A Function made before the call belongs to a graph the replay will not have
+        # (an argument computed eagerly, an LSTM state not cut with unchain_backward).
+        if function not in self.recorded:
+            raise TraceError(
+                f"backward() in {self.name} reached {function.op_name}, computed before "
+                f"the call ({where()}); a replay has no graph behind its arguments and "
+                f"state\n  fix: compute that value inside the traced function, or cut the "
+                f"graph before the call (y.unchain()), or give the traced function y.data")
 
     def _check_attr(self, op, name, value):
         # An attribute is fixed at recording; an array computed in (or fed to) the
@@ -155,7 +144,11 @@ class Tracer:
                 f"(for labels, e.g. F.softmax_cross_entropy(x, t) or F.embed_id), or make "
                 f"it a static argument")
 
-    def assigned(self, var: Variable, value) -> None:
+    def assigned(self, var: Variable, value):
+        self._assign(var, value)
+        return value
+
+    def _assign(self, var: Variable, value) -> None:
         label = self.label(var)
         if value is None:
             raise TraceError(f"{label}.data = None in {self.name} ({where()}): a static "

@@ -238,7 +238,7 @@ class Compiled:
     def run(self, leaves, runner=None):
         """Replay on `leaves` (arrays or Variables, in input order); `runner` replaces
         the replay function (the interpreter uses it)."""
-        if core._tracer is not None:
+        if core.current_tracer() is not None:
             raise TraceError(f"graph {self.graph.name} was called while a trace was "
                              f"recording; a replay records nothing\n  fix: call the "
                              f"traced Python function, whose calls a trace records")
