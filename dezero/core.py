@@ -69,6 +69,10 @@ class TracerHooks:
         """`var.data = value`; returns the array to store."""
         return value
 
+    def read(self, var):
+        """User code reads `var.data`; returns what it sees (the array, or a guard)."""
+        return var._data
+
     def concretized(self, var, how):
         """A value is read into Python: float(var), bool(var), var.item()."""
 
@@ -77,6 +81,13 @@ class TracerHooks:
 
     def backward_step(self, function):
         """Variable.backward is about to run `function.backward`."""
+
+
+class TracedArray:
+    """Base of what user code sees of a traced array while a trace records (the
+    guard of dezero.static.guard): the core hands it to the tracer, never to numpy."""
+
+    __slots__ = ()
 
 
 class _ThreadTracer(threading.local):
@@ -134,6 +145,8 @@ class Variable:
 
     @property
     def data(self):
+        if _tracing and _thread.tracer is not None:
+            return _thread.tracer.read(self)
         return self._data
 
     @data.setter
@@ -375,6 +388,8 @@ def as_operand(x, like):
         return xp.array(x)
     if np.isscalar(x):
         return np.array(x)
+    if isinstance(x, TracedArray):
+        return x  # Function.__call__ wraps it; the tracer unwraps it
     return np.asarray(x)
 
 

@@ -148,3 +148,100 @@ def test_two_threads_trace_at_once():
         t.join()
     assert not errors, errors
     assert results == {"a": ["mul", "tanh"], "b": ["exp", "add", "mul"]}
+
+
+# =============================================================================
+# Identity: values are known by the Variable or argument they came from
+# =============================================================================
+
+
+def test_the_same_array_passed_as_two_arguments():
+    def f(x, y):
+        return x * 2.0 + y * 3.0  # arithmetic on array arguments is recorded
+
+    rng = np.random.default_rng(0)
+    shared = f32(rng, 3)
+    traced = dezero.trace(f)
+    np.testing.assert_array_equal(traced(shared, shared), f(shared, shared))  # first call
+    for _ in range(3):
+        x, y = f32(rng, 3), f32(rng, 3)
+        np.testing.assert_array_equal(traced(x, y), x * 2.0 + y * 3.0)
+        np.testing.assert_array_equal(traced(y, y), f(y, y))
+    assert traced.entries == 1
+
+
+def test_the_same_zeros_as_h0_and_c0_of_an_lstm_like_cell():
+    rng = np.random.default_rng(1)
+    W = Variable(f32(rng, 3, 3), name="W")
+
+    def cell(x, h, c):
+        c_new = F.sigmoid(F.matmul(x, W)) * c + F.tanh(F.matmul(h, W))
+        return F.tanh(c_new) + h, c_new
+
+    traced = dezero.trace(cell)
+    zeros = np.zeros((2, 3), np.float32)
+    for i in range(4):
+        x = f32(rng, 2, 3)
+        h, c = (zeros, zeros) if i == 0 else (f32(rng, 2, 3), f32(rng, 2, 3))
+        for got, want in zip(traced(x, h, c), cell(x, h, c)):
+            np.testing.assert_array_equal(got.data, want.data)
+    assert traced.entries == 1
+
+
+def test_a_state_variables_array_passed_as_an_argument():
+    def make(W):
+        def step(x):
+            y = x * W  # at the first call x is W.data: two names, one array
+            with dezero.no_grad():
+                W.data = (W * 2.0).data
+            return y
+        return step
+
+    W, W_eager = Variable(np.array([1.0, 2.0])), Variable(np.array([1.0, 2.0]))
+    traced, eager = dezero.trace(make(W)), make(W_eager)
+    for i in range(4):
+        x, x_eager = (W.data, W_eager.data) if i < 2 else (np.array([3.0, -1.0]) + i,) * 2
+        np.testing.assert_array_equal(traced(x).data, eager(x_eager).data)
+        np.testing.assert_array_equal(W.data, W_eager.data)
+    assert traced.entries == 1
+
+
+def test_two_variables_sharing_one_array_are_two_states():
+    online = Variable(np.array([1.0, 2.0]), name="online")
+    target = Variable(online.data)  # shares the array; updates assign, so they part
+    eager_online = Variable(np.array([1.0, 2.0]))
+    eager_target = Variable(eager_online.data)
+
+    def make(online, target):
+        def step(x):
+            with dezero.no_grad():
+                online.data = (online - 0.5 * x).data
+            return F.sum(target * x)
+        return step
+
+    side_by_side((make(online, target), make(eager_online, eager_target)),
+                 lambda i: (np.array([1.0, -1.0]) * (i + 1),),
+                 state=[(online, eager_online), (target, eager_target)])
+
+
+def test_a_variable_made_from_data_inside_the_run_follows_its_source():
+    W = Variable(np.array([1.0, 2.0]), name="W")
+
+    def f(x):
+        h = F.exp(x)
+        copy = Variable(h.data)  # same value as h, not a constant
+        return copy * W + Variable(x) * 0.5
+
+    side_by_side((f, f), lambda i: (np.array([0.0, 1.0]) + i,))
+
+
+def test_a_variable_made_inside_the_run_is_fresh_at_every_call():
+    def f(x):
+        acc = Variable(np.zeros(2))
+        for _ in range(3):
+            acc.data = (acc + x).data
+        acc.data += 1.0
+        return acc
+
+    traced = side_by_side((f, f), lambda i: (np.array([1.0, 2.0]) * (i + 1),))
+    assert not traced.graph.of_kind("state") and not traced.graph.of_kind("write")

@@ -16,9 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Module (relative to the repository) -> most code lines it may have.
 BUDGETS = {
-    "dezero/core.py": 330,
+    "dezero/core.py": 340,
     "dezero/static/trace.py": 430,
     "dezero/static/tracer.py": 370,
+    "dezero/static/guard.py": 200,
     "dezero/static/ir.py": 330,
     "dezero/static/passes.py": 170,
     "dezero/static/saving.py": 240,

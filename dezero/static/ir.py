@@ -14,7 +14,7 @@ import re
 import numpy as np
 
 from dezero import cuda
-from dezero.core import OPS, Variable
+from dezero.core import OPS, TracedArray, Variable
 
 # =============================================================================
 # Errors: TraceError, GraphError
@@ -398,7 +398,9 @@ class StaticGraph:
             raise TypeError(f"graph {self.name} takes {len(values)} inputs "
                             f"({', '.join(self.input_names)}), got {len(inputs)}")
         for value, x in zip(values, inputs):
-            data = x.data if isinstance(x, Variable) else x
+            data = x._data if isinstance(x, Variable) else x
+            if isinstance(data, TracedArray):
+                data = data.array  # called inside a trace: run() says why it refuses
             if not isinstance(data, cuda.array_types) or data.shape != value.shape or \
                     data.dtype != value.dtype:
                 got = type_str(data.shape, data.dtype) if isinstance(

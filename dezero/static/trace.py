@@ -20,6 +20,7 @@ import numpy as np
 from dezero import core, cuda
 from dezero.core import Config, Variable
 from dezero.static import debugging
+from dezero.static.guard import unguarded, with_leaves
 from dezero.static.ir import StaticGraph, TraceError, read_slot, type_str
 from dezero.static.passes import optimize
 from dezero.static.tracer import Tracer, find_attribute_values, restore
@@ -322,15 +323,16 @@ class TracedFunction:
                        if isinstance(part, tuple) and len(part) == 5 and part[0] != "static"]
         start = time.perf_counter()
         tracer = Tracer(self.name)
-        for label, leaf in zip(leaf_labels, leaves):
-            tracer.add_input(label, leaf)
+        seen = [tracer.add_input(label, leaf) for label, leaf in zip(leaf_labels, leaves)]
+        call_args, call_kwargs = with_leaves(args, kwargs, self._static_positions,
+                                             self.static_argnames, seen)
         random_state = np.random.get_state() if (self.check or restore_state) else None
         attrs_before = [(h, n, getattr(h, n, None)) for h, n in self._carried]
         tracer.attr_before = {id(v): (h, n) for h, n, v in attrs_before
                               if isinstance(v, Variable)}
         previous = core.set_tracer(tracer)
         try:
-            result = self.fn(*args, **kwargs)
+            result = self.fn(*call_args, **call_kwargs)
         finally:
             core.set_tracer(previous)
         attr_writes = find_attribute_values(self._roots(args, kwargs), tracer.computed)
@@ -339,6 +341,7 @@ class TracedFunction:
         self._carried += [(h, n) for h, n, _ in attr_writes
                           if not any(h is h2 and n == n2 for h2, n2 in self._carried)]
         graph = tracer.finish(result, attr_writes)
+        result = unguarded(result)
         recorded = time.perf_counter()
         if debugging.LEVEL >= 5:
             debugging.log(5, f"recorded:\n{graph}")

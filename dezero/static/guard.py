@@ -1,0 +1,297 @@
+"""GuardedArray: what user code sees of a traced array while a trace records.
+
+Part of the tracer stage (tracer.py makes the guards). During a recording, `.data`
+of a traced Variable and every array argument reach user code as a GuardedArray.
+It tells its shape, dtype, ndim, size and len(), and records arithmetic with other
+guards, arrays and Python numbers as dezero ops (under no_grad, as eager numpy
+builds no graph), so the book's in-place updates such as `W.data -= lr *
+W.grad.data` become state writes. Any other use (a Python number, numpy math,
+indexing, .tolist()) would freeze the numbers it read into every replay, so it
+raises TraceError naming the line and the way out. Functions never see a guard:
+the core hands it to the tracer, which unwraps it to the real array.
+
+    h.data.shape   # fine while tracing;   float(h.data)   # TraceError
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import random
+import sys
+
+import numpy as np
+
+import dezero.functions as F
+from dezero import cuda
+from dezero.core import TracedArray, Variable, current_tracer, no_grad
+from dezero.static.ir import TraceError, type_str
+
+_DEZERO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# =============================================================================
+# Locating the user's line: user_frame, where
+# =============================================================================
+
+
+def user_frame():
+    """The innermost stack frame outside the dezero package (the user's code)."""
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+            _DEZERO_DIR + os.sep):
+        frame = frame.f_back
+    return frame
+
+
+def where() -> str:
+    """'train.py:12, `if float(loss) > 10:`' for the user's line, or '' if unknown."""
+    frame = user_frame()
+    if frame is None:
+        return ""
+    filename, lineno = frame.f_code.co_filename, frame.f_lineno
+    source = linecache.getline(filename, lineno).strip()
+    text = f"{os.path.basename(filename)}:{lineno}"
+    return f"{text}, `{source}`" if source else text
+
+
+# =============================================================================
+# GuardedArray: shape and dtype readable, arithmetic recorded, numbers refused
+# =============================================================================
+
+# Python operator -> the dezero function that records it (first operand: the guard).
+_OPERATORS = {"add": F.add, "radd": F.add, "sub": F.sub, "rsub": F.rsub, "mul": F.mul,
+              "rmul": F.mul, "truediv": F.div, "rtruediv": F.rdiv, "pow": F.pow,
+              "matmul": F.matmul, "rmatmul": F.rmatmul}
+# numpy ufuncs that are these operators, called as np.add(a, b) or by `array + guard`.
+_UFUNCS = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_divide: "truediv",
+           np.power: "pow", np.matmul: "matmul"}
+# numpy functions whose result depends only on the shape and dtype of their argument.
+_SHAPE_ONLY = {np.zeros_like, np.ones_like, np.empty_like, np.full_like, np.shape, np.ndim,
+               np.size}
+
+
+class GuardedArray(TracedArray):
+    """A traced array as user code sees it during a recording.
+
+    array   the real array (what eager code would have seen)
+    value   the graph Value it stands for (None for state not captured yet)
+    source  the Variable whose .data it is, the argument's name for an array
+            argument, or None for the result of arithmetic on guards
+    """
+
+    __slots__ = ("array", "value", "source", "tracer")
+    # Below Variable's 200: `guard * variable` is the Variable's operator.
+    __array_priority__ = 100
+
+    def __init__(self, array, value, source, tracer):
+        self.array, self.value, self.source, self.tracer = array, value, source, tracer
+
+    # ---- the type is fine to read ------------------------------------------------
+    shape = property(lambda self: self.array.shape)
+    dtype = property(lambda self: self.array.dtype)
+    ndim = property(lambda self: self.array.ndim)
+    size = property(lambda self: self.array.size)
+    itemsize = property(lambda self: self.array.itemsize)
+    nbytes = property(lambda self: self.array.nbytes)
+
+    def __len__(self):
+        return len(self.array)
+
+    def __repr__(self):
+        return f"<traced array {type_str(self.shape, self.dtype)}: its numbers are not " \
+               f"known while tracing>"
+
+    # ---- arithmetic: recorded as dezero ops ------------------------------------
+    def _operator(self, name, other):
+        if isinstance(other, Variable):
+            return NotImplemented  # the Variable's operator runs (and keeps the graph)
+        self._alive(f"`{name}`")
+        with no_grad():
+            y = _OPERATORS[name](Variable(self), other)
+        return self.tracer.guard(y)
+
+    def _in_place(self, name, other):
+        result = self._operator(name, other)
+        if result is NotImplemented:
+            self._refuse(f"in-place `{name}` with a Variable")
+        self._write_back(result)
+        return result
+
+    def __neg__(self):
+        self._alive("`-`")
+        with no_grad():
+            return self.tracer.guard(F.neg(Variable(self)))
+
+    def __pos__(self):
+        return self
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        name = _UFUNCS.get(ufunc)
+        if name is None or method != "__call__" or kwargs or len(inputs) != 2:
+            self._refuse(f"numpy's {ufunc.__name__}")
+        if inputs[0] is self:
+            return self._operator(name, inputs[1])
+        return self._operator("r" + name, inputs[0]) if "r" + name in _OPERATORS \
+            else self._refuse(f"numpy's {ufunc.__name__} with it second")
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func in _SHAPE_ONLY:
+            return func(*(a.array if isinstance(a, GuardedArray) else a for a in args),
+                        **kwargs)
+        self._refuse(f"numpy's {func.__name__}")
+
+    def __array__(self, dtype=None, copy=None):
+        self._refuse("conversion to a numpy array")
+
+    # ---- full writes: v.data[...] = new ----------------------------------------
+    def __setitem__(self, key, new):
+        if not (key is Ellipsis or key == slice(None)):
+            self._refuse(f"a write into part of it ([{key!r}] = ...)")
+        self._alive("`[...] =`")
+        with no_grad():
+            y = F.broadcast_to(F.astype(Variable(new) if isinstance(new, GuardedArray) else
+                                        np.asarray(new), self.dtype), self.shape)
+        self._write_back(self.tracer.guard(y))
+
+    # ---- reading numbers: refused ------------------------------------------------
+    def __bool__(self):
+        self._refuse("bool()")
+
+    def __float__(self):
+        self._refuse("float()")
+
+    def __int__(self):
+        self._refuse("int()")
+
+    def __index__(self):
+        self._refuse("use as an index")
+
+    def __complex__(self):
+        self._refuse("complex()")
+
+    def __iter__(self):
+        self._refuse("iteration")
+
+    def __getitem__(self, key):
+        self._refuse(f"indexing [{key!r}]")
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)  # protocol probes (numpy's, copy's) look for these
+        self._refuse(f".{name}")
+
+    # ---- helpers ----------------------------------------------------------------
+    def _write_back(self, result):
+        # An in-place operator (or [...] =) changes the array this guard came from.
+        source, tracer = self.source, self.tracer
+        if isinstance(source, str):
+            raise TraceError(
+                f"{tracer.name} writes into its argument {source} in place ({where()}); a "
+                f"replay cannot write into its arguments\n  fix: {source} = {source} + ... "
+                f"(a new array), or return the new value")
+        if isinstance(source, Variable) and \
+                tracer.values.get(id(source)) is tracer.value_of(self):
+            source.data = result  # the .data setter records the state write
+
+    def _alive(self, what):
+        if self.tracer.finished or self.tracer is not current_tracer():
+            raise TraceError(
+                f"{what} of an array read while {self.tracer.name} was being traced, after "
+                f"that recording ended ({where()}); it stands for a value of the trace, "
+                f"not for numbers\n  fix: keep the Variable (or return it from the traced "
+                f"function) instead of its .data")
+
+    def _refuse(self, what):
+        self._alive(what)
+        var = self.source if isinstance(self.source, Variable) else None
+        raise TraceError(
+            f"{what} of a traced array in {self.tracer.name} ({where()})\n  value: "
+            f"{self.tracer.describe(var, self.tracer.value_of(self))}\n  the recording "
+            f"would freeze the numbers it read into every replay\n  fix: use dezero "
+            f"functions on the Variable, move this outside the traced function, or make "
+            f"the value a static argument (static_argnames=...)")
+
+    __hash__ = object.__hash__
+
+
+def _binary(name):
+    return lambda self, other: self._operator(name, other)
+
+
+def _in_place(name):
+    return lambda self, other: self._in_place(name, other)
+
+
+for _name in _OPERATORS:
+    setattr(GuardedArray, f"__{_name}__", _binary(_name))
+for _name in ("add", "sub", "mul", "truediv", "pow", "matmul"):
+    setattr(GuardedArray, f"__i{_name}__", _in_place(_name))
+for _name, _symbol in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="), ("eq", "=="),
+                       ("ne", "!="), ("floordiv", "//"), ("mod", "%"), ("abs", "abs()")):
+    setattr(GuardedArray, f"__{_name}__",
+            lambda self, *other, s=_symbol: self._refuse(f"`{s}`"))
+
+
+# =============================================================================
+# Arguments and results: with_leaves, unguarded
+# =============================================================================
+
+
+def with_leaves(args, kwargs, static_positions, static_names, leaves):
+    """args and kwargs with their arrays and Variables replaced, in signature order
+    (positions, then keywords by name; static ones skipped), by `leaves`."""
+    leaves = iter(leaves)
+
+    def walk(obj):
+        if isinstance(obj, (Variable, *cuda.array_types)):
+            return next(leaves)
+        if type(obj) in (tuple, list):
+            return type(obj)(walk(o) for o in obj)
+        if type(obj) is dict:
+            return {k: walk(v) for k, v in obj.items()}
+        return obj
+
+    args = [a if i in static_positions else walk(a) for i, a in enumerate(args)]
+    kwargs = {k: kwargs[k] if k in static_names else walk(kwargs[k]) for k in sorted(kwargs)}
+    return args, kwargs
+
+
+def unguarded(obj):
+    """obj with each GuardedArray replaced by its array (what eager code returns)."""
+    if isinstance(obj, GuardedArray):
+        return obj.array
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(unguarded(o) for o in obj)
+    if isinstance(obj, dict):
+        return {k: unguarded(v) for k, v in obj.items()}
+    return obj
+
+
+# =============================================================================
+# RandomWatch: draws from the global generators outside a dezero random op
+# =============================================================================
+
+
+class RandomWatch:
+    """Sees numpy's or Python's global random state move between two looks: numbers
+    drawn outside a dezero random op would be frozen into the graph."""
+
+    def __init__(self):
+        self.state = self._now()
+
+    @staticmethod
+    def _now():
+        state = np.random.get_state()
+        return state[1], state[2:], random.getstate()
+
+    def look(self, name: str, drawing_op: bool = False) -> None:
+        """Compare with the last look; `drawing_op`: a dezero random op just drew."""
+        before, self.state = self.state, self._now()
+        if drawing_op or (before[1] == self.state[1] and before[2] == self.state[2] and
+                          np.array_equal(before[0], self.state[0])):
+            return
+        raise TraceError(
+            f"{name} drew random numbers from np.random or Python's random module while "
+            f"it was traced, outside a dezero random op (seen before "
+            f"{where() or 'the end of the run'}); every replay would reuse the numbers "
+            f"drawn\n  fix: use dezero's random ops (F.dropout), or draw outside the "
+            f"traced function and pass the array in")
