@@ -245,3 +245,200 @@ def test_a_variable_made_inside_the_run_is_fresh_at_every_call():
 
     traced = side_by_side((f, f), lambda i: (np.array([1.0, 2.0]) * (i + 1),))
     assert not traced.graph.of_kind("state") and not traced.graph.of_kind("write")
+
+
+# =============================================================================
+# Numbers never leak: the guard on traced arrays, the global random state
+# =============================================================================
+
+
+def _h(x):
+    return F.tanh(x) * 2.0
+
+
+@pytest.mark.parametrize("body, what", [
+    (lambda x: _h(x) * (1.0 if _h(x).data.sum() > 0 else -1.0), r"\.sum of a traced array"),
+    (lambda x: _h(x) - np.mean(_h(x).data), "numpy's mean of a traced array"),
+    (lambda x: _h(x) * _h(x).data[0, 0], r"indexing \[\(0, 0\)\] of a traced array"),
+    (lambda x: _h(x) * len(_h(x).data.tolist()), r"\.tolist of a traced array"),
+    (lambda x: _h(x) / np.abs(_h(x).data).max(), "numpy's absolute of a traced array"),
+    (lambda x: float(F.sum(_h(x)).data), r"float\(\) of a traced array"),
+    (lambda x: F.exp(x.reshape(len(x), -1) / 255), r"\.reshape of a traced array"),
+    (lambda x: F.exp(x) if (x > 0).all() else x, "`>` of a traced array"),
+    (lambda x: F.exp(x) * bool(_h(x).data.shape and _h(x).data), r"bool\(\) of a traced"),
+    (lambda x: F.exp(Variable(np.asarray(x))), "conversion to a numpy array of a traced"),
+])
+def test_reading_numbers_of_a_traced_array_raises_naming_the_line_and_the_fix(body, what):
+    with pytest.raises(TraceError, match=what) as info:
+        dezero.trace(body)(np.ones((2, 3), np.float32))
+    message = str(info.value)
+    assert "test_trace_contract.py:" in message  # the user's line
+    assert "fix: use dezero functions" in message and "static argument" in message
+
+
+def test_shape_dtype_and_len_of_traced_arrays_are_fine_and_eager_sees_no_guard():
+    W = Variable(np.ones((3, 2), np.float32), name="W")
+
+    def f(x):
+        h = F.matmul(x, W)
+        assert h.data.shape == (len(x), 2) and h.data.dtype == np.float32
+        assert x.ndim == 2 and W.data.size == 6 and np.zeros_like(x).shape == x.shape
+        return h, h.data
+
+    traced = dezero.trace(f)
+    for i in range(3):
+        x = np.full((i + 1, 3), i, np.float32)
+        h, data = traced(x)
+        assert type(data) is np.ndarray and type(h.data) is np.ndarray
+        np.testing.assert_array_equal(data, x @ W.data)
+    assert type(W.data) is np.ndarray
+
+
+def test_a_traced_array_kept_past_its_recording_refuses_to_be_used():
+    kept = []
+
+    def f(x):
+        y = F.exp(x)
+        kept.append(y.data)
+        return y
+
+    dezero.trace(f)(np.ones(2))
+    with pytest.raises(TraceError, match="after that recording ended"):
+        np.asarray(kept[0])
+
+
+def test_global_random_draws_inside_a_recording_raise():
+    import random
+
+    def noisy(x):
+        return x + Variable(np.random.randn(*x.shape))
+
+    def python_noise(x):
+        return F.exp(x) * random.random()
+
+    def dropout(x):  # a dezero random op draws from np.random: fine
+        return F.dropout(F.exp(x))
+
+    with pytest.raises(TraceError, match="drew random numbers from np.random"):
+        dezero.trace(noisy)(Variable(np.ones(3)))
+    with pytest.raises(TraceError, match="drew random numbers"):
+        dezero.trace(python_noise)(Variable(np.ones(3)))
+    traced = dezero.trace(dropout)
+    first, second = traced(Variable(np.ones(100))), traced(Variable(np.ones(100)))
+    assert not np.array_equal(first.data, second.data)
+
+
+def test_lazy_layers_initialise_inside_a_recording_without_a_random_alarm():
+    np.random.seed(0)
+    model = dezero.models.MLP((4, 2))
+    traced = dezero.trace(lambda x: model(x))
+    for i in range(3):
+        x = np.full((2, 3), i, np.float32)
+        np.testing.assert_array_equal(traced(x).data, model(x).data)
+
+
+# =============================================================================
+# The book's in-place idioms on .data of captured state are state writes
+# =============================================================================
+
+
+def test_sgd_by_hand_with_in_place_updates_replays_like_eager():
+    rng = np.random.default_rng(3)
+
+    def make():
+        model = dezero.models.MLP((5, 1))
+        model(np.zeros((1, 2), np.float32))  # initialise before the twins part
+        return model
+
+    np.random.seed(1)
+    traced_model = make()
+    np.random.seed(1)
+    eager_model = make()
+
+    def make_step(model, lr=0.1):
+        def step(x, t):
+            loss = F.mean_squared_error(model(x), t)
+            model.cleargrads()
+            loss.backward()
+            for p in model.params():
+                p.data -= lr * p.grad.data
+            return loss
+        return step
+
+    traced = dezero.trace(make_step(traced_model))
+    eager = make_step(eager_model)
+    for i in range(5):
+        x, t = f32(rng, 8, 2), f32(rng, 8, 1)
+        np.testing.assert_array_equal(traced(x, t).data, eager(x, t).data)
+        for a, b in zip(traced_model.params(), eager_model.params()):
+            np.testing.assert_array_equal(a.data, b.data)
+    assert traced.entries == 1
+    assert len(traced.graph.of_kind("write")) >= 4
+
+
+def test_newtons_method_with_in_place_update_replays_like_eager():
+    def make(x):
+        def newton():
+            y = x ** 4 - 2 * x ** 2
+            x.cleargrad()
+            y.backward(create_graph=True)
+            gx = x.grad
+            x.cleargrad()
+            gx.backward()
+            gx2 = x.grad
+            x.data -= gx.data / gx2.data
+            return y
+        return newton
+
+    x, x_eager = Variable(np.array(2.0)), Variable(np.array(2.0))
+    traced, eager = dezero.trace(make(x)), make(x_eager)
+    for i in range(6):
+        np.testing.assert_array_equal(traced().data, eager().data)
+        np.testing.assert_array_equal(x.data, x_eager.data)
+    np.testing.assert_allclose(x.data, 1.0)
+
+
+def test_plus_equals_and_full_slice_writes_on_state_replay_like_eager():
+    def make(count, avg):
+        def step(x):
+            count.data += 1
+            avg.data[...] = (avg * 0.9 + x * 0.1).data
+            alias = avg.data
+            alias *= 2.0  # the array of avg changes: eager sees it through avg
+            return avg * 1.0
+        return step
+
+    twins = [(Variable(np.array(0)), Variable(np.zeros(3))) for _ in range(2)]
+    side_by_side((make(*twins[0]), make(*twins[1])),
+                 lambda i: (np.array([1.0, 2.0, 3.0]) * i,),
+                 state=[(twins[0][0], twins[1][0]), (twins[0][1], twins[1][1])])
+
+
+def test_in_place_writes_into_arguments_or_parts_of_arrays_raise():
+    W = Variable(np.zeros(3), name="W")
+
+    def into_argument(x):
+        x += 1.0
+        return F.exp(x)
+
+    def into_part(x):
+        W.data[0] = 1.0
+        return W * x
+
+    with pytest.raises(TraceError, match="writes into its argument x in place"):
+        dezero.trace(into_argument)(np.ones(3))
+    with pytest.raises(TraceError, match=r"a write into part of it \(\[0\] = \.\.\.\)"):
+        dezero.trace(into_part)(np.ones(3))
+
+
+def test_in_place_updates_cast_back_to_the_dtype_of_the_state_like_numpy():
+    def make(W):
+        def step(x):
+            W.data -= x * 0.5  # float64 argument into float32 state
+            return W * 1.0
+        return step
+
+    W, W_eager = (Variable(np.ones(3, np.float32)) for _ in range(2))
+    side_by_side((make(W), make(W_eager)), lambda i: (np.arange(3.0) * (i + 1),),
+                 state=[(W, W_eager)])
+    assert W.dtype == np.float32

@@ -14,6 +14,7 @@ the core hands it to the tracer, which unwraps it to the real array.
 """
 from __future__ import annotations
 
+import ctypes
 import linecache
 import os
 import random
@@ -113,6 +114,12 @@ class GuardedArray(TracedArray):
         result = self._operator(name, other)
         if result is NotImplemented:
             self._refuse(f"in-place `{name}` with a Variable")
+        if result.dtype != self.dtype:  # numpy's in-place operators cast back
+            if not np.can_cast(result.dtype, self.dtype, "same_kind"):
+                raise TypeError(f"in-place {name}: cannot cast {result.dtype} back to "
+                                f"{self.dtype} (numpy's same_kind rule)")
+            with no_grad():
+                result = self.tracer.guard(F.astype(Variable(result), self.dtype))
         self._write_back(result)
         return result
 
@@ -272,26 +279,51 @@ def unguarded(obj):
 
 
 class RandomWatch:
-    """Sees numpy's or Python's global random state move between two looks: numbers
-    drawn outside a dezero random op would be frozen into the graph."""
+    """Sees numpy's or Python's global random state move during a recording: numbers
+    drawn outside a dezero random op would be frozen into the graph.
+
+    At each recorded op it compares a cheap mark of numpy's generator (MT19937's
+    first key word and position, read in place), which names the line; at the end
+    it compares the full states, which catches what the mark misses.
+    """
 
     def __init__(self):
-        self.state = self._now()
+        try:
+            address = np.random.mtrand._rand._bit_generator.ctypes.state_address
+            self._mt = (ctypes.c_uint32 * 625).from_address(address)  # key[624], pos
+        except AttributeError:  # another numpy layout: the full check at the end only
+            self._mt = None
+        self.drew = False
+        self.restart()
 
-    @staticmethod
-    def _now():
-        state = np.random.get_state()
-        return state[1], state[2:], random.getstate()
+    def restart(self) -> None:
+        """Forget earlier draws (made while the tracer was paused, e.g. layer init)."""
+        self.start = (np.random.get_state(), random.getstate())
+        self.mark = self._mark()
+
+    def _mark(self):
+        return None if self._mt is None else (self._mt[0], self._mt[624])
 
     def look(self, name: str, drawing_op: bool = False) -> None:
-        """Compare with the last look; `drawing_op`: a dezero random op just drew."""
-        before, self.state = self.state, self._now()
-        if drawing_op or (before[1] == self.state[1] and before[2] == self.state[2] and
-                          np.array_equal(before[0], self.state[0])):
-            return
+        """At a recorded op; `drawing_op`: a dezero random op has just drawn."""
+        mark = self._mark()
+        if mark != self.mark and not drawing_op:
+            self._refuse(name, f"seen before {where()}")
+        self.mark, self.drew = mark, self.drew or drawing_op
+
+    def finish(self, name: str) -> None:
+        self.look(name)
+        numpy_state, python_state = self.start
+        now = np.random.get_state()
+        moved = not self.drew and not (numpy_state[2:] == now[2:] and
+                                       np.array_equal(numpy_state[1], now[1]))
+        if moved or random.getstate() != python_state:
+            self._refuse(name, "seen at the end of the run")
+
+    @staticmethod
+    def _refuse(name, seen):
         raise TraceError(
             f"{name} drew random numbers from np.random or Python's random module while "
-            f"it was traced, outside a dezero random op (seen before "
-            f"{where() or 'the end of the run'}); every replay would reuse the numbers "
-            f"drawn\n  fix: use dezero's random ops (F.dropout), or draw outside the "
-            f"traced function and pass the array in")
+            f"it was traced, outside a dezero random op ({seen}); every replay would "
+            f"reuse the numbers drawn\n  fix: use dezero's random ops (F.dropout), or "
+            f"draw outside the traced function and pass the array in")

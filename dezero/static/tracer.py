@@ -83,7 +83,10 @@ class Tracer(TracerHooks):
     def installed(self) -> None:
         # Also after a pause (layers initialise under set_tracer(None), drawing
         # from np.random): draws made while paused are not the run's.
-        self.random = RandomWatch()
+        if self.random is None:
+            self.random = RandomWatch()
+        else:
+            self.random.restart()
 
     def created(self, var: Variable, data):
         self.keep.append(var)
@@ -274,7 +277,7 @@ class Tracer(TracerHooks):
     def finish(self, result, attr_writes=()) -> StaticGraph:
         """Build the graph once the traced function has returned `result`;
         attr_writes: (object, name, Variable) for attributes the run set."""
-        self.random.look(self.name)
+        self.random.finish(self.name)
         outputs: list[Value] = []
         out_tree = self._flatten_output(result, outputs)
         grad_writes = self._grad_writes()
