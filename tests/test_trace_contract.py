@@ -442,3 +442,42 @@ def test_in_place_updates_cast_back_to_the_dtype_of_the_state_like_numpy():
     side_by_side((make(W), make(W_eager)), lambda i: (np.arange(3.0) * (i + 1),),
                  state=[(W, W_eager)])
     assert W.dtype == np.float32
+
+
+# =============================================================================
+# State slots are small typed records that read and write their array
+# =============================================================================
+
+
+def test_state_nodes_read_through_typed_slots():
+    from dezero.static.ir import AttrSlot, DataSlot, GradSlot
+
+    class Carry:
+        def __init__(self):
+            self.h = Variable(np.zeros(2))
+
+    carry, W = Carry(), Variable(np.ones(2), name="W")
+
+    def step(x):
+        y = F.sum(W * x + carry.h)
+        y.backward()  # no cleargrad: W.grad adds up, so the old one is read
+        with dezero.no_grad():
+            carry.h = F.tanh(W * x)
+        return y
+
+    traced = dezero.trace(step)
+    for i in range(4):
+        traced(np.full(2, i + 1.0))
+    slots = {type(n.payload) for n in traced.graph.of_kind("state")}
+    assert slots == {DataSlot, GradSlot, AttrSlot}
+    for node in traced.graph.of_kind("state"):
+        slot = node.payload
+        assert slot.read() is not None and slot.read().shape == node.outputs[0].shape
+    (attr,) = [n.payload for n in traced.graph.of_kind("state") if isinstance(n.payload, AttrSlot)]
+    assert (attr.holder, attr.name, str(attr)) == (carry, "h", "Carry.h")
+    attr.write(np.full(2, 7.0))
+    np.testing.assert_array_equal(carry.h.data, 7.0)
+    grad = GradSlot(W)
+    grad.write(None)
+    assert W.grad is None and grad.read() is None and str(grad) == ".grad of W"
+    assert set(traced.graph.state) == {"W"}  # the data slots: name -> Variable

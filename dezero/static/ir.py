@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import keyword
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -77,9 +78,9 @@ class Node:
              attribute and the class of the object holding it); none for
              input, const and output nodes
     outputs  Values the node defines
-    payload  runtime data that is not part of the text: a const's array; the
-             (object, field) slot a state node reads (see read_slot); the object
-             whose attribute an "attr" write sets
+    payload  runtime data that is not part of the text: a const's array; the slot
+             a state node reads (DataSlot, GradSlot or AttrSlot); the AttrSlot an
+             "attr" write sets
     """
 
     __slots__ = ("kind", "op", "inputs", "attrs", "outputs", "payload")
@@ -108,15 +109,59 @@ class Node:
         return format_node(self)
 
 
-def read_slot(obj, field: str):
-    """The array a state slot holds: obj.data, obj.grad.data or obj.<name>.data
-    (field "data", "grad" or "attr:<name>")."""
-    if field == "data":
-        return obj._data
-    if field == "grad":
-        return None if obj.grad is None else obj.grad._data
-    var = getattr(obj, field[5:], None)
-    return var._data if isinstance(var, Variable) else None
+# =============================================================================
+# State slots: DataSlot, GradSlot, AttrSlot (where a state node's array lives)
+# =============================================================================
+
+
+@dataclass(eq=False)
+class DataSlot:
+    """var.data: a parameter, an optimizer slot, a running statistic."""
+
+    var: Variable
+
+    def read(self):
+        return self.var._data
+
+    def write(self, array) -> None:
+        self.var._data = array
+
+    def __str__(self):
+        return self.var.name or "a state variable"
+
+
+@dataclass(eq=False)
+class GradSlot:
+    """var.grad.data: a gradient that an earlier backward() left on var."""
+
+    var: Variable
+
+    def read(self):
+        return None if self.var.grad is None else self.var.grad._data
+
+    def write(self, array) -> None:
+        self.var.grad = None if array is None else Variable(array)
+
+    def __str__(self):
+        return f".grad of {self.var.name or 'a variable'}"
+
+
+@dataclass(eq=False)
+class AttrSlot:
+    """holder.<name>.data: a Variable an object keeps in a plain attribute (LSTM.h)."""
+
+    holder: object
+    name: str
+
+    def read(self):
+        var = getattr(self.holder, self.name, None)
+        return var._data if isinstance(var, Variable) else None
+
+    def write(self, array) -> None:
+        setattr(self.holder, self.name, Variable(array))
+
+    def __str__(self):
+        return f"{type(self.holder).__name__}.{self.name}"
 
 
 def letter_name(n: int) -> str:
@@ -267,8 +312,8 @@ class StaticGraph:
     @property
     def state(self) -> dict:
         """name -> the Variable each data-state node reads (and writes)."""
-        return {n.outputs[0].name: n.payload[0] for n in self.nodes
-                if n.kind == "state" and n.payload[1] == "data"}
+        return {n.outputs[0].name: n.payload.var for n in self.nodes
+                if n.kind == "state" and isinstance(n.payload, DataSlot)}
 
     def with_nodes(self, nodes: list[Node]) -> StaticGraph:
         """A new graph with the same name and outputs structure (used by passes)."""
@@ -428,9 +473,7 @@ class StaticGraph:
             if node.kind == "const":
                 node.payload = convert(node.payload)
             elif node.kind == "state" and self.owns_state:
-                var, field = node.payload
-                target = var.grad if field == "grad" else var
-                target.data = convert(target.data)
+                node.payload.write(convert(node.payload.read()))
         self.device = device
         self._compiled = None  # compiled code closes over the old constants
         return self

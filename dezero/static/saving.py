@@ -60,7 +60,7 @@ import numpy as np
 from dezero import cuda
 from dezero.core import OPS, Variable
 from dezero.files import atomic_file
-from dezero.static.ir import Node, StaticGraph, Value, read_slot
+from dezero.static.ir import DataSlot, GradSlot, Node, StaticGraph, Value
 
 FORMAT = "dezero.static-graph"
 VERSION = 1
@@ -182,7 +182,7 @@ def save(graph: StaticGraph, path: str) -> None:
         if node.kind == "const":
             arrays["const/" + node.outputs[0].name] = cuda.as_numpy(node.payload)
         elif node.kind == "state":
-            arrays["state/" + node.outputs[0].name] = cuda.as_numpy(read_slot(*node.payload))
+            arrays["state/" + node.outputs[0].name] = cuda.as_numpy(node.payload.read())
         nodes.append(entry)
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
@@ -264,11 +264,11 @@ def _build(description, arrays) -> StaticGraph:
                 payload = array
             elif attrs.get("field", "data") in ("data", "attr"):
                 owned[outputs[0].name] = Variable(array, name=outputs[0].name)
-                payload = (owned[outputs[0].name], "data")
+                payload = DataSlot(owned[outputs[0].name])
             else:
                 owner = owned[attrs["of"]]
                 owner.grad = Variable(array)
-                payload = (owner, "grad")
+                payload = GradSlot(owner)
         nodes.append(Node(kind, entry.get("op"), inputs, attrs, outputs, payload))
         values.update((v.name, v) for v in outputs)
     graph = StaticGraph(description["name"], _own_attributes(nodes),

@@ -21,7 +21,7 @@ from dezero import core, cuda
 from dezero.core import Config, Variable
 from dezero.static import debugging
 from dezero.static.guard import unguarded, with_leaves
-from dezero.static.ir import StaticGraph, TraceError, read_slot, type_str
+from dezero.static.ir import GradSlot, StaticGraph, TraceError, type_str
 from dezero.static.passes import optimize
 from dezero.static.tracer import Tracer, find_attribute_values, restore
 
@@ -112,11 +112,10 @@ class Entry:
         before = {id(c.node.outputs[0]): c.before_data for c in tracer.captures}
         self.guards = []
         for node in graph.of_kind("state"):
-            var, field = node.payload
             data = before[id(node.outputs[0])]
             if data is None:
                 continue  # initialised during the recording: this entry is not kept
-            self.guards.append((node.outputs[0].name, var, field, data.shape, data.dtype,
+            self.guards.append((node.outputs[0].name, node.payload, data.shape, data.dtype,
                                 type(data)))
         self.grad_none = [(c.node.outputs[0].name, c.var) for c in tracer.captures
                           if c.before_grad is None and c.var.grad is not None
@@ -125,7 +124,7 @@ class Entry:
     def subsumes(self, other: Entry) -> bool:
         """True if `other` differs from this entry only in requiring .grad unset,
         while this graph works either way (it clears the grads, never reads them)."""
-        read = {id(var) for _, var, field, *_ in self.guards if field == "grad"}
+        read = {id(slot.var) for _, slot, *_ in self.guards if isinstance(slot, GradSlot)}
         return bool(other.grad_none) and not self.grad_none and \
             all(id(var) not in read for _, var in other.grad_none) and \
             other.type_failure() is None
@@ -141,8 +140,8 @@ class Entry:
         return None
 
     def type_failure(self) -> str | None:
-        for name, var, field, shape, dtype, kind in self.guards:
-            data = var._data if field == "data" else read_slot(var, field)
+        for name, slot, shape, dtype, kind in self.guards:
+            data = slot.read()
             # `is` first: numpy hands out one object per builtin dtype, so the
             # slower == runs only when the objects differ.
             if data is None or data.shape != shape or type(data) is not kind or \

@@ -17,7 +17,17 @@ import numpy as np
 from dezero import cuda
 from dezero.core import TracerHooks, Variable
 from dezero.static.guard import GuardedArray, RandomWatch, where
-from dezero.static.ir import Node, StaticGraph, TraceError, Value, identifier, letter_name
+from dezero.static.ir import (
+    AttrSlot,
+    DataSlot,
+    GradSlot,
+    Node,
+    StaticGraph,
+    TraceError,
+    Value,
+    identifier,
+    letter_name,
+)
 
 # =============================================================================
 # Tracer: the core hooks (created, assigned, concretized, record), then finish
@@ -258,11 +268,11 @@ class Tracer(TracerHooks):
             value = Value(None, (), np.float32)  # typed by the first write
         else:
             value = Value(None, data.shape, data.dtype)
-        node = Node("state", outputs=[value], attrs={"field": "data"}, payload=(var, "data"))
+        node = Node("state", outputs=[value], attrs={"field": "data"}, payload=DataSlot(var))
         if id(var) in self.attr_before:
             holder, name = self.attr_before[id(var)]
             node.attrs = {"field": "attr", "name": name, "of": type(holder).__name__}
-            node.payload = (holder, "attr:" + name)
+            node.payload = AttrSlot(holder, name)
         capture = Capture(var, node, data, var.grad)
         self.captures.append(capture)
         self.captured[id(var)] = capture
@@ -292,7 +302,7 @@ class Tracer(TracerHooks):
                   if source is not capture.node.outputs[0]]
         writes += [Node("write", inputs=[target] + ([source] if source else []),
                         attrs={"field": "grad"}) for target, source in grad_writes]
-        writes += [Node("write", inputs=[source], payload=holder,
+        writes += [Node("write", inputs=[source], payload=AttrSlot(holder, name),
                         attrs={"field": "attr", "name": name, "of": type(holder).__name__})
                    for holder, name, source in attr_sources]
         nodes = [n for n, _ in self.inputs] + [c.node for c in self.captures] + \
@@ -356,7 +366,7 @@ class Tracer(TracerHooks):
             if owner is not None and owner is not capture and \
                     capture.node.attrs["field"] == "data":
                 capture.node.attrs = {"field": "grad", "of": owner}
-                capture.node.payload = (owner.var, "grad")
+                capture.node.payload = GradSlot(owner.var)
 
     def _name_values(self):
         used: set[str] = {identifier(self.name, "graph")}

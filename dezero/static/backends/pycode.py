@@ -21,7 +21,15 @@ import numpy as np
 from dezero import core, cuda
 from dezero.core import Config, Function, Variable, _wrap_output
 from dezero.static.backends.interpreter import as_result_array, make_function, reraise
-from dezero.static.ir import GraphError, StaticGraph, TraceError, format_attr, identifier, read_slot
+from dezero.static.ir import (
+    AttrSlot,
+    GradSlot,
+    GraphError,
+    StaticGraph,
+    TraceError,
+    format_attr,
+    identifier,
+)
 
 # =============================================================================
 # Inline spellings: INLINE, inline_call
@@ -225,13 +233,10 @@ class Compiled:
     def read_state(self):
         """The arrays of the captured state, in graph order (with a clear error for a
         slot that is empty now)."""
-        arrays = [read_slot(var, field) for var, field in self.reads]
-        for (var, field), array in zip(self.reads, arrays):
+        arrays = [slot.read() for slot in self.reads]
+        for slot, array in zip(self.reads, arrays):
             if array is None:
-                what = ".grad of " + (var.name or "a variable") if field == "grad" \
-                    else f"{type(var).__name__}.{field[5:]}" if field != "data" \
-                    else var.name or "a state variable"
-                raise GraphError(f"graph {self.graph.name} reads the {what}, which is "
+                raise GraphError(f"graph {self.graph.name} reads the {slot}, which is "
                                  f"None now; it was set when the graph was traced")
         return arrays
 
@@ -316,11 +321,14 @@ def generate_glue(graph: StaticGraph, fname: str, env: dict) -> str:
     args = [f"_a{i}" for i in range(len(inputs))]
     slots = {}
     for k, node in enumerate(graph.of_kind("state")):
-        obj, field = node.payload
-        env[f"_s{k}"] = obj
+        slot = node.payload
+        if isinstance(slot, AttrSlot):
+            env[f"_s{k}"] = slot.holder
+            args.append(f"_s{k}.{slot.name}._data")
+        else:
+            env[f"_s{k}"] = slot.var
+            args.append(f"_s{k}.grad._data" if isinstance(slot, GradSlot) else f"_s{k}._data")
         slots[node.outputs[0].name] = f"_s{k}"
-        args.append(f"_s{k}._data" if field == "data" else f"_s{k}.grad._data"
-                    if field == "grad" else f"_s{k}.{field[5:]}._data")
     lines.append(f"    _r = _fn({', '.join(args)})")
     k = len(graph.output_values)
     for node in graph.of_kind("write"):
@@ -328,8 +336,8 @@ def generate_glue(graph: StaticGraph, fname: str, env: dict) -> str:
         target = node.inputs[0].name
         if field == "attr":
             if node.payload is not None:  # a loaded graph has no object to set
-                env[f"_h{k}"] = node.payload
-                lines.append(f"    _setattr(_h{k}, {node.attrs['name']!r}, _wrap(_r[{k}]))")
+                env[f"_h{k}"] = node.payload.holder
+                lines.append(f"    _setattr(_h{k}, {node.payload.name!r}, _wrap(_r[{k}]))")
             k += 1
             continue
         value = "None"
