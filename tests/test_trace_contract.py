@@ -481,3 +481,15 @@ def test_state_nodes_read_through_typed_slots():
     grad.write(None)
     assert W.grad is None and grad.read() is None and str(grad) == ".grad of W"
     assert set(traced.graph.state) == {"W"}  # the data slots: name -> Variable
+
+
+@pytest.mark.parametrize("fix", [
+    lambda x: F.exp(x) - F.average(F.exp(x)),
+    lambda x: F.exp(x) * F.exp(x)[0, 0],
+    lambda x: F.exp(x) / F.max(F.abs(F.exp(x))),
+    lambda x: F.reshape(x, (len(x), -1)) / 255,
+    lambda x: x * 2.0 / 255 + np.zeros_like(x),
+])
+def test_the_fixes_the_trace_mode_page_gives_replay_like_eager(fix):
+    rng = np.random.default_rng(5)
+    side_by_side((fix, fix), lambda i: (f32(rng, 2, 3),))
