@@ -493,3 +493,39 @@ def test_state_nodes_read_through_typed_slots():
 def test_the_fixes_the_trace_mode_page_gives_replay_like_eager(fix):
     rng = np.random.default_rng(5)
     side_by_side((fix, fix), lambda i: (f32(rng, 2, 3),))
+
+
+def test_in_place_updates_reach_variables_sharing_the_array_like_eager():
+    def make(online, steps):
+        def step(x):
+            h = F.tanh(online * x)
+            copy = Variable(h.data)  # shares h's array
+            h.data *= 2.0  # so the copy sees this
+            online.data -= 0.1 * x
+            steps.data += 1
+            return copy + online * 1.0
+        return step
+
+    pairs = []
+    for _ in range(2):
+        online, steps = Variable(np.array([1.0, 2.0])), Variable(np.array(0))
+        target = Variable(online.data)  # shares the array; the step never reads it
+        pairs.append((online, steps, target))
+    traced = side_by_side((make(*pairs[0][:2]), make(*pairs[1][:2])),
+                          lambda i: (np.array([1.0, -1.0]) * (i + 1),),
+                          state=[(a, b) for a, b in zip(pairs[0], pairs[1])])
+    online, _, target = pairs[0]
+    assert target.data is online.data
+    assert "s[...] <- " in str(traced.graph) or "[...] <-" in str(traced.graph)
+
+
+def test_in_place_into_an_array_shared_with_an_argument_raises():
+    W = Variable(np.array([1.0, 2.0]), name="W")
+
+    def step(x):
+        W.data -= 0.5 * x
+        return x * 1.0  # eager: x is W's array, already updated
+
+    traced = dezero.trace(step)
+    with pytest.raises(TraceError, match="W shares with an argument"):
+        traced(W.data)

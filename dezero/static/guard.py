@@ -120,8 +120,7 @@ class GuardedArray(TracedArray):
                                 f"{self.dtype} (numpy's same_kind rule)")
             with no_grad():
                 result = self.tracer.guard(F.astype(Variable(result), self.dtype))
-        self._write_back(result)
-        return result
+        return self._write_back(result)
 
     def __neg__(self):
         self._alive("`-`")
@@ -188,17 +187,33 @@ class GuardedArray(TracedArray):
 
     # ---- helpers ----------------------------------------------------------------
     def _write_back(self, result):
-        # An in-place operator (or [...] =) changes the array this guard came from.
+        # In place, as in eager code: the array itself changes, so every Variable
+        # that shares it sees the new value, and so does every name for this guard.
         source, tracer = self.source, self.tracer
         if isinstance(source, str):
             raise TraceError(
                 f"{tracer.name} writes into its argument {source} in place ({where()}); a "
                 f"replay cannot write into its arguments\n  fix: {source} = {source} + ... "
                 f"(a new array), or return the new value")
-        if isinstance(source, Variable) and \
-                tracer.values.get(id(source)) is tracer.value_of(self):
-            source.data = result  # the .data setter records the state write
-
+        if isinstance(source, Variable) and source._data is self.array:
+            shared = [arg for _, arg in tracer.inputs if getattr(arg, "_data", arg) is
+                      self.array] + [c.var for c in tracer.captures
+                                     if c.var is not source and c.var._data is self.array]
+            if shared:
+                raise TraceError(
+                    f"{tracer.name} writes in place ({where()}) into an array that "
+                    f"{tracer.label(source)} shares with an argument or another state "
+                    f"Variable; the replay could not know they still share it\n  fix: "
+                    f"assign a new array instead (v.data = (v - ...).data), or give each "
+                    f"its own copy")
+            for other in tracer.computed.values():  # Variables of the run sharing it
+                if other._data is self.array and id(other) in tracer.values:
+                    tracer.values[id(other)] = result.value
+            tracer.assign(source, result.value)
+            tracer.in_place.add(id(source))
+        self.array[...] = result.array
+        self.value = result.value
+        return self
     def _alive(self, what):
         if self.tracer.finished or self.tracer is not current_tracer():
             raise TraceError(

@@ -73,7 +73,8 @@ class Node:
     op       the registered Function name (OPS key) of an op node, else None
     inputs   Values read by the node (for a write: [target, source])
     attrs    fixed Python values: the op's attrs; for state and write nodes
-             {"field": "data" | "grad" | "attr"} plus, for "grad", "of" (the data
+             {"field": "data" | "grad" | "attr"} (a data write may add "in_place":
+             True, the run overwrote the state's array itself) plus, for "grad", "of" (the data
              state whose .grad it is) and, for "attr", "name" and "of" (the
              attribute and the class of the object holding it); none for
              input, const and output nodes
@@ -229,7 +230,8 @@ def format_node(node: Node) -> str:
     if node.kind == "write":
         if node.attrs["field"] == "attr":
             return f"{node.attrs['of']}.{node.attrs['name']} <- {node.inputs[0].name}"
-        target = node.inputs[0].name + (".grad" if node.attrs["field"] == "grad" else "")
+        target = node.inputs[0].name + (".grad" if node.attrs["field"] == "grad" else
+                                        "[...]" if node.attrs.get("in_place") else "")
         source = node.inputs[1].name if len(node.inputs) > 1 else "None"
         return f"{target} <- {source}"
     if node.kind == "output":

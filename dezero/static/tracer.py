@@ -65,6 +65,7 @@ class Tracer(TracerHooks):
         self.const_of: dict[int, Node] = {}    # id(Variable) -> its const node
         self.captured: dict[int, Capture] = {}
         self.writes: dict[int, tuple[Capture, Value]] = {}
+        self.in_place: set[int] = set()        # state whose array the run overwrote
         self.producer: dict[int, str] = {}     # id(Value) -> name of the op that made it
         self.uninitialised: list[str] = []     # state whose .data was None before the run
         self.computed: dict[int, Variable] = {}  # id -> each Variable made in the run
@@ -161,7 +162,9 @@ class Tracer(TracerHooks):
     def assigned(self, var: Variable, value):
         if isinstance(value, GuardedArray):
             value._alive(".data =")
-            self._assign(var, self.value_of(value))
+            if value.array is not var._data:
+                self.in_place.discard(id(var))  # a new array, not the in-place idiom
+            self.assign(var, self.value_of(value))
             return value.array
         if value is None:
             raise TraceError(f"{self.label(var)}.data = None in {self.name} ({where()}): "
@@ -188,7 +191,8 @@ class Tracer(TracerHooks):
             f"into every replay\n  fix: compute the new value with dezero functions (under "
             f"dezero.no_grad()) and assign its .data")
 
-    def _assign(self, var: Variable, source: Value) -> None:
+    def assign(self, var: Variable, source: Value) -> None:
+        """Record that `var` now holds `source`: a state write, or data flow."""
         capture = self.captured.get(id(var))
         if capture is None:
             if self._is_input(var):
@@ -239,12 +243,13 @@ class Tracer(TracerHooks):
         return GuardedArray(var._data, self.resolve(var), None, self)
 
     def value_of(self, guard: GuardedArray) -> Value:
-        if guard.value is None:  # .data of state read before the run captured it
-            capture = self.captured.get(id(guard.source)) or self.capture(guard.source)
-            guard.value = capture.node.outputs[0]
+        source = guard.source
+        if isinstance(source, Variable) and source._data is guard.array:
+            # .data of a Variable that still holds this array: its current value
+            # (an in-place write through another name for the array included).
+            guard.value = self.values.get(id(source)) or self.resolve(source)
         return guard.value
 
-    # ---- values ------------------------------------------------------------
     def resolve(self, var: Variable) -> Value:
         """The Value a Variable stands for, capturing or making a const on first sight."""
         value = self.values.get(id(var))
@@ -297,8 +302,9 @@ class Tracer(TracerHooks):
         self._name_values()
         self.finished = True
         writes = [Node("write", inputs=[capture.node.outputs[0], source],
-                       attrs={"field": "data"})
-                  for capture, source in self.writes.values()
+                       attrs={"field": "data", "in_place": True} if key in self.in_place
+                       else {"field": "data"})
+                  for key, (capture, source) in self.writes.items()
                   if source is not capture.node.outputs[0]]
         writes += [Node("write", inputs=[target] + ([source] if source else []),
                         attrs={"field": "grad"}) for target, source in grad_writes]

@@ -344,7 +344,10 @@ def generate_glue(graph: StaticGraph, fname: str, env: dict) -> str:
         if len(node.inputs) > 1:
             value = f"_r[{k}]" if field == "data" else f"_wrap(_r[{k}])"
             k += 1
-        if target in slots and field == "data" and len(node.inputs[1].shape) > 0:
+        if target in slots and node.attrs.get("in_place"):
+            # The run overwrote the array in place: whoever shares it sees the update.
+            lines.append(f"    {slots[target]}._data[...] = {value}")
+        elif target in slots and field == "data" and len(node.inputs[1].shape) > 0:
             # An op's result of ndim >= 1 is an array: store it past the setter's
             # checks (run() refuses to replay while a tracer records).
             lines.append(f"    {slots[target]}._data = {value}")
