@@ -529,3 +529,22 @@ def test_in_place_into_an_array_shared_with_an_argument_raises():
     traced = dezero.trace(step)
     with pytest.raises(TraceError, match="W shares with an argument"):
         traced(W.data)
+
+
+def test_functions_receive_plain_arrays_when_given_guards():
+    seen = []
+
+    class Spy(Function):
+        def forward(self, x, y):
+            seen.append((type(x), type(y)))
+            return x + y
+
+    def f(x, t):
+        h = F.exp(t)
+        return Spy()(x, h.data)  # an array argument and a .data: both guards
+
+    traced = dezero.trace(f)
+    for i in range(3):
+        x, t = np.full(2, float(i)), np.ones(2) * i
+        np.testing.assert_array_equal(traced(x, t).data, x + np.exp(t))
+    assert seen == [(np.ndarray, np.ndarray)] * 3  # recorded once, then replayed
