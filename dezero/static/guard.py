@@ -5,10 +5,12 @@ of a traced Variable and every array argument reach user code as a GuardedArray.
 It tells its shape, dtype, ndim, size and len(), and records arithmetic with other
 guards, arrays and Python numbers as dezero ops (under no_grad, as eager numpy
 builds no graph), so the book's in-place updates such as `W.data -= lr *
-W.grad.data` become state writes. Any other use (a Python number, numpy math,
+W.grad.data` become state writes, replayed in place. Any other use (a Python number, numpy math,
 indexing, .tolist()) would freeze the numbers it read into every replay, so it
 raises TraceError naming the line and the way out. Functions never see a guard:
-the core hands it to the tracer, which unwraps it to the real array.
+the core hands it to the tracer, which unwraps it to the real array. Also here:
+where() (the user's line, for every TraceError), with_leaves and unguarded
+(arguments in, results out) and RandomWatch (draws from global generators).
 
     h.data.shape   # fine while tracing;   float(h.data)   # TraceError
 """

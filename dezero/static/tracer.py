@@ -1,11 +1,13 @@
 """The tracer: records the Function calls of one eager run into a StaticGraph.
 
 First stage of the pipeline (tracer -> ir -> passes -> backends). While installed
-with dezero.core.set_tracer, the core reports every Variable made, every `.data`
-assignment, every read of a value into Python and every Function call; the tracer
-turns them into input, state, const, op and write nodes.
+for its thread with dezero.core.set_tracer, the core reports through the hooks of
+core.TracerHooks every Variable made, every `.data` read and assignment, every read
+of a value into Python, every Function call and every step of backward(); the
+tracer turns them into input, state, const, op and write nodes. User code sees
+traced arrays through guards (guard.py).
 
-    tracer = Tracer("step"); tracer.add_input("x", x); ...run...; graph = tracer.finish(y)
+    x = tracer.add_input("x", x); ...run on x...; graph = tracer.finish(y)
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from dezero.static.ir import (
 )
 
 # =============================================================================
-# Tracer: the core hooks (created, assigned, concretized, record), then finish
+# Tracer: the core hooks (created, read, assigned, concretized, record, backward_step)
 # =============================================================================
 
 
