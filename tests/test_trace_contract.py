@@ -425,8 +425,14 @@ def test_in_place_writes_into_arguments_or_parts_of_arrays_raise():
         W.data[0] = 1.0
         return W * x
 
+    def into_variable_argument(v):
+        v.data += 1.0
+        return F.exp(v)
+
     with pytest.raises(TraceError, match="writes into its argument x in place"):
         dezero.trace(into_argument)(np.ones(3))
+    with pytest.raises(TraceError, match="assigns .data of its argument v"):
+        dezero.trace(into_variable_argument)(Variable(np.ones(3)))
     with pytest.raises(TraceError, match=r"a write into part of it \(\[0\] = \.\.\.\)"):
         dezero.trace(into_part)(np.ones(3))
 
@@ -548,3 +554,22 @@ def test_functions_receive_plain_arrays_when_given_guards():
         x, t = np.full(2, float(i)), np.ones(2) * i
         np.testing.assert_array_equal(traced(x, t).data, x + np.exp(t))
     assert seen == [(np.ndarray, np.ndarray)] * 3  # recorded once, then replayed
+
+
+def test_check_and_lower_work_with_in_place_updates():
+    W = Variable(np.array([1.0, 2.0]), name="W")
+
+    def step(x):
+        loss = F.sum(W * x)
+        W.cleargrad()
+        loss.backward()
+        W.data -= 0.5 * W.grad.data
+        return loss
+
+    graph = dezero.trace(step).lower(np.ones(2))
+    np.testing.assert_array_equal(W.data, [1.0, 2.0])  # lowering steps nothing
+    assert "W[...] <- " in str(graph)
+    checked = dezero.trace(step, check=True)
+    for i in range(3):
+        checked(np.full(2, i + 1.0))
+    np.testing.assert_allclose(W.data, [1.0 - 0.5 * 6, 2.0 - 0.5 * 6])

@@ -198,9 +198,10 @@ class GuardedArray(TracedArray):
                 f"replay cannot write into its arguments\n  fix: {source} = {source} + ... "
                 f"(a new array), or return the new value")
         if isinstance(source, Variable) and source._data is self.array:
-            shared = [arg for _, arg in tracer.inputs if getattr(arg, "_data", arg) is
-                      self.array] + [c.var for c in tracer.captures
-                                     if c.var is not source and c.var._data is self.array]
+            shared = [arg for _, arg in tracer.inputs if arg is not source and
+                      getattr(arg, "_data", arg) is self.array] + \
+                [c.var for c in tracer.captures if c.var is not source and
+                 c.var._data is self.array]
             if shared:
                 raise TraceError(
                     f"{tracer.name} writes in place ({where()}) into an array that "
@@ -213,6 +214,9 @@ class GuardedArray(TracedArray):
                     tracer.values[id(other)] = result.value
             tracer.assign(source, result.value)
             tracer.in_place.add(id(source))
+            capture = tracer.captured.get(id(source))
+            if capture is not None and capture.before_data is self.array:
+                capture.before_data = self.array.copy()  # to put back (check, lower)
         self.array[...] = result.array
         self.value = result.value
         return self
