@@ -11,6 +11,7 @@ import contextlib
 import heapq
 import itertools
 import re
+import threading
 import weakref
 
 import numpy as np
@@ -45,17 +46,76 @@ def test_mode():
     return using_config("train", False)
 
 
-# The active tracer (dezero.static.tracer), or None. Function calls, `.data`
-# assignments and reads of a value into Python report to it; a module global
-# keeps the eager path to one cheap `is None` test.
-_tracer = None
+# =============================================================================
+# Tracer hooks: TracerHooks, set_tracer, current_tracer (one tracer per thread)
+# =============================================================================
+
+
+class TracerHooks:
+    """What the core reports to the tracer of its thread while one is installed.
+
+    dezero.static.tracer.Tracer implements these; the defaults watch and change
+    nothing, so a small tracer overrides only what it needs.
+    """
+
+    def installed(self):
+        """set_tracer has made this the thread's tracer (again, after a pause)."""
+
+    def created(self, var, data):
+        """`Variable(data)` is being made; returns the array the Variable holds."""
+        return data
+
+    def assigned(self, var, value):
+        """`var.data = value`; returns the array to store."""
+        return value
+
+    def read(self, var):
+        """User code reads `var.data`; returns what it sees (the array, or a guard)."""
+        return var._data
+
+    def concretized(self, var, how):
+        """A value is read into Python: float(var), bool(var), var.item()."""
+
+    def record(self, function, inputs, outputs):
+        """`function` has just run on `inputs` (Variables) and made `outputs`."""
+
+    def backward_step(self, function):
+        """Variable.backward is about to run `function.backward`."""
+
+
+class TracedArray:
+    """Base of what user code sees of a traced array while a trace records (the
+    guard of dezero.static.guard): the core hands it to the tracer, never to numpy."""
+
+    __slots__ = ()
+
+
+class _ThreadTracer(threading.local):
+    tracer = None
+
+
+_thread = _ThreadTracer()
+# How many threads have a tracer installed. While none has, the eager path pays
+# one test of this global; only then is the thread-local tracer looked up.
+_tracing = 0
+_tracing_lock = threading.Lock()
 
 
 def set_tracer(tracer):
-    """Install `tracer` (or None) and return the one it replaces."""
-    global _tracer
-    previous, _tracer = _tracer, tracer
+    """Install `tracer` (a TracerHooks, or None) for this thread; return the previous."""
+    global _tracing
+    previous = _thread.tracer
+    with _tracing_lock:
+        _tracing += (tracer is not None) - (previous is not None)
+    _thread.tracer = tracer
+    if tracer is not None:
+        tracer.installed()
     return previous
+
+
+def current_tracer():
+    """The tracer installed in this thread, or None."""
+    return _thread.tracer if _tracing else None
 
 
 # =============================================================================
@@ -71,6 +131,8 @@ class Variable:
     __array_priority__ = 200
 
     def __init__(self, data, name=None):
+        if _tracing and _thread.tracer is not None:
+            data = _thread.tracer.created(self, data)
         if data is not None and not isinstance(data, cuda.array_types):
             raise TypeError(
                 f"Variable data must be a numpy or cupy array (or None), got "
@@ -80,23 +142,23 @@ class Variable:
         self.grad = None
         self.creator = None
         self.generation = 0
-        if _tracer is not None:
-            _tracer.created(self)
 
     @property
     def data(self):
+        if _tracing and _thread.tracer is not None:
+            return _thread.tracer.read(self)
         return self._data
 
     @data.setter
     def data(self, value):
         if isinstance(value, np.generic):
             value = np.asarray(value)  # numpy's 0-d arithmetic returns scalars
-        elif value is not None and not isinstance(value, cuda.array_types):
+        if _tracing and _thread.tracer is not None:
+            value = _thread.tracer.assigned(self, value)
+        if value is not None and not isinstance(value, cuda.array_types):
             raise TypeError(
                 f"Variable.data must be a numpy or cupy array (or None), got "
                 f"{type(value).__name__}")
-        if _tracer is not None:
-            _tracer.assigned(self, value)
         self._data = value
 
     # ---- array-like properties -------------------------------------------------
@@ -127,8 +189,8 @@ class Variable:
 
     # ---- reading a value into Python (a traced value cannot be read) -----------
     def _concrete(self, how):
-        if _tracer is not None:
-            _tracer.concretized(self, how)
+        if _tracing and _thread.tracer is not None:
+            _thread.tracer.concretized(self, how)
         return self._data
 
     def __bool__(self):
@@ -187,11 +249,14 @@ class Variable:
         heap = [(-self.creator.generation, 0, self.creator)]
         seen = {self.creator}
         tie = itertools.count(1)
+        tracer = current_tracer()
         old_backprop = Config.enable_backprop
         Config.enable_backprop = create_graph
         try:
             while heap:
                 f = heapq.heappop(heap)[2]
+                if tracer is not None:
+                    tracer.backward_step(f)
                 # Read the outputs' gradients (None for an output that got none or
                 # no longer exists) and, unless asked to keep them, drop them.
                 gys = []
@@ -323,6 +388,8 @@ def as_operand(x, like):
         return xp.array(x)
     if np.isscalar(x):
         return np.array(x)
+    if isinstance(x, TracedArray):
+        return x  # Function.__call__ wraps it; the tracer unwraps it
     return np.asarray(x)
 
 
@@ -446,8 +513,8 @@ class Function:
                 y.creator = self
                 y.generation = generation + 1
                 self.outputs.append(weakref.ref(y))
-        if _tracer is not None:
-            _tracer.record(self, inputs, outputs)
+        if _tracing and _thread.tracer is not None:
+            _thread.tracer.record(self, inputs, outputs)
         return outputs if len(outputs) > 1 else outputs[0]
 
     def forward(self, *xs):

@@ -871,14 +871,17 @@ def astype(x, dtype):
 
 
 class OneHot(Function):
-    """Rows of the identity of size num_classes picked by integer labels t."""
-    py = "_eye({num_classes}, {dtype})[{t}]"  # _eye: a cached identity matrix
+    """Rows of the identity of size num_classes picked by integer labels t; ids out
+    of range raise, naming `labels_of` (the op whose labels they are)."""
 
-    def __init__(self, num_classes, dtype):
+    def __init__(self, num_classes, dtype, labels_of="one_hot"):
         self.num_classes = num_classes
         self.dtype = dtype
+        self.labels_of = labels_of
 
     def forward(self, t):
+        # Checked here, in the op, so that a replay checks the labels of every call.
+        _check_class_ids(self.labels_of, t, self.num_classes)
         xp = cuda.get_array_module(t)
         return xp.eye(self.num_classes, dtype=self.dtype)[t]
 
@@ -1157,7 +1160,7 @@ def batch_norm(x, gamma, beta, mean, var, decay=0.9, eps=2e-5):
         return xc * reshape(gamma, stat_shape) + reshape(beta, stat_shape)
 
     for name, v in (("mean", mean), ("var", var)):
-        if not isinstance(v, Variable) and core._tracer is not None:
+        if not isinstance(v, Variable) and core.current_tracer() is not None:
             from dezero.static.ir import TraceError
             from dezero.static.tracer import where
             raise TraceError(
@@ -1257,13 +1260,12 @@ def softmax_cross_entropy_simple(x, t):
     x, = _floating(x)
     t = as_variable(t)
     _check_labels("softmax_cross_entropy_simple", x, t)
-    _check_class_ids("softmax_cross_entropy_simple", t.data, x.shape[1])
     n = len(x)
     p = clip(softmax(x), 1e-15, 1.0)  # keeps log away from log(0)
     log_p = log(p)
     # The labels pick log_p[i, t[i]] through a one-hot mask, an op of t, so that a
     # trace reads them from its graph instead of freezing t's values into an index.
-    mask = OneHot(x.shape[1], x.dtype.name)(reshape(t, (n,)))
+    mask = OneHot(x.shape[1], x.dtype.name, "softmax_cross_entropy_simple")(reshape(t, (n,)))
     picked = sum(log_p * mask, axis=1)
     return -sum(picked) * (1 / n)
 

@@ -366,8 +366,9 @@ class Adam(Optimizer):
         if param not in self.ms:
             self.ms[param] = _zeros_like(param)
             self.vs[param] = _zeros_like(param)
-            # Read once, when the slots are made (a Python number from then on).
-            self.joined[param] = int(self._t.data) - 1
+            # Read once, when the slots are made: a constant of this parameter from
+            # then on, so a trace may freeze it (hence the raw array, past the guard).
+            self.joined[param] = int(self._t._data) - 1
         m, v, grad = self.ms[param], self.vs[param], param.grad
         m.data = (m + self._one_minus_beta1 * (grad - m)).data
         v.data = (v + self._one_minus_beta2 * (grad * grad - v)).data

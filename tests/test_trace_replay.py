@@ -359,6 +359,18 @@ def test_softmax_cross_entropy_simple_reads_its_labels_through_the_graph():
                                       F.softmax_cross_entropy_simple(x, labels).data)
 
 
+@pytest.mark.parametrize("bad", [-1, 4])  # 4 classes: ids 0..3
+def test_a_replay_checks_the_class_ids_of_every_call(bad):
+    x, labels = classification_calls()[0]
+    loss = dezero.trace(F.softmax_cross_entropy_simple)
+    loss(x, labels)
+    loss(x, labels)  # replayed
+    labels = labels.copy()
+    labels[0] = bad  # eager raises; a replay must not read row -1 or past the end
+    with pytest.raises(IndexError, match=f"softmax_cross_entropy_simple: id {bad} is out"):
+        loss(x, labels)
+
+
 @pytest.mark.parametrize("backend", ["python", "interpreter"])
 def test_an_in_place_state_write_updates_the_shared_array_after_its_last_reader(backend):
     W = Variable(np.arange(3, dtype=np.float32))

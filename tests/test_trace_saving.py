@@ -68,6 +68,27 @@ def test_loaded_graph_runs_standalone_in_a_fresh_process(tmp_path):
     np.testing.assert_allclose([float(v) for v in out], expected, rtol=1e-6)
 
 
+def test_an_in_place_state_write_round_trips(tmp_path):
+    W = Variable(np.ones(3, np.float32), name="W")
+
+    @dezero.trace
+    def bump(x):
+        W.data += x  # the book's in-place idiom: a write marked in_place
+        return W * 2
+
+    x = np.arange(3, dtype=np.float32)
+    graph = bump.lower(x)
+    assert [n.attrs for n in graph.of_kind("write")] == [{"field": "data", "in_place": True}]
+    graph.save(str(tmp_path / "bump"))
+    loaded = dezero.static.load(str(tmp_path / "bump"))
+    assert [n.attrs for n in loaded.of_kind("write")] == [{"field": "data", "in_place": True}]
+    expected = np.ones(3, np.float32)
+    for _ in range(3):
+        expected = expected + x
+        np.testing.assert_array_equal(loaded(x).data, expected * 2)
+    np.testing.assert_array_equal(next(iter(loaded.state.values())).data, expected)
+
+
 def test_json_format_is_documented_and_versioned(tmp_path):
     graph, *_ = training_graph()
     graph.save(str(tmp_path / "g.json"))

@@ -16,12 +16,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Module (relative to the repository) -> most code lines it may have.
 BUDGETS = {
-    "dezero/core.py": 320,
+    "dezero/core.py": 340,
     "dezero/static/trace.py": 430,
     "dezero/static/tracer.py": 370,
-    "dezero/static/ir.py": 360,
+    "dezero/static/guard.py": 240,
+    "dezero/static/ir.py": 390,
     "dezero/static/passes.py": 170,
-    "dezero/static/saving.py": 420,
+    "dezero/static/saving.py": 430,
     "dezero/static/drawing.py": 60,
     "dezero/static/debugging.py": 40,
     "dezero/static/backends/__init__.py": 20,

@@ -5,7 +5,8 @@ recorded; the recording becomes a StaticGraph that later calls replay without
 building Variables or a dynamic graph. The package reads as a pipeline:
 
     trace.py      trace(), TracedFunction: signatures, the cache, check=True
-    tracer.py     records the Function calls of one run (hooks in dezero.core)
+    tracer.py     records the Function calls of one run (core.TracerHooks, per thread)
+    guard.py      what user code sees of a traced array while recording (GuardedArray)
     ir.py         StaticGraph, Node, Value: printing, check(), to_dot(), save/load
     passes.py     graph -> graph: dce, cse, fold, simplify (fusion comes next)
     backends/     the reference interpreter and the generated replay code
@@ -91,7 +92,9 @@ are captured by reference; Python scalars and literal arrays made inside are
 constants; random ops (dropout masks) draw afresh at every replay; values that a
 layer keeps in an attribute between calls (LSTM.h) are carried state. Branching
 in Python on a traced value (bool(), float(), int(), .item()) raises TraceError
-naming the line; shapes and dtypes are fine to branch on.
+naming the line; shapes and dtypes are fine to branch on. While recording, `.data`
+and array arguments are guards: arithmetic on them is recorded (so the book's
+`W.data -= lr * W.grad.data` is a state write), reading their numbers raises.
 
 The signature of a call: shapes, dtypes and devices of array arguments, values
 of the others (static_argnames=...), Config.train and Config.enable_backprop,
@@ -105,7 +108,8 @@ replay code; 5 the IR before and after every pass.
 Glossary: graph (a StaticGraph), node (one step of it), value (an array flowing
 between nodes), op (a registered Function name), attrs (an op's fixed
 arguments), state (captured Variables), write (a state update applied after the
-replay), signature (what selects a recorded graph).
+replay), signature (what selects a recorded graph), guard (a traced array as user
+code sees it while recording).
 """
 from dezero.static.debugging import debug
 from dezero.static.ir import GraphError, Node, StaticGraph, TraceError, Value

@@ -13,11 +13,12 @@ import keyword
 import math
 import re
 import unicodedata
+from dataclasses import dataclass
 
 import numpy as np
 
 from dezero import cuda
-from dezero.core import OPS, Variable
+from dezero.core import OPS, TracedArray, Variable
 
 # =============================================================================
 # Errors: TraceError, GraphError
@@ -75,14 +76,15 @@ class Node:
     op       the registered Function name (OPS key) of an op node, else None
     inputs   Values read by the node (for a write: [target, source])
     attrs    fixed Python values: the op's attrs; for state and write nodes
-             {"field": "data" | "grad" | "attr"} plus, for "grad", "of" (the data
+             {"field": "data" | "grad" | "attr"} (a data write may add "in_place":
+             True, the run overwrote the state's array itself) plus, for "grad", "of" (the data
              state whose .grad it is) and, for "attr", "name" and "of" (the
              attribute and the class of the object holding it); none for
              input, const and output nodes
     outputs  Values the node defines
-    payload  runtime data that is not part of the text: a const's array; the
-             (object, field) slot a state node reads (see read_slot); the object
-             whose attribute an "attr" write sets
+    payload  runtime data that is not part of the text: a const's array; the slot
+             a state node reads (DataSlot, GradSlot or AttrSlot); the AttrSlot an
+             "attr" write sets
     """
 
     __slots__ = ("kind", "op", "inputs", "attrs", "outputs", "payload")
@@ -138,15 +140,60 @@ def as_result_array(y):
     return y if isinstance(y, cuda.array_types) else np.asarray(y)
 
 
-def read_slot(obj, field: str):
-    """The array a state slot holds: obj.data, obj.grad.data or obj.<name>.data
-    (field "data", "grad" or "attr:<name>")."""
-    if field == "data":
-        return obj._data
-    if field == "grad":
-        return None if obj.grad is None else obj.grad._data
-    var = getattr(obj, field[5:], None)
-    return var._data if isinstance(var, Variable) else None
+
+# =============================================================================
+# State slots: DataSlot, GradSlot, AttrSlot (where a state node's array lives)
+# =============================================================================
+
+
+@dataclass(eq=False)
+class DataSlot:
+    """var.data: a parameter, an optimizer slot, a running statistic."""
+
+    var: Variable
+
+    def read(self):
+        return self.var._data
+
+    def write(self, array) -> None:
+        self.var._data = array
+
+    def __str__(self):
+        return self.var.name or "a state variable"
+
+
+@dataclass(eq=False)
+class GradSlot:
+    """var.grad.data: a gradient that an earlier backward() left on var."""
+
+    var: Variable
+
+    def read(self):
+        return None if self.var.grad is None else self.var.grad._data
+
+    def write(self, array) -> None:
+        self.var.grad = None if array is None else Variable(array)
+
+    def __str__(self):
+        return f".grad of {self.var.name or 'a variable'}"
+
+
+@dataclass(eq=False)
+class AttrSlot:
+    """holder.<name>.data: a Variable an object keeps in a plain attribute (LSTM.h)."""
+
+    holder: object
+    name: str
+
+    def read(self):
+        var = getattr(self.holder, self.name, None)
+        return var._data if isinstance(var, Variable) else None
+
+    def write(self, array) -> None:
+        setattr(self.holder, self.name, Variable(array))
+
+    def __str__(self):
+        return f"{type(self.holder).__name__}.{self.name}"
 
 
 def letter_name(n: int) -> str:
@@ -290,7 +337,8 @@ def format_node(node: Node) -> str:
     if node.kind == "write":
         if node.attrs["field"] == "attr":
             return f"{node.attrs['of']}.{node.attrs['name']} <- {node.inputs[0].name}"
-        target = node.inputs[0].name + (".grad" if node.attrs["field"] == "grad" else "")
+        target = node.inputs[0].name + (".grad" if node.attrs["field"] == "grad" else
+                                        "[...]" if node.attrs.get("in_place") else "")
         source = node.inputs[1].name if len(node.inputs) > 1 else "None"
         return f"{target} <- {source}"
     if node.kind == "output":
@@ -373,8 +421,8 @@ class StaticGraph:
     @property
     def state(self) -> dict:
         """name -> the Variable each data-state node reads (and writes)."""
-        return {n.outputs[0].name: n.payload[0] for n in self.nodes
-                if n.kind == "state" and n.payload[1] == "data"}
+        return {n.outputs[0].name: n.payload.var for n in self.nodes
+                if n.kind == "state" and isinstance(n.payload, DataSlot)}
 
     def with_nodes(self, nodes: list[Node]) -> StaticGraph:
         """A new graph with the same name and outputs structure (used by passes)."""
@@ -505,7 +553,9 @@ class StaticGraph:
             raise TypeError(f"graph {self.name} takes {len(values)} inputs "
                             f"({', '.join(self.input_names)}), got {len(inputs)}")
         for value, x in zip(values, inputs):
-            data = x.data if isinstance(x, Variable) else x
+            data = x._data if isinstance(x, Variable) else x
+            if isinstance(data, TracedArray):
+                data = data.array  # called inside a trace: run() says why it refuses
             if not isinstance(data, cuda.array_types) or data.shape != value.shape or \
                     data.dtype != value.dtype:
                 got = type_str(data.shape, data.dtype) if isinstance(
@@ -532,9 +582,7 @@ class StaticGraph:
             if node.kind == "const":
                 node.payload = convert(node.payload)
             elif node.kind == "state" and self.owns_state:
-                var, field = node.payload
-                target = var.grad if field == "grad" else var
-                target.data = convert(target.data)
+                node.payload.write(convert(node.payload.read()))
         self.device = device
         self._compiled = {}  # compiled code closes over the old constants
         return self

@@ -26,7 +26,8 @@ State nodes have attrs {"field": "data"} (the Variable's .data), {"field": "grad
 "of": "W"} (the .grad of data state W) or {"field": "attr", "name": "h", "of":
 "LSTM"} (a Variable an object kept in an attribute between calls). Write nodes
 have inputs [target, source] (or [target] for a .grad cleared to None) and attrs
-{"field": "data" | "grad"}, or inputs [source] and the "attr" attrs above.
+{"field": "data" | "grad"} (a data write may add "in_place": true: the traced code
+overwrote the array itself), or inputs [source] and the "attr" attrs above.
 
 `NAME.npz` (numpy's savez, read with allow_pickle=False) holds "const/<name>" for
 every const node and "state/<name>" for every state node's value at save time.
@@ -80,7 +81,16 @@ import numpy as np
 from dezero import cuda
 from dezero.core import OPS, Variable
 from dezero.files import atomic_file
-from dezero.static.ir import KINDS, GraphError, Node, StaticGraph, Value, is_source_name, read_slot
+from dezero.static.ir import (
+    KINDS,
+    DataSlot,
+    GradSlot,
+    GraphError,
+    Node,
+    StaticGraph,
+    Value,
+    is_source_name,
+)
 
 FORMAT = "dezero.static-graph"
 VERSION = 1
@@ -352,7 +362,7 @@ def save(graph: StaticGraph, path: str) -> None:
         if node.kind == "const":
             arrays["const/" + node.outputs[0].name] = cuda.as_numpy(node.payload)
         elif node.kind == "state":
-            arrays["state/" + node.outputs[0].name] = cuda.as_numpy(read_slot(*node.payload))
+            arrays["state/" + node.outputs[0].name] = cuda.as_numpy(node.payload.read())
         nodes.append(entry)
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
@@ -527,10 +537,13 @@ _WRITE_INPUTS = {"data": (2,), "grad": (1, 2), "attr": (1,)}
 def _read_slot_attrs(attrs, at, kind, n_inputs, owned) -> dict:
     """The attrs of a state or write node: which slot of a Variable it reads or writes."""
     here = at["attrs"]
-    field = here["field"].one_of(here.record(attrs, ("field",), ("name", "of"))["field"],
-                                 _WRITE_INPUTS)
+    here.record(attrs, ("field",), ("name", "of", "in_place"))
+    field = here["field"].one_of(attrs["field"], _WRITE_INPUTS)
     keys = {"data": (), "grad": ("of",) * (kind == "state"), "attr": ("name", "of")}[field]
-    here.record(attrs, ("field", *keys))
+    # A data write may say that the traced code overwrote the array itself.
+    here.record(attrs, ("field", *keys), ("in_place",) * (kind == "write" and field == "data"))
+    if "in_place" in attrs:
+        here["in_place"].expect(attrs["in_place"], attrs["in_place"] is True, "true")
     if field == "attr":
         here["name"].attribute(attrs["name"])
         here["of"].attribute(attrs["of"])
@@ -555,10 +568,10 @@ def _payload(kind, value, attrs, arrays, at, owned):
         return array
     if attrs["field"] in ("data", "attr"):
         owned[value.name] = Variable(array, name=value.name)
-        return owned[value.name], "data"
+        return DataSlot(owned[value.name])
     owner = owned[attrs["of"]]
     owner.grad = Variable(array)
-    return owner, "grad"
+    return GradSlot(owner)
 
 
 def _read_tree(tree, at, n_outputs):

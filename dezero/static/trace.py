@@ -20,7 +20,8 @@ import numpy as np
 from dezero import core, cuda
 from dezero.core import Config, Variable
 from dezero.static import debugging
-from dezero.static.ir import StaticGraph, TraceError, read_slot, type_str
+from dezero.static.guard import unguarded, with_leaves
+from dezero.static.ir import GradSlot, StaticGraph, TraceError, type_str
 from dezero.static.passes import optimize
 from dezero.static.tracer import Tracer, find_attribute_values, restore
 
@@ -111,11 +112,10 @@ class Entry:
         before = {id(c.node.outputs[0]): c.before_data for c in tracer.captures}
         self.guards = []
         for node in graph.of_kind("state"):
-            var, field = node.payload
             data = before[id(node.outputs[0])]
             if data is None:
                 continue  # initialised during the recording: this entry is not kept
-            self.guards.append((node.outputs[0].name, var, field, data.shape, data.dtype,
+            self.guards.append((node.outputs[0].name, node.payload, data.shape, data.dtype,
                                 type(data)))
         self.grad_none = [(c.node.outputs[0].name, c.var) for c in tracer.captures
                           if c.before_grad is None and c.var.grad is not None
@@ -124,7 +124,7 @@ class Entry:
     def subsumes(self, other: Entry) -> bool:
         """True if `other` differs from this entry only in requiring .grad unset,
         while this graph works either way (it clears the grads, never reads them)."""
-        read = {id(var) for _, var, field, *_ in self.guards if field == "grad"}
+        read = {id(slot.var) for _, slot, *_ in self.guards if isinstance(slot, GradSlot)}
         return bool(other.grad_none) and not self.grad_none and \
             all(id(var) not in read for _, var in other.grad_none) and \
             other.type_failure() is None
@@ -140,8 +140,8 @@ class Entry:
         return None
 
     def type_failure(self) -> str | None:
-        for name, var, field, shape, dtype, kind in self.guards:
-            data = var._data if field == "data" else read_slot(var, field)
+        for name, slot, shape, dtype, kind in self.guards:
+            data = slot.read()
             # `is` first: numpy hands out one object per builtin dtype, so the
             # slower == runs only when the objects differ.
             if data is None or data.shape != shape or type(data) is not kind or \
@@ -270,7 +270,7 @@ class TracedFunction:
 
     # ---- calls ------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        if core._tracer is not None:
+        if core.current_tracer() is not None:
             # Called while another trace records: run inline so that one records it all.
             return self.fn(*args, **kwargs)
         key, leaves = self._signature(args, kwargs)
@@ -322,15 +322,16 @@ class TracedFunction:
                        if isinstance(part, tuple) and len(part) == 5 and part[0] != "static"]
         start = time.perf_counter()
         tracer = Tracer(self.name)
-        for label, leaf in zip(leaf_labels, leaves):
-            tracer.add_input(label, leaf)
+        seen = [tracer.add_input(label, leaf) for label, leaf in zip(leaf_labels, leaves)]
+        call_args, call_kwargs = with_leaves(args, kwargs, self._static_positions,
+                                             self.static_argnames, seen)
         random_state = np.random.get_state() if (self.check or restore_state) else None
         attrs_before = [(h, n, getattr(h, n, None)) for h, n in self._carried]
         tracer.attr_before = {id(v): (h, n) for h, n, v in attrs_before
                               if isinstance(v, Variable)}
         previous = core.set_tracer(tracer)
         try:
-            result = self.fn(*args, **kwargs)
+            result = self.fn(*call_args, **call_kwargs)
         finally:
             core.set_tracer(previous)
         attr_writes = find_attribute_values(self._roots(args, kwargs), tracer.computed)
@@ -339,6 +340,7 @@ class TracedFunction:
         self._carried += [(h, n) for h, n, _ in attr_writes
                           if not any(h is h2 and n == n2 for h2, n2 in self._carried)]
         graph = tracer.finish(result, attr_writes)
+        result = unguarded(result)
         recorded = time.perf_counter()
         if debugging.LEVEL >= 5:
             debugging.log(5, f"recorded:\n{graph}")

@@ -1,61 +1,43 @@
 """The tracer: records the Function calls of one eager run into a StaticGraph.
 
 First stage of the pipeline (tracer -> ir -> passes -> backends). While installed
-with dezero.core.set_tracer, the core reports every Variable made, every `.data`
-assignment, every read of a value into Python and every Function call; the tracer
-turns them into input, state, const, op and write nodes.
+for its thread with dezero.core.set_tracer, the core reports through the hooks of
+core.TracerHooks every Variable made, every `.data` read and assignment, every read
+of a value into Python, every Function call and every step of backward(); the
+tracer turns them into input, state, const, op and write nodes. User code sees
+traced arrays through guards (guard.py).
 
-    tracer = Tracer("step"); tracer.add_input("x", x); ...run...; graph = tracer.finish(y)
+    x = tracer.add_input("x", x); ...run on x...; graph = tracer.finish(y)
 """
 from __future__ import annotations
 
 import keyword
-import linecache
-import os
-import sys
 import types
 
 import numpy as np
 
 from dezero import cuda
-from dezero.core import Variable
-from dezero.static.ir import Node, StaticGraph, TraceError, Value, identifier, letter_name
-
-_DEZERO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_BACKWARD_CODE = Variable.backward.__code__
-
-# =============================================================================
-# Locating the user's line: user_frame, where
-# =============================================================================
-
-
-def user_frame():
-    """The innermost stack frame outside the dezero package (the user's code)."""
-    frame = sys._getframe(1)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(
-            _DEZERO_DIR + os.sep):
-        frame = frame.f_back
-    return frame
-
-
-def where() -> str:
-    """'train.py:12, `if float(loss) > 10:`' for the user's line, or '' if unknown."""
-    frame = user_frame()
-    if frame is None:
-        return ""
-    filename, lineno = frame.f_code.co_filename, frame.f_lineno
-    source = linecache.getline(filename, lineno).strip()
-    text = f"{os.path.basename(filename)}:{lineno}"
-    return f"{text}, `{source}`" if source else text
-
+from dezero.core import TracerHooks, Variable
+from dezero.static.guard import GuardedArray, RandomWatch, where
+from dezero.static.ir import (
+    AttrSlot,
+    DataSlot,
+    GradSlot,
+    Node,
+    StaticGraph,
+    TraceError,
+    Value,
+    identifier,
+    letter_name,
+)
 
 # =============================================================================
-# Tracer: the core hooks (created, assigned, concretized, record), then finish
+# Tracer: the core hooks (created, read, assigned, concretized, record, backward_step)
 # =============================================================================
 
 
 class Capture:
-    """A Variable made before the run (or state made during it) that the graph reads."""
+    """A Variable made before the run that the graph reads (its state)."""
 
     __slots__ = ("var", "node", "before_data", "before_grad")
 
@@ -64,8 +46,13 @@ class Capture:
         self.before_data, self.before_grad = before_data, before_grad
 
 
-class Tracer:
-    """Receives the core's hooks during one run of a traced function."""
+class Tracer(TracerHooks):
+    """Receives the core's hooks during one run of a traced function.
+
+    A value is known by the Variable or argument it came from: Variables by
+    identity (kept alive for the run), array arguments and `.data` through the
+    GuardedArray user code sees; never by id() of an array, as arrays are shared.
+    """
 
     def __init__(self, name: str):
         self.name = name
@@ -74,40 +61,70 @@ class Tracer:
         self.captures: list[Capture] = []
         self.consts: list[Node] = []
         self.ops: list[Node] = []
-        self.values: dict[int, Value] = {}     # id(Variable) -> Value
-        self.arrays: dict[int, Value] = {}     # id(array) -> Value: inputs, state, op outputs
+        self.values: dict[int, Value] = {}     # id(Variable) -> the Value it holds now
         self.keep: list = []                   # keeps every id above alive during the run
-        self.made: set[int] = set()            # ids of Variables made by Variable() in the run
+        self.made: set[int] = set()            # Variable(array) made in the run: literals
         self.const_of: dict[int, Node] = {}    # id(Variable) -> its const node
         self.captured: dict[int, Capture] = {}
         self.writes: dict[int, tuple[Capture, Value]] = {}
+        self.in_place: set[int] = set()        # state whose array the run overwrote
         self.producer: dict[int, str] = {}     # id(Value) -> name of the op that made it
         self.uninitialised: list[str] = []     # state whose .data was None before the run
-        self.computed: dict[int, Variable] = {}  # id -> each Variable a Function made
-        self.recorded: set[int] = set()          # ids of the Functions called in the run
+        self.computed: dict[int, Variable] = {}  # id -> each Variable made in the run
+        self.recorded: set = set()               # the Functions called in the run
+        self.finished = False
+        self.random: RandomWatch | None = None
         # id(Variable) -> (object, name): attributes known to carry values between
         # calls (LSTM.h); a captured Variable found here is read through the attribute.
         self.attr_before: dict[int, tuple] = {}
 
     # ---- arguments ---------------------------------------------------------
-    def add_input(self, name: str, arg) -> None:
+    def add_input(self, name: str, arg):
+        """Register an argument; returns what the traced function receives for it
+        (the Variable itself, or a GuardedArray standing for an array)."""
         data = arg._data if isinstance(arg, Variable) else arg
         value = Value(name, data.shape, data.dtype)
         self.inputs.append((Node("input", outputs=[value]), arg))
         self.input_grads.append(arg.grad if isinstance(arg, Variable) else None)
-        if isinstance(arg, Variable):
-            self.values[id(arg)] = value
-        self.arrays[id(data)] = value
-        self.keep += [arg, data]
+        if not isinstance(arg, Variable):
+            return GuardedArray(arg, value, name, self)
+        self.values[id(arg)] = value
+        self.keep.append(arg)
+        return arg
 
     # ---- hooks called by the core -----------------------------------------------
-    def created(self, var: Variable) -> None:
-        self.made.add(id(var))
+    def installed(self) -> None:
+        # Also after a pause (layers initialise under set_tracer(None), drawing
+        # from np.random): draws made while paused are not the run's.
+        if self.random is None:
+            self.random = RandomWatch()
+        else:
+            self.random.restart()
+
+    def created(self, var: Variable, data):
         self.keep.append(var)
+        self.computed[id(var)] = var
+        if isinstance(data, GuardedArray):  # Variable(h.data): the same value as h
+            data._alive("Variable()")
+            self.values[id(var)] = self.value_of(data)
+            return data.array
+        self.made.add(id(var))
+        return data
+
+    def read(self, var: Variable):
+        data = var._data
+        if data is None:
+            return None
+        value = self.values.get(id(var))
+        if value is None and id(var) in self.made:
+            return data  # a literal made in the run, not yet read by any op
+        # State not captured yet gets its Value when first used: reading .shape or
+        # .dtype captures nothing.
+        return GuardedArray(data, value, var, self)
 
     def record(self, function, inputs, outputs) -> None:
-        self._check_backward_stays_inside()
-        self.recorded.add(id(function))
+        self.random.look(self.name, function.random)
+        self.recorded.add(function)
         attrs = function.attrs
         for name, value in attrs.items():
             self._check_attr(function.op_name, name, value)
@@ -117,29 +134,18 @@ class Tracer:
         for y, value in zip(outputs, node.outputs):
             self.computed[id(y)] = y
             self.values[id(y)] = value
-            self.arrays[id(y._data)] = value
             self.producer[id(value)] = function.op_name
-            self.keep += [y, y._data]
+            self.keep.append(y)
 
-    def _check_backward_stays_inside(self):
-        # Inside Variable.backward, `f` is the Function whose backward is running. One
-        # made before the call belongs to a graph the replay will not have (an
-        # argument computed eagerly, an LSTM state not cut with unchain_backward).
-        frame = sys._getframe(2)
-        for _ in range(8):
-            if frame is None:
-                return
-            if frame.f_code is _BACKWARD_CODE:
-                f = frame.f_locals.get("f")
-                if f is not None and id(f) not in self.recorded:
-                    raise TraceError(
-                        f"backward() in {self.name} reached {f.op_name}, computed before "
-                        f"the call ({where()}); a replay has no graph behind its "
-                        f"arguments and state\n  fix: compute that value inside the traced "
-                        f"function, or cut the graph before the call (y.unchain())"
-                        f", or give the traced function y.data")
-                return
-            frame = frame.f_back
+    def backward_step(self, function) -> None:
+        # A Function made before the call belongs to a graph the replay will not have
+        # (an argument computed eagerly, an LSTM state not cut with unchain_backward).
+        if function not in self.recorded:
+            raise TraceError(
+                f"backward() in {self.name} reached {function.op_name}, computed before "
+                f"the call ({where()}); a replay has no graph behind its arguments and "
+                f"state\n  fix: compute that value inside the traced function, or cut the "
+                f"graph before the call (y.unchain()), or give the traced function y.data")
 
     def _check_attr(self, op, name, value):
         # An attribute is fixed at recording; an array computed in (or fed to) the
@@ -147,7 +153,7 @@ class Tracer:
         if isinstance(value, (tuple, list)):
             for item in value:
                 self._check_attr(op, name, item)
-        elif isinstance(value, cuda.array_types) and id(value) in self.arrays:
+        elif isinstance(value, GuardedArray):
             raise TraceError(
                 f"attribute {name} of op {op} holds a traced array in {self.name} "
                 f"({where()}); attributes are fixed when recorded, so every replay "
@@ -155,76 +161,101 @@ class Tracer:
                 f"(for labels, e.g. F.softmax_cross_entropy(x, t) or F.embed_id), or make "
                 f"it a static argument")
 
-    def assigned(self, var: Variable, value) -> None:
-        label = self.label(var)
+    def assigned(self, var: Variable, value):
+        if isinstance(value, GuardedArray):
+            value._alive(".data =")
+            if value.array is not var._data:
+                self.in_place.discard(id(var))  # a new array, not the in-place idiom
+            self.assign(var, self.value_of(value))
+            return value.array
         if value is None:
-            raise TraceError(f"{label}.data = None in {self.name} ({where()}): a static "
-                             f"graph cannot remove a value")
-        source = self.arrays.get(id(value))
-        if source is None and id(var) not in self.captured and id(var) not in self.values \
-                and _moved_to_other_device(var._data, value):
+            raise TraceError(f"{self.label(var)}.data = None in {self.name} ({where()}): "
+                             f"a static graph cannot remove a value")
+        if not isinstance(value, cuda.array_types):
+            return value  # the core's type check explains
+        if id(var) not in self.captured and id(var) not in self.values and \
+                id(var) not in self.made and _moved_to_other_device(var._data, value):
             # State moved between CPU and GPU before the run first reads it (optimizer
             # hyperparameters follow their parameters): the move persists, so later
             # calls find it done, as if it had happened before this call.
-            return
-        if source is None:
-            raise TraceError(
-                f"{label}.data is assigned an array that no recorded Function produced, in "
-                f"{self.name} ({where()})\n  the graph would freeze that array into every "
-                f"replay\n  fix: compute the new value with dezero functions (under "
-                f"dezero.no_grad()) and assign its .data")
+            return value
+        if id(var) in self.made or (id(var) in self.values and id(var) not in
+                                    self.captured and not self._is_input(var)):
+            # A Variable of the run is given a new literal array: it is fresh at every
+            # call, so the array is a constant of the graph (taken when first read).
+            self.values.pop(id(var), None)
+            self.const_of.pop(id(var), None)
+            self.made.add(id(var))
+            return value
+        raise TraceError(
+            f"{self.label(var)}.data is assigned an array that no recorded Function "
+            f"produced, in {self.name} ({where()})\n  the graph would freeze that array "
+            f"into every replay\n  fix: compute the new value with dezero functions (under "
+            f"dezero.no_grad()) and assign its .data")
+
+    def assign(self, var: Variable, source: Value) -> None:
+        """Record that `var` now holds `source`: a state write, or data flow."""
         capture = self.captured.get(id(var))
         if capture is None:
-            if any(arg is var for _, arg in self.inputs):
+            if self._is_input(var):
                 raise TraceError(
                     f"{self.name} assigns .data of its argument {self.values[id(var)].name} "
                     f"({where()}); a replay cannot write into its arguments\n  fix: return "
                     f"the new value instead")
-            if id(var) in self.made:
-                capture = self._state_made_in_run(var)
-            elif id(var) in self.values:
-                # A value computed in this run is overwritten: plain data flow.
+            if id(var) in self.values or id(var) in self.made:
+                # A Variable of this run: plain data flow, fresh at every call.
                 self.values[id(var)] = source
+                self.made.discard(id(var))
+                self.const_of.pop(id(var), None)
                 return
-            else:
-                capture = self.capture(var)
+            capture = self.capture(var)
         target = capture.node.outputs[0]
         if capture.before_data is None:
             target.shape, target.dtype = source.shape, source.dtype
         elif (source.shape, source.dtype) != (target.shape, target.dtype):
             raise TraceError(
-                f"{label}.data ({target.type}) is assigned a {source.type} in {self.name} "
-                f"({where()}); a static graph cannot change the type of state")
+                f"{self.label(var)}.data ({target.type}) is assigned a {source.type} in "
+                f"{self.name} ({where()}); a static graph cannot change the type of state")
         self.writes[id(var)] = (capture, source)
         self.values[id(var)] = source  # reads later in the run see the new value
 
-    def concretized(self, var: Variable, how: str) -> None:
-        if id(var) in self.const_of:
-            return  # a literal made in the run: its value is known for good
-        value = self.values.get(id(var)) or self.arrays.get(id(var._data))
-        if value is None and id(var) in self.made:
-            return
-        if value is None or id(var) in self.captured:
-            what = f"captured state {self.label(var)}" + (f": {value.type}" if value else "")
-        elif id(value) in self.producer:
-            what = f"{value.type} from {self.producer[id(value)]}"
-        else:
-            what = f"{value.type} (input {value.name})" if value.name else value.type
-        raise TraceError(
-            f"{how} of a traced value in {self.name} ({where()})\n  value: {what}\n"
-            f"  fix: make it a static argument (static_argnames=...), or express the "
-            f"branch with an op (shapes and dtypes are fine to branch on)")
+    def _is_input(self, var) -> bool:
+        return any(arg is var for _, arg in self.inputs)
 
-    # ---- values ------------------------------------------------------------
+    def concretized(self, var: Variable, how: str) -> None:
+        if id(var) in self.const_of or (id(var) in self.made and id(var) not in self.values):
+            return  # a literal made in the run: its value is known for good
+        value = self.values.get(id(var))
+        raise TraceError(
+            f"{how} of a traced value in {self.name} ({where()})\n  value: "
+            f"{self.describe(var, value)}\n  fix: make it a static argument "
+            f"(static_argnames=...), or express the branch with an op (shapes and dtypes "
+            f"are fine to branch on)")
+
+    def describe(self, var, value) -> str:
+        if value is None or id(var) in self.captured:
+            return f"captured state {self.label(var)}" + (f": {value.type}" if value else "")
+        if id(value) in self.producer:
+            return f"{value.type} from {self.producer[id(value)]}"
+        return f"{value.type} (input {value.name})" if value.name else value.type
+
+    # ---- guards (dezero.static.guard) ------------------------------------------------
+    def guard(self, var: Variable) -> GuardedArray:
+        """What user code sees for the result of arithmetic on guards."""
+        return GuardedArray(var._data, self.resolve(var), None, self)
+
+    def value_of(self, guard: GuardedArray) -> Value:
+        source = guard.source
+        if isinstance(source, Variable) and source._data is guard.array:
+            # .data of a Variable that still holds this array: its current value
+            # (an in-place write through another name for the array included).
+            guard.value = self.values.get(id(source)) or self.resolve(source)
+        return guard.value
+
     def resolve(self, var: Variable) -> Value:
         """The Value a Variable stands for, capturing or making a const on first sight."""
         value = self.values.get(id(var))
         if value is not None:
-            return value
-        value = self.arrays.get(id(var._data))
-        if value is not None:  # a new Variable around a known array: Variable(x.data)
-            self.values[id(var)] = value
-            self.keep.append(var)
             return value
         if id(var) in self.made:
             data = var._data
@@ -244,31 +275,16 @@ class Tracer:
             value = Value(None, (), np.float32)  # typed by the first write
         else:
             value = Value(None, data.shape, data.dtype)
-            self.arrays[id(data)] = value
-        node = Node("state", outputs=[value], attrs={"field": "data"}, payload=(var, "data"))
+        node = Node("state", outputs=[value], attrs={"field": "data"}, payload=DataSlot(var))
         if id(var) in self.attr_before:
             holder, name = self.attr_before[id(var)]
             node.attrs = {"field": "attr", "name": name, "of": type(holder).__name__}
-            node.payload = (holder, "attr:" + name)
+            node.payload = AttrSlot(holder, name)
         capture = Capture(var, node, data, var.grad)
         self.captures.append(capture)
         self.captured[id(var)] = capture
         self.values[id(var)] = value
-        self.keep += [var, data]
-        return capture
-
-    def _state_made_in_run(self, var: Variable) -> Capture:
-        # Variable(...) made in this run and then assigned is state created on the
-        # first call (an optimizer slot made lazily): later calls must read it.
-        node = self.const_of.pop(id(var), None)
-        if node is None:
-            capture = self.capture(var)
-        else:
-            self.consts.remove(node)
-            node.kind, node.attrs, node.payload = "state", {"field": "data"}, (var, "data")
-            capture = Capture(var, node, var._data, var.grad)
-            self.captures.append(capture)
-            self.captured[id(var)] = capture
+        self.keep.append(var)
         return capture
 
     def label(self, var: Variable) -> str:
@@ -278,20 +294,25 @@ class Tracer:
     def finish(self, result, attr_writes=()) -> StaticGraph:
         """Build the graph once the traced function has returned `result`;
         attr_writes: (object, name, Variable) for attributes the run set."""
+        self.random.finish(self.name)
         outputs: list[Value] = []
         out_tree = self._flatten_output(result, outputs)
         grad_writes = self._grad_writes()
+        attr_sources = [(holder, name, self.resolve(var)) for holder, name, var in attr_writes
+                        if var._data is not None]
         self._bind_grads()
         self._name_values()
+        self.finished = True
         writes = [Node("write", inputs=[capture.node.outputs[0], source],
-                       attrs={"field": "data"})
-                  for capture, source in self.writes.values()
+                       attrs={"field": "data", "in_place": True} if key in self.in_place
+                       else {"field": "data"})
+                  for key, (capture, source) in self.writes.items()
                   if source is not capture.node.outputs[0]]
         writes += [Node("write", inputs=[target] + ([source] if source else []),
                         attrs={"field": "grad"}) for target, source in grad_writes]
-        writes += [Node("write", inputs=[self.values[id(var)]], payload=holder,
+        writes += [Node("write", inputs=[source], payload=AttrSlot(holder, name),
                         attrs={"field": "attr", "name": name, "of": type(holder).__name__})
-                   for holder, name, var in attr_writes]
+                   for holder, name, source in attr_sources]
         nodes = [n for n, _ in self.inputs] + [c.node for c in self.captures] + \
             self.consts + self.ops + writes + [Node("output", inputs=outputs)]
         graph = StaticGraph(self.name, nodes, out_tree)
@@ -305,15 +326,14 @@ class Tracer:
         if isinstance(obj, Variable):
             outputs.append(self.resolve(obj))
             return ("var", len(outputs) - 1)
-        if isinstance(obj, cuda.array_types):
-            value = self.arrays.get(id(obj))
-            if value is None:
-                raise TraceError(
-                    f"{self.name} returns an array that no recorded Function produced; "
-                    f"replays would return it frozen\n  fix: return the Variable, or "
-                    f"compute the array with dezero functions")
-            outputs.append(value)
+        if isinstance(obj, GuardedArray):
+            outputs.append(self.value_of(obj))
             return ("array", len(outputs) - 1)
+        if isinstance(obj, cuda.array_types):
+            raise TraceError(
+                f"{self.name} returns an array that no recorded Function produced; "
+                f"replays would return it frozen\n  fix: return the Variable, or "
+                f"compute the array with dezero functions")
         if isinstance(obj, (tuple, list)):
             kind = "tuple" if isinstance(obj, tuple) else "list"
             return (kind, [self._flatten_output(o, outputs) for o in obj])
@@ -354,7 +374,7 @@ class Tracer:
             if owner is not None and owner is not capture and \
                     capture.node.attrs["field"] == "data":
                 capture.node.attrs = {"field": "grad", "of": owner}
-                capture.node.payload = (owner.var, "grad")
+                capture.node.payload = GradSlot(owner.var)
 
     def _name_values(self):
         used: set[str] = {identifier(self.name, "graph")}

@@ -9,15 +9,18 @@
 #
 # ## The hook
 #
-# dezero's core has one hook for this. `dezero.core.set_tracer(obj)` installs an
-# object that the core informs of four events:
+# dezero's core has one hook for this. `dezero.core.set_tracer(obj)` installs, for
+# the current thread, an object that the core informs of what it does. The
+# interface is declared in `dezero.core.TracerHooks`; its defaults do nothing, so
+# a tracer overrides only the events it cares about:
 #
 # | method | called when |
 # |---|---|
 # | `record(f, inputs, outputs)` | a Function `f` has just run |
-# | `created(v)` | a Variable is made with `Variable(...)` |
+# | `created(v, data)` | a Variable is made with `Variable(data)` |
 # | `assigned(v, value)` | someone writes `v.data = value` |
 # | `concretized(v, how)` | someone reads a value into Python: `float(v)`, `bool(v)`, `v.item()` |
+# | `backward_step(f)` | `backward()` is about to run `f.backward` |
 #
 # Everything else — the arithmetic, `backward()`, the optimizer — runs exactly as
 # usual. The tracer only watches.
@@ -30,10 +33,10 @@ import numpy as np
 import dezero
 import dezero.functions as F
 from dezero import Variable
-from dezero.core import OPS, set_tracer
+from dezero.core import OPS, TracerHooks, set_tracer
 
 
-class TinyTracer:
+class TinyTracer(TracerHooks):
     """Records each Function call as a node: (outputs, op name, input names, attrs)."""
 
     def __init__(self):
@@ -66,9 +69,6 @@ class TinyTracer:
             outs.append(self._name(y, f"t{self.count}"))
             self.count += 1
         self.nodes.append((outs, f.op_name, ins, f.attrs))
-
-    def created(self, v):
-        pass                   # new Variables get a name when an op first reads them
 
     def assigned(self, v, value):
         raise NotImplementedError("this tiny tracer does not record state writes")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dezero import core
 from dezero.core import Config, Variable, _wrap_output
-from dezero.static.ir import GraphError, StaticGraph, TraceError, read_slot
+from dezero.static.ir import GraphError, StaticGraph, TraceError
 
 # =============================================================================
 # Outputs of a replay: ReplayedOutput, replayed_output
@@ -98,18 +98,15 @@ class Plan:
     def read_state(self):
         """The arrays of the captured state, in graph order (with a clear error for a
         slot that is empty now)."""
-        arrays = [read_slot(var, field) for var, field in self.reads]
-        for (var, field), array in zip(self.reads, arrays):
+        arrays = [slot.read() for slot in self.reads]
+        for slot, array in zip(self.reads, arrays):
             if array is None:
-                what = ".grad of " + (var.name or "a variable") if field == "grad" \
-                    else f"{type(var).__name__}.{field[5:]}" if field != "data" \
-                    else var.name or "a state variable"
-                raise GraphError(f"graph {self.graph.name} reads the {what}, which is "
+                raise GraphError(f"graph {self.graph.name} reads the {slot}, which is "
                                  f"None now; it was set when the graph was traced")
         return arrays
 
     def refuse_while_recording(self):
-        if core._tracer is not None:
+        if core.current_tracer() is not None:
             raise TraceError(f"graph {self.graph.name} was called while a trace was "
                              f"recording; a replay records nothing\n  fix: call the "
                              f"traced Python function, whose calls a trace records")
@@ -120,7 +117,8 @@ class Plan:
         flat = list(self.execute(*arrays, *self.read_state()))
         for i in self.copied:
             flat[i] = flat[i].copy()
-        targets = {n.outputs[0].name: n.payload[0] for n in self.graph.of_kind("state")}
+        targets = {n.outputs[0].name: getattr(n.payload, "var", None)
+                   for n in self.graph.of_kind("state")}
         targets.update(zip(self.graph.input_names, leaves))
         k = len(self.graph.output_values)
         for node in self.graph.of_kind("write"):
@@ -140,7 +138,7 @@ def write(node, value, targets: dict):
     field = node.attrs["field"]
     if field == "attr":
         if node.payload is not None:  # a loaded graph has no object to set
-            setattr(node.payload, node.attrs["name"], _wrap_output(value))
+            node.payload.write(value)
         return
     target = targets[node.inputs[0].name]
     if isinstance(target, Variable) and node.attrs.get("in_place"):

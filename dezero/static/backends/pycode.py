@@ -23,6 +23,8 @@ from dezero.static import ir
 from dezero.static.backends.interpreter import reraise
 from dezero.static.backends.plan import Plan, replayed_output, shared_values
 from dezero.static.ir import (
+    AttrSlot,
+    GradSlot,
     GraphError,
     StaticGraph,
     as_result_array,
@@ -40,7 +42,7 @@ from dezero.static.ir import (
 # (`py`, see core.Function) and the replay code writes it inline instead of calling
 # forward, which saves a Python call (and an array-module lookup) per node.
 # Placeholders are forward's parameter names and the op's attrs, as in `cpp`; the
-# code's globals _xp (numpy or cupy, by the graph's device), _eye and _sum serve it.
+# code's globals _xp (numpy or cupy, by the graph's device) and _sum serve it.
 
 
 @functools.cache
@@ -68,17 +70,6 @@ def inline_call(node) -> str | None:
     return text.format(**fields)
 
 
-def _identity_rows(xp):
-    """eye(n, dtype) made once per graph and shape: one_hot picks rows of it."""
-    @functools.cache
-    def eye(n, dtype):
-        rows = xp.eye(n, dtype=dtype)
-        if xp is np:
-            rows.flags.writeable = False  # shared by every replay
-        return rows
-    return eye
-
-
 # =============================================================================
 # Code generation: generate
 # =============================================================================
@@ -98,7 +89,7 @@ def generate(graph: StaticGraph):
     n_ops = sum(1 for n in graph.nodes if n.kind == "op")
     xp = cuda.cupy if graph.device == "gpu" else np
     # numpy's add.reduce is ndarray.sum without its Python-level wrapper.
-    env = {"_arr": as_result_array, "_xp": xp, "_eye": _identity_rows(xp), "_wrap": _wrap_output,
+    env = {"_arr": as_result_array, "_xp": xp, "_wrap": _wrap_output,
            "_sum": np.add.reduce if xp is np else lambda x, axis: x.sum(axis=axis)}
     consts = [n.outputs[0].name for n in graph.nodes if n.kind == "const"]
     while fname in consts:  # constants are globals of the code: keep the def apart
@@ -196,7 +187,8 @@ def _state_writes(graph: StaticGraph, env: dict) -> dict:
     """
     slots = {}
     for k, node in enumerate(graph.of_kind("state")):
-        env[f"_s{k}"] = node.payload[0]
+        slot = node.payload
+        env[f"_s{k}"] = slot.holder if isinstance(slot, AttrSlot) else slot.var
         slots[node.outputs[0].name] = f"_s{k}"
     consts = {n.outputs[0].name for n in graph.of_kind("const")}
     early: dict = {}
@@ -299,18 +291,20 @@ def generate_glue(graph: StaticGraph, fname: str, env: dict) -> str:
     args = [f"_a{i}" for i in range(len(inputs))]
     slots = {}
     for k, node in enumerate(graph.of_kind("state")):
-        field = node.payload[1]
+        slot = node.payload
+        if isinstance(slot, AttrSlot):
+            args.append(f"_s{k}.{slot.name}._data")
+        else:
+            args.append(f"_s{k}.grad._data" if isinstance(slot, GradSlot) else f"_s{k}._data")
         slots[node.outputs[0].name] = f"_s{k}"
-        args.append(f"_s{k}._data" if field == "data" else f"_s{k}.grad._data"
-                    if field == "grad" else f"_s{k}.{field[5:]}._data")
     lines.append(f"    _r = _fn({', '.join(args)})")
     k = len(graph.output_values)
     for node in graph.of_kind("write"):  # writes to state are in the replay function
         field, target = node.attrs["field"], node.inputs[0].name
         if field == "attr":
             if node.payload is not None:  # a loaded graph has no object to set
-                env[f"_h{k}"] = node.payload
-                lines.append(f"    _setattr(_h{k}, {node.attrs['name']!r}, _wrap(_r[{k}]))")
+                env[f"_h{k}"] = node.payload.holder
+                lines.append(f"    _setattr(_h{k}, {node.payload.name!r}, _wrap(_r[{k}]))")
             k += 1
         elif target not in slots:  # the .grad of an input: only a Variable receives it
             value = "None"

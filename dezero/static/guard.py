@@ -1,0 +1,350 @@
+"""GuardedArray: what user code sees of a traced array while a trace records.
+
+Part of the tracer stage (tracer.py makes the guards). During a recording, `.data`
+of a traced Variable and every array argument reach user code as a GuardedArray.
+It tells its shape, dtype, ndim, size and len(), and records arithmetic with other
+guards, arrays and Python numbers as dezero ops (under no_grad, as eager numpy
+builds no graph), so the book's in-place updates such as `W.data -= lr *
+W.grad.data` become state writes, replayed in place. Any other use (a Python number, numpy math,
+indexing, .tolist()) would freeze the numbers it read into every replay, so it
+raises TraceError naming the line and the way out. Functions never see a guard:
+the core hands it to the tracer, which unwraps it to the real array. Also here:
+where() (the user's line, for every TraceError), with_leaves and unguarded
+(arguments in, results out) and RandomWatch (draws from global generators).
+
+    h.data.shape   # fine while tracing;   float(h.data)   # TraceError
+"""
+from __future__ import annotations
+
+import ctypes
+import linecache
+import os
+import random
+import sys
+
+import numpy as np
+
+import dezero.functions as F
+from dezero import cuda
+from dezero.core import TracedArray, Variable, current_tracer, no_grad
+from dezero.static.ir import TraceError, type_str
+
+_DEZERO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# =============================================================================
+# Locating the user's line: user_frame, where
+# =============================================================================
+
+
+def user_frame():
+    """The innermost stack frame outside the dezero package (the user's code)."""
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+            _DEZERO_DIR + os.sep):
+        frame = frame.f_back
+    return frame
+
+
+def where() -> str:
+    """'train.py:12, `if float(loss) > 10:`' for the user's line, or '' if unknown."""
+    frame = user_frame()
+    if frame is None:
+        return ""
+    filename, lineno = frame.f_code.co_filename, frame.f_lineno
+    source = linecache.getline(filename, lineno).strip()
+    text = f"{os.path.basename(filename)}:{lineno}"
+    return f"{text}, `{source}`" if source else text
+
+
+# =============================================================================
+# GuardedArray: shape and dtype readable, arithmetic recorded, numbers refused
+# =============================================================================
+
+# Python operator -> the dezero function that records it (first operand: the guard).
+_OPERATORS = {"add": F.add, "radd": F.add, "sub": F.sub, "rsub": F.rsub, "mul": F.mul,
+              "rmul": F.mul, "truediv": F.div, "rtruediv": F.rdiv, "pow": F.pow,
+              "matmul": F.matmul, "rmatmul": F.rmatmul}
+# numpy ufuncs that are these operators, called as np.add(a, b) or by `array + guard`.
+_UFUNCS = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_divide: "truediv",
+           np.power: "pow", np.matmul: "matmul"}
+# numpy functions whose result depends only on the shape and dtype of their argument.
+_SHAPE_ONLY = {np.zeros_like, np.ones_like, np.empty_like, np.full_like, np.shape, np.ndim,
+               np.size}
+
+
+class GuardedArray(TracedArray):
+    """A traced array as user code sees it during a recording.
+
+    array   the real array (what eager code would have seen)
+    value   the graph Value it stands for (None for state not captured yet)
+    source  the Variable whose .data it is, the argument's name for an array
+            argument, or None for the result of arithmetic on guards
+    """
+
+    __slots__ = ("array", "value", "source", "tracer")
+    # Below Variable's 200: `guard * variable` is the Variable's operator.
+    __array_priority__ = 100
+
+    def __init__(self, array, value, source, tracer):
+        self.array, self.value, self.source, self.tracer = array, value, source, tracer
+
+    # ---- the type is fine to read ------------------------------------------------
+    shape = property(lambda self: self.array.shape)
+    dtype = property(lambda self: self.array.dtype)
+    ndim = property(lambda self: self.array.ndim)
+    size = property(lambda self: self.array.size)
+    itemsize = property(lambda self: self.array.itemsize)
+    nbytes = property(lambda self: self.array.nbytes)
+
+    def __len__(self):
+        return len(self.array)
+
+    def __repr__(self):
+        return f"<traced array {type_str(self.shape, self.dtype)}: its numbers are not " \
+               f"known while tracing>"
+
+    # ---- arithmetic: recorded as dezero ops ------------------------------------
+    def _operator(self, name, other):
+        if isinstance(other, Variable):
+            return NotImplemented  # the Variable's operator runs (and keeps the graph)
+        self._alive(f"`{name}`")
+        with no_grad():
+            y = _OPERATORS[name](Variable(self), other)
+        return self.tracer.guard(y)
+
+    def _in_place(self, name, other):
+        result = self._operator(name, other)
+        if result is NotImplemented:
+            self._refuse(f"in-place `{name}` with a Variable")
+        if result.dtype != self.dtype:  # numpy's in-place operators cast back
+            if not np.can_cast(result.dtype, self.dtype, "same_kind"):
+                raise TypeError(f"in-place {name}: cannot cast {result.dtype} back to "
+                                f"{self.dtype} (numpy's same_kind rule)")
+            with no_grad():
+                result = self.tracer.guard(F.astype(Variable(result), self.dtype))
+        return self._write_back(result)
+
+    def __neg__(self):
+        self._alive("`-`")
+        with no_grad():
+            return self.tracer.guard(F.neg(Variable(self)))
+
+    def __pos__(self):
+        return self
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        name = _UFUNCS.get(ufunc)
+        if name is None or method != "__call__" or kwargs or len(inputs) != 2:
+            self._refuse(f"numpy's {ufunc.__name__}")
+        if inputs[0] is self:
+            return self._operator(name, inputs[1])
+        return self._operator("r" + name, inputs[0]) if "r" + name in _OPERATORS \
+            else self._refuse(f"numpy's {ufunc.__name__} with it second")
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func in _SHAPE_ONLY:
+            return func(*(a.array if isinstance(a, GuardedArray) else a for a in args),
+                        **kwargs)
+        self._refuse(f"numpy's {func.__name__}")
+
+    def __array__(self, dtype=None, copy=None):
+        self._refuse("conversion to a numpy array")
+
+    # ---- full writes: v.data[...] = new ----------------------------------------
+    def __setitem__(self, key, new):
+        if not (key is Ellipsis or key == slice(None)):
+            self._refuse(f"a write into part of it ([{key!r}] = ...)")
+        self._alive("`[...] =`")
+        with no_grad():
+            y = F.broadcast_to(F.astype(Variable(new) if isinstance(new, GuardedArray) else
+                                        np.asarray(new), self.dtype), self.shape)
+        self._write_back(self.tracer.guard(y))
+
+    # ---- reading numbers: refused ------------------------------------------------
+    def __bool__(self):
+        self._refuse("bool()")
+
+    def __float__(self):
+        self._refuse("float()")
+
+    def __int__(self):
+        self._refuse("int()")
+
+    def __index__(self):
+        self._refuse("use as an index")
+
+    def __complex__(self):
+        self._refuse("complex()")
+
+    def __iter__(self):
+        self._refuse("iteration")
+
+    def __getitem__(self, key):
+        self._refuse(f"indexing [{key!r}]")
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)  # protocol probes (numpy's, copy's) look for these
+        self._refuse(f".{name}")
+
+    # ---- helpers ----------------------------------------------------------------
+    def _write_back(self, result):
+        # In place, as in eager code: the array itself changes, so every Variable
+        # that shares it sees the new value, and so does every name for this guard.
+        source, tracer = self.source, self.tracer
+        if isinstance(source, str):
+            raise TraceError(
+                f"{tracer.name} writes into its argument {source} in place ({where()}); a "
+                f"replay cannot write into its arguments\n  fix: {source} = {source} + ... "
+                f"(a new array), or return the new value")
+        if isinstance(source, Variable) and source._data is self.array:
+            shared = [arg for _, arg in tracer.inputs if arg is not source and
+                      getattr(arg, "_data", arg) is self.array] + \
+                [c.var for c in tracer.captures if c.var is not source and
+                 c.var._data is self.array]
+            if shared:
+                raise TraceError(
+                    f"{tracer.name} writes in place ({where()}) into an array that "
+                    f"{tracer.label(source)} shares with an argument or another state "
+                    f"Variable; the replay could not know they still share it\n  fix: "
+                    f"assign a new array instead (v.data = (v - ...).data), or give each "
+                    f"its own copy")
+            for other in tracer.computed.values():  # Variables of the run sharing it
+                if other._data is self.array and id(other) in tracer.values:
+                    tracer.values[id(other)] = result.value
+            tracer.assign(source, result.value)
+            tracer.in_place.add(id(source))
+            capture = tracer.captured.get(id(source))
+            if capture is not None and capture.before_data is self.array:
+                capture.before_data = self.array.copy()  # to put back (check, lower)
+        self.array[...] = result.array
+        self.value = result.value
+        return self
+    def _alive(self, what):
+        if self.tracer.finished or self.tracer is not current_tracer():
+            raise TraceError(
+                f"{what} of an array read while {self.tracer.name} was being traced, after "
+                f"that recording ended ({where()}); it stands for a value of the trace, "
+                f"not for numbers\n  fix: keep the Variable (or return it from the traced "
+                f"function) instead of its .data")
+
+    def _refuse(self, what):
+        self._alive(what)
+        var = self.source if isinstance(self.source, Variable) else None
+        raise TraceError(
+            f"{what} of a traced array in {self.tracer.name} ({where()})\n  value: "
+            f"{self.tracer.describe(var, self.tracer.value_of(self))}\n  the recording "
+            f"would freeze the numbers it read into every replay\n  fix: use dezero "
+            f"functions on the Variable, move this outside the traced function, or make "
+            f"the value a static argument (static_argnames=...)")
+
+    __hash__ = object.__hash__
+
+
+def _binary(name):
+    return lambda self, other: self._operator(name, other)
+
+
+def _in_place(name):
+    return lambda self, other: self._in_place(name, other)
+
+
+for _name in _OPERATORS:
+    setattr(GuardedArray, f"__{_name}__", _binary(_name))
+for _name in ("add", "sub", "mul", "truediv", "pow", "matmul"):
+    setattr(GuardedArray, f"__i{_name}__", _in_place(_name))
+for _name, _symbol in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="), ("eq", "=="),
+                       ("ne", "!="), ("floordiv", "//"), ("mod", "%"), ("abs", "abs()")):
+    setattr(GuardedArray, f"__{_name}__",
+            lambda self, *other, s=_symbol: self._refuse(f"`{s}`"))
+
+
+# =============================================================================
+# Arguments and results: with_leaves, unguarded
+# =============================================================================
+
+
+def with_leaves(args, kwargs, static_positions, static_names, leaves):
+    """args and kwargs with their arrays and Variables replaced, in signature order
+    (positions, then keywords by name; static ones skipped), by `leaves`."""
+    leaves = iter(leaves)
+
+    def walk(obj):
+        if isinstance(obj, (Variable, *cuda.array_types)):
+            return next(leaves)
+        if type(obj) in (tuple, list):
+            return type(obj)(walk(o) for o in obj)
+        if type(obj) is dict:
+            return {k: walk(v) for k, v in obj.items()}
+        return obj
+
+    args = [a if i in static_positions else walk(a) for i, a in enumerate(args)]
+    kwargs = {k: kwargs[k] if k in static_names else walk(kwargs[k]) for k in sorted(kwargs)}
+    return args, kwargs
+
+
+def unguarded(obj):
+    """obj with each GuardedArray replaced by its array (what eager code returns)."""
+    if isinstance(obj, GuardedArray):
+        return obj.array
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(unguarded(o) for o in obj)
+    if isinstance(obj, dict):
+        return {k: unguarded(v) for k, v in obj.items()}
+    return obj
+
+
+# =============================================================================
+# RandomWatch: draws from the global generators outside a dezero random op
+# =============================================================================
+
+
+class RandomWatch:
+    """Sees numpy's or Python's global random state move during a recording: numbers
+    drawn outside a dezero random op would be frozen into the graph.
+
+    At each recorded op it compares a cheap mark of numpy's generator (MT19937's
+    first key word and position, read in place), which names the line; at the end
+    it compares the full states, which catches what the mark misses.
+    """
+
+    def __init__(self):
+        try:
+            address = np.random.mtrand._rand._bit_generator.ctypes.state_address
+            self._mt = (ctypes.c_uint32 * 625).from_address(address)  # key[624], pos
+        except AttributeError:  # another numpy layout: the full check at the end only
+            self._mt = None
+        self.drew = False
+        self.restart()
+
+    def restart(self) -> None:
+        """Forget earlier draws (made while the tracer was paused, e.g. layer init)."""
+        self.start = (np.random.get_state(), random.getstate())
+        self.mark = self._mark()
+
+    def _mark(self):
+        return None if self._mt is None else (self._mt[0], self._mt[624])
+
+    def look(self, name: str, drawing_op: bool = False) -> None:
+        """At a recorded op; `drawing_op`: a dezero random op has just drawn."""
+        mark = self._mark()
+        if mark != self.mark and not drawing_op:
+            self._refuse(name, f"seen before {where()}")
+        self.mark, self.drew = mark, self.drew or drawing_op
+
+    def finish(self, name: str) -> None:
+        self.look(name)
+        numpy_state, python_state = self.start
+        now = np.random.get_state()
+        moved = not self.drew and not (numpy_state[2:] == now[2:] and
+                                       np.array_equal(numpy_state[1], now[1]))
+        if moved or random.getstate() != python_state:
+            self._refuse(name, "seen at the end of the run")
+
+    @staticmethod
+    def _refuse(name, seen):
+        raise TraceError(
+            f"{name} drew random numbers from np.random or Python's random module while "
+            f"it was traced, outside a dezero random op ({seen}); every replay would "
+            f"reuse the numbers drawn\n  fix: use dezero's random ops (F.dropout), or "
+            f"draw outside the traced function and pass the array in")

@@ -1,0 +1,575 @@
+"""The trace contract: a traced call returns what eager execution returns and leaves
+the same state, or raises TraceError at record time. Each test runs the same code
+traced and eagerly, side by side, over several calls with changing inputs."""
+import threading
+
+import numpy as np
+import pytest
+
+import dezero
+import dezero.functions as F
+from dezero import Function, Variable, core
+from dezero.static import TraceError
+
+
+def f32(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def side_by_side(fn, make_args, calls=4, state=()):
+    """Run fn traced and eagerly on the same arguments (`state`: pairs of Variables,
+    (traced copy, eager copy), compared after each call) and return the traced one."""
+    traced = dezero.trace(fn[0])
+    for i in range(calls):
+        args = make_args(i)
+        got, want = traced(*args), fn[1](*args)
+        for g, w in zip(_leaves(got), _leaves(want)):
+            np.testing.assert_array_equal(g, w, err_msg=f"call {i}")
+        for a, b in state:
+            np.testing.assert_array_equal(a.data, b.data, err_msg=f"state after call {i}")
+    return traced
+
+
+def _leaves(obj):
+    if isinstance(obj, (tuple, list)):
+        return [a for o in obj for a in _leaves(o)]
+    return [obj.data if isinstance(obj, Variable) else np.asarray(obj)]
+
+
+# =============================================================================
+# The core's hooks: one tracer per thread, backward reports its Functions
+# =============================================================================
+
+
+def test_backward_reports_each_function_to_the_tracer_hooks():
+    class Watch(core.TracerHooks):
+        def __init__(self):
+            self.steps = []
+
+        def backward_step(self, function):
+            self.steps.append(function.op_name)
+
+    x = Variable(np.array(2.0))
+    y = F.exp(x * 3.0)
+    watch = Watch()
+    previous = core.set_tracer(watch)
+    try:
+        y.backward()
+    finally:
+        core.set_tracer(previous)
+    assert watch.steps == ["exp", "mul"]
+    assert core.current_tracer() is None
+
+
+def test_backward_into_a_function_made_before_the_call_raises_even_if_it_records_nothing():
+    class Identity(Function):
+        def forward(self, x):
+            return x
+
+        def backward(self, gy):
+            return gy  # runs no Function: nothing for the tracer to see but the hook
+
+    W = Variable(np.ones(2), name="W")
+    h = Identity()(W)
+    step = dezero.trace(lambda x: F.sum(h * x).backward())
+    with pytest.raises(TraceError, match="reached .*Identity, computed before the call"):
+        step(np.ones(2))
+
+
+def test_eager_code_in_another_thread_is_not_recorded_while_a_trace_records():
+    recording, eager_done = threading.Event(), threading.Event()
+    seen = {}
+
+    def eager():
+        recording.wait(5)
+        try:
+            v = Variable(np.array(3.0))
+            y = v * v + 1.0
+            y.backward()
+            v.data = v.data * 2  # an assignment: no state write in the other trace
+            seen["result"] = (float(y), float(v.grad), float(v))
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            seen["error"] = e
+        eager_done.set()
+
+    def f(x):
+        y = F.sin(x)
+        recording.set()
+        eager_done.wait(5)
+        return y * 2.0
+
+    thread = threading.Thread(target=eager)
+    thread.start()
+    traced = dezero.trace(f)
+    x = np.array([0.5, 1.0])
+    traced(x)
+    thread.join()
+    assert "error" not in seen, seen.get("error")
+    assert seen["result"] == (10.0, 6.0, 6.0)
+    assert [n.op for n in traced.graph.of_kind("op")] == ["sin", "mul"]
+    assert not traced.graph.of_kind("write")
+    for i in range(3):
+        np.testing.assert_array_equal(traced(x + i).data, np.sin(x + i) * 2.0)
+
+
+def test_two_threads_trace_at_once():
+    barrier = threading.Barrier(2, timeout=5)
+    W = Variable(np.array([1.0, 2.0]), name="W")
+    results, errors = {}, []
+
+    def step_a(x):
+        y = F.tanh(x * W)
+        barrier.wait()  # both recordings are in progress now
+        return y
+
+    def step_b(x):
+        y = F.exp(x) + 1.0
+        barrier.wait()
+        return y * y
+
+    def run(name, fn, reference):
+        try:
+            traced = dezero.trace(fn)
+            for i in range(3):
+                x = np.array([0.5, -1.0]) + i
+                got = traced(x)  # the barrier is crossed only while recording
+                np.testing.assert_allclose(got.data, reference(x), rtol=1e-12)
+            results[name] = [n.op for n in traced.graph.of_kind("op")]
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+            barrier.abort()
+
+    threads = [threading.Thread(target=run, args=("a", step_a, lambda x: np.tanh(x * W.data))),
+               threading.Thread(target=run, args=("b", step_b,
+                                                  lambda x: (np.exp(x) + 1.0) ** 2))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert results == {"a": ["mul", "tanh"], "b": ["exp", "add", "mul"]}
+
+
+# =============================================================================
+# Identity: values are known by the Variable or argument they came from
+# =============================================================================
+
+
+def test_the_same_array_passed_as_two_arguments():
+    def f(x, y):
+        return x * 2.0 + y * 3.0  # arithmetic on array arguments is recorded
+
+    rng = np.random.default_rng(0)
+    shared = f32(rng, 3)
+    traced = dezero.trace(f)
+    np.testing.assert_array_equal(traced(shared, shared), f(shared, shared))  # first call
+    for _ in range(3):
+        x, y = f32(rng, 3), f32(rng, 3)
+        np.testing.assert_array_equal(traced(x, y), x * 2.0 + y * 3.0)
+        np.testing.assert_array_equal(traced(y, y), f(y, y))
+    assert traced.entries == 1
+
+
+def test_the_same_zeros_as_h0_and_c0_of_an_lstm_like_cell():
+    rng = np.random.default_rng(1)
+    W = Variable(f32(rng, 3, 3), name="W")
+
+    def cell(x, h, c):
+        c_new = F.sigmoid(F.matmul(x, W)) * c + F.tanh(F.matmul(h, W))
+        return F.tanh(c_new) + h, c_new
+
+    traced = dezero.trace(cell)
+    zeros = np.zeros((2, 3), np.float32)
+    for i in range(4):
+        x = f32(rng, 2, 3)
+        h, c = (zeros, zeros) if i == 0 else (f32(rng, 2, 3), f32(rng, 2, 3))
+        for got, want in zip(traced(x, h, c), cell(x, h, c)):
+            np.testing.assert_array_equal(got.data, want.data)
+    assert traced.entries == 1
+
+
+def test_a_state_variables_array_passed_as_an_argument():
+    def make(W):
+        def step(x):
+            y = x * W  # at the first call x is W.data: two names, one array
+            with dezero.no_grad():
+                W.data = (W * 2.0).data
+            return y
+        return step
+
+    W, W_eager = Variable(np.array([1.0, 2.0])), Variable(np.array([1.0, 2.0]))
+    traced, eager = dezero.trace(make(W)), make(W_eager)
+    for i in range(4):
+        x, x_eager = (W.data, W_eager.data) if i < 2 else (np.array([3.0, -1.0]) + i,) * 2
+        np.testing.assert_array_equal(traced(x).data, eager(x_eager).data)
+        np.testing.assert_array_equal(W.data, W_eager.data)
+    assert traced.entries == 1
+
+
+def test_two_variables_sharing_one_array_are_two_states():
+    online = Variable(np.array([1.0, 2.0]), name="online")
+    target = Variable(online.data)  # shares the array; updates assign, so they part
+    eager_online = Variable(np.array([1.0, 2.0]))
+    eager_target = Variable(eager_online.data)
+
+    def make(online, target):
+        def step(x):
+            with dezero.no_grad():
+                online.data = (online - 0.5 * x).data
+            return F.sum(target * x)
+        return step
+
+    side_by_side((make(online, target), make(eager_online, eager_target)),
+                 lambda i: (np.array([1.0, -1.0]) * (i + 1),),
+                 state=[(online, eager_online), (target, eager_target)])
+
+
+def test_a_variable_made_from_data_inside_the_run_follows_its_source():
+    W = Variable(np.array([1.0, 2.0]), name="W")
+
+    def f(x):
+        h = F.exp(x)
+        copy = Variable(h.data)  # same value as h, not a constant
+        return copy * W + Variable(x) * 0.5
+
+    side_by_side((f, f), lambda i: (np.array([0.0, 1.0]) + i,))
+
+
+def test_a_variable_made_inside_the_run_is_fresh_at_every_call():
+    def f(x):
+        acc = Variable(np.zeros(2))
+        for _ in range(3):
+            acc.data = (acc + x).data
+        acc.data += 1.0
+        return acc
+
+    traced = side_by_side((f, f), lambda i: (np.array([1.0, 2.0]) * (i + 1),))
+    assert not traced.graph.of_kind("state") and not traced.graph.of_kind("write")
+
+
+# =============================================================================
+# Numbers never leak: the guard on traced arrays, the global random state
+# =============================================================================
+
+
+def _h(x):
+    return F.tanh(x) * 2.0
+
+
+@pytest.mark.parametrize("body, what", [
+    (lambda x: _h(x) * (1.0 if _h(x).data.sum() > 0 else -1.0), r"\.sum of a traced array"),
+    (lambda x: _h(x) - np.mean(_h(x).data), "numpy's mean of a traced array"),
+    (lambda x: _h(x) * _h(x).data[0, 0], r"indexing \[\(0, 0\)\] of a traced array"),
+    (lambda x: _h(x) * len(_h(x).data.tolist()), r"\.tolist of a traced array"),
+    (lambda x: _h(x) / np.abs(_h(x).data).max(), "numpy's absolute of a traced array"),
+    (lambda x: float(F.sum(_h(x)).data), r"float\(\) of a traced array"),
+    (lambda x: F.exp(x.reshape(len(x), -1) / 255), r"\.reshape of a traced array"),
+    (lambda x: F.exp(x) if (x > 0).all() else x, "`>` of a traced array"),
+    (lambda x: F.exp(x) * bool(_h(x).data.shape and _h(x).data), r"bool\(\) of a traced"),
+    (lambda x: F.exp(Variable(np.asarray(x))), "conversion to a numpy array of a traced"),
+])
+def test_reading_numbers_of_a_traced_array_raises_naming_the_line_and_the_fix(body, what):
+    with pytest.raises(TraceError, match=what) as info:
+        dezero.trace(body)(np.ones((2, 3), np.float32))
+    message = str(info.value)
+    assert "test_trace_contract.py:" in message  # the user's line
+    assert "fix: use dezero functions" in message and "static argument" in message
+
+
+def test_shape_dtype_and_len_of_traced_arrays_are_fine_and_eager_sees_no_guard():
+    W = Variable(np.ones((3, 2), np.float32), name="W")
+
+    def f(x):
+        h = F.matmul(x, W)
+        assert h.data.shape == (len(x), 2) and h.data.dtype == np.float32
+        assert x.ndim == 2 and W.data.size == 6 and np.zeros_like(x).shape == x.shape
+        return h, h.data
+
+    traced = dezero.trace(f)
+    for i in range(3):
+        x = np.full((i + 1, 3), i, np.float32)
+        h, data = traced(x)
+        assert type(data) is np.ndarray and type(h.data) is np.ndarray
+        np.testing.assert_array_equal(data, x @ W.data)
+    assert type(W.data) is np.ndarray
+
+
+def test_a_traced_array_kept_past_its_recording_refuses_to_be_used():
+    kept = []
+
+    def f(x):
+        y = F.exp(x)
+        kept.append(y.data)
+        return y
+
+    dezero.trace(f)(np.ones(2))
+    with pytest.raises(TraceError, match="after that recording ended"):
+        np.asarray(kept[0])
+
+
+def test_global_random_draws_inside_a_recording_raise():
+    import random
+
+    def noisy(x):
+        return x + Variable(np.random.randn(*x.shape))
+
+    def python_noise(x):
+        return F.exp(x) * random.random()
+
+    def dropout(x):  # a dezero random op draws from np.random: fine
+        return F.dropout(F.exp(x))
+
+    with pytest.raises(TraceError, match="drew random numbers from np.random"):
+        dezero.trace(noisy)(Variable(np.ones(3)))
+    with pytest.raises(TraceError, match="drew random numbers"):
+        dezero.trace(python_noise)(Variable(np.ones(3)))
+    traced = dezero.trace(dropout)
+    first, second = traced(Variable(np.ones(100))), traced(Variable(np.ones(100)))
+    assert not np.array_equal(first.data, second.data)
+
+
+def test_lazy_layers_initialise_inside_a_recording_without_a_random_alarm():
+    np.random.seed(0)
+    model = dezero.models.MLP((4, 2))
+    traced = dezero.trace(lambda x: model(x))
+    for i in range(3):
+        x = np.full((2, 3), i, np.float32)
+        np.testing.assert_array_equal(traced(x).data, model(x).data)
+
+
+# =============================================================================
+# The book's in-place idioms on .data of captured state are state writes
+# =============================================================================
+
+
+def test_sgd_by_hand_with_in_place_updates_replays_like_eager():
+    rng = np.random.default_rng(3)
+
+    def make():
+        model = dezero.models.MLP((5, 1))
+        model(np.zeros((1, 2), np.float32))  # initialise before the twins part
+        return model
+
+    np.random.seed(1)
+    traced_model = make()
+    np.random.seed(1)
+    eager_model = make()
+
+    def make_step(model, lr=0.1):
+        def step(x, t):
+            loss = F.mean_squared_error(model(x), t)
+            model.cleargrads()
+            loss.backward()
+            for p in model.params():
+                p.data -= lr * p.grad.data
+            return loss
+        return step
+
+    traced = dezero.trace(make_step(traced_model))
+    eager = make_step(eager_model)
+    for i in range(5):
+        x, t = f32(rng, 8, 2), f32(rng, 8, 1)
+        np.testing.assert_array_equal(traced(x, t).data, eager(x, t).data)
+        for a, b in zip(traced_model.params(), eager_model.params()):
+            np.testing.assert_array_equal(a.data, b.data)
+    assert traced.entries == 1
+    assert len(traced.graph.of_kind("write")) >= 4
+
+
+def test_newtons_method_with_in_place_update_replays_like_eager():
+    def make(x):
+        def newton():
+            y = x ** 4 - 2 * x ** 2
+            x.cleargrad()
+            y.backward(create_graph=True)
+            gx = x.grad
+            x.cleargrad()
+            gx.backward()
+            gx2 = x.grad
+            x.data -= gx.data / gx2.data
+            return y
+        return newton
+
+    x, x_eager = Variable(np.array(2.0)), Variable(np.array(2.0))
+    traced, eager = dezero.trace(make(x)), make(x_eager)
+    for i in range(6):
+        np.testing.assert_array_equal(traced().data, eager().data)
+        np.testing.assert_array_equal(x.data, x_eager.data)
+    np.testing.assert_allclose(x.data, 1.0)
+
+
+def test_plus_equals_and_full_slice_writes_on_state_replay_like_eager():
+    def make(count, avg):
+        def step(x):
+            count.data += 1
+            avg.data[...] = (avg * 0.9 + x * 0.1).data
+            alias = avg.data
+            alias *= 2.0  # the array of avg changes: eager sees it through avg
+            return avg * 1.0
+        return step
+
+    twins = [(Variable(np.array(0)), Variable(np.zeros(3))) for _ in range(2)]
+    side_by_side((make(*twins[0]), make(*twins[1])),
+                 lambda i: (np.array([1.0, 2.0, 3.0]) * i,),
+                 state=[(twins[0][0], twins[1][0]), (twins[0][1], twins[1][1])])
+
+
+def test_in_place_writes_into_arguments_or_parts_of_arrays_raise():
+    W = Variable(np.zeros(3), name="W")
+
+    def into_argument(x):
+        x += 1.0
+        return F.exp(x)
+
+    def into_part(x):
+        W.data[0] = 1.0
+        return W * x
+
+    def into_variable_argument(v):
+        v.data += 1.0
+        return F.exp(v)
+
+    with pytest.raises(TraceError, match="writes into its argument x in place"):
+        dezero.trace(into_argument)(np.ones(3))
+    with pytest.raises(TraceError, match="assigns .data of its argument v"):
+        dezero.trace(into_variable_argument)(Variable(np.ones(3)))
+    with pytest.raises(TraceError, match=r"a write into part of it \(\[0\] = \.\.\.\)"):
+        dezero.trace(into_part)(np.ones(3))
+
+
+def test_in_place_updates_cast_back_to_the_dtype_of_the_state_like_numpy():
+    def make(W):
+        def step(x):
+            W.data -= x * 0.5  # float64 argument into float32 state
+            return W * 1.0
+        return step
+
+    W, W_eager = (Variable(np.ones(3, np.float32)) for _ in range(2))
+    side_by_side((make(W), make(W_eager)), lambda i: (np.arange(3.0) * (i + 1),),
+                 state=[(W, W_eager)])
+    assert W.dtype == np.float32
+
+
+# =============================================================================
+# State slots are small typed records that read and write their array
+# =============================================================================
+
+
+def test_state_nodes_read_through_typed_slots():
+    from dezero.static.ir import AttrSlot, DataSlot, GradSlot
+
+    class Carry:
+        def __init__(self):
+            self.h = Variable(np.zeros(2))
+
+    carry, W = Carry(), Variable(np.ones(2), name="W")
+
+    def step(x):
+        y = F.sum(W * x + carry.h)
+        y.backward()  # no cleargrad: W.grad adds up, so the old one is read
+        with dezero.no_grad():
+            carry.h = F.tanh(W * x)
+        return y
+
+    traced = dezero.trace(step)
+    for i in range(4):
+        traced(np.full(2, i + 1.0))
+    slots = {type(n.payload) for n in traced.graph.of_kind("state")}
+    assert slots == {DataSlot, GradSlot, AttrSlot}
+    for node in traced.graph.of_kind("state"):
+        slot = node.payload
+        assert slot.read() is not None and slot.read().shape == node.outputs[0].shape
+    (attr,) = [n.payload for n in traced.graph.of_kind("state") if isinstance(n.payload, AttrSlot)]
+    assert (attr.holder, attr.name, str(attr)) == (carry, "h", "Carry.h")
+    attr.write(np.full(2, 7.0))
+    np.testing.assert_array_equal(carry.h.data, 7.0)
+    grad = GradSlot(W)
+    grad.write(None)
+    assert W.grad is None and grad.read() is None and str(grad) == ".grad of W"
+    assert set(traced.graph.state) == {"W"}  # the data slots: name -> Variable
+
+
+@pytest.mark.parametrize("fix", [
+    lambda x: F.exp(x) - F.average(F.exp(x)),
+    lambda x: F.exp(x) * F.exp(x)[0, 0],
+    lambda x: F.exp(x) / F.max(F.abs(F.exp(x))),
+    lambda x: F.reshape(x, (len(x), -1)) / 255,
+    lambda x: x * 2.0 / 255 + np.zeros_like(x),
+])
+def test_the_fixes_the_trace_mode_page_gives_replay_like_eager(fix):
+    rng = np.random.default_rng(5)
+    side_by_side((fix, fix), lambda i: (f32(rng, 2, 3),))
+
+
+def test_in_place_updates_reach_variables_sharing_the_array_like_eager():
+    def make(online, steps):
+        def step(x):
+            h = F.tanh(online * x)
+            copy = Variable(h.data)  # shares h's array
+            h.data *= 2.0  # so the copy sees this
+            online.data -= 0.1 * x
+            steps.data += 1
+            return copy + online * 1.0
+        return step
+
+    pairs = []
+    for _ in range(2):
+        online, steps = Variable(np.array([1.0, 2.0])), Variable(np.array(0))
+        target = Variable(online.data)  # shares the array; the step never reads it
+        pairs.append((online, steps, target))
+    traced = side_by_side((make(*pairs[0][:2]), make(*pairs[1][:2])),
+                          lambda i: (np.array([1.0, -1.0]) * (i + 1),),
+                          state=[(a, b) for a, b in zip(pairs[0], pairs[1])])
+    online, _, target = pairs[0]
+    assert target.data is online.data
+    assert "s[...] <- " in str(traced.graph) or "[...] <-" in str(traced.graph)
+
+
+def test_in_place_into_an_array_shared_with_an_argument_raises():
+    W = Variable(np.array([1.0, 2.0]), name="W")
+
+    def step(x):
+        W.data -= 0.5 * x
+        return x * 1.0  # eager: x is W's array, already updated
+
+    traced = dezero.trace(step)
+    with pytest.raises(TraceError, match="W shares with an argument"):
+        traced(W.data)
+
+
+def test_functions_receive_plain_arrays_when_given_guards():
+    seen = []
+
+    class Spy(Function):
+        def forward(self, x, y):
+            seen.append((type(x), type(y)))
+            return x + y
+
+    def f(x, t):
+        h = F.exp(t)
+        return Spy()(x, h.data)  # an array argument and a .data: both guards
+
+    traced = dezero.trace(f)
+    for i in range(3):
+        x, t = np.full(2, float(i)), np.ones(2) * i
+        np.testing.assert_array_equal(traced(x, t).data, x + np.exp(t))
+    assert seen == [(np.ndarray, np.ndarray)] * 3  # recorded once, then replayed
+
+
+def test_check_and_lower_work_with_in_place_updates():
+    W = Variable(np.array([1.0, 2.0]), name="W")
+
+    def step(x):
+        loss = F.sum(W * x)
+        W.cleargrad()
+        loss.backward()
+        W.data -= 0.5 * W.grad.data
+        return loss
+
+    graph = dezero.trace(step).lower(np.ones(2))
+    np.testing.assert_array_equal(W.data, [1.0, 2.0])  # lowering steps nothing
+    assert "W[...] <- " in str(graph)
+    checked = dezero.trace(step, check=True)
+    for i in range(3):
+        checked(np.full(2, i + 1.0))
+    np.testing.assert_allclose(W.data, [1.0 - 0.5 * 6, 2.0 - 0.5 * 6])
