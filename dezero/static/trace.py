@@ -12,8 +12,8 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-import types
 import warnings
+import weakref
 
 import numpy as np
 
@@ -22,7 +22,8 @@ from dezero.core import Config, Variable
 from dezero.static import debugging
 from dezero.static.ir import StaticGraph, TraceError, read_slot, type_str
 from dezero.static.passes import optimize
-from dezero.static.tracer import Tracer, find_attribute_values, restore
+from dezero.static.reach import Structure, survey
+from dezero.static.tracer import Tracer, restore
 
 # =============================================================================
 # Signatures: flatten (the cache key of one call), describe_change
@@ -100,13 +101,16 @@ def describe_change(label, old, new) -> str:
 class Entry:
     """A compiled graph plus what its replay assumes about captured state.
 
+    structure  the layers, parameters, hooks and globals the graph was recorded
+               with: if one is replaced, added or removed, the entry is dropped
     guards     each state node's type when recorded (data or .grad)
     grad_none  state whose .grad was None before the recording and set by it:
                had it been set, backward() would have added to it instead
     """
 
-    def __init__(self, graph: StaticGraph, tracer: Tracer):
+    def __init__(self, graph: StaticGraph, tracer: Tracer, structure: Structure):
         self.graph = graph
+        self.structure = structure
         self.compiled = graph.compile()
         before = {id(c.node.outputs[0]): c.before_data for c in tracer.captures}
         self.guards = []
@@ -178,6 +182,8 @@ class TracedFunction:
             parameters = list(inspect.signature(fn).parameters.values())
         except (TypeError, ValueError):
             parameters = []
+        if hasattr(fn, "__dezero_instance__"):
+            parameters = parameters[1:]  # self is bound
         self._names = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY,
                                                                 p.POSITIONAL_OR_KEYWORD)]
         unknown = self.static_argnames - {p.name for p in parameters}
@@ -191,12 +197,27 @@ class TracedFunction:
         # found after a recording, then part of the signature and read as state.
         self._carried: list[tuple] = []
         self._last = None  # (key, labels) of the latest recording, to explain misses
+        self._per_instance = weakref.WeakKeyDictionary()  # traced method: one per instance
         self._warned = False
         self.graph: StaticGraph | None = None
 
     def __get__(self, obj, objtype=None):
-        # Decorating a method: bind the instance as a static first argument.
-        return self if obj is None else functools.partial(self.__call__, obj)
+        # Decorating a method: each instance gets its own TracedFunction (its own
+        # cache and bound on entries), held weakly so that `del obj` frees both.
+        if obj is None:
+            return self
+        try:
+            return self._per_instance[obj]
+        except KeyError:
+            pass
+        except TypeError as e:
+            raise TypeError(f"trace({self.name}): a traced method needs instances that "
+                            f"are hashable and weakly referable; "
+                            f"{type(obj).__name__} is not") from e
+        traced = TracedFunction(_bind_weakly(self.fn, obj), self.static_argnames,
+                                self.check, self.max_entries)
+        self._per_instance[obj] = traced
+        return traced
 
     def __repr__(self):
         return f"<traced {self.name}: {self.entries} graphs>"
@@ -278,13 +299,14 @@ class TracedFunction:
         reason = None
         if entries:
             for entry in entries:
-                reason = entry.guard_failure()
+                reason = entry.structure.changed() or entry.guard_failure()
                 if reason is None:
                     if debugging.LEVEL >= 2:
                         return self._replay_logged(entry, leaves)
                     return entry.compiled.run(leaves)
         else:
             reason = self._miss_reason(key, args, kwargs)
+        self._drop_stale()
         if self.entries >= self.max_entries:
             if not self._warned:
                 self._warned = True
@@ -293,6 +315,19 @@ class TracedFunction:
                               f"change: {reason}", stacklevel=2)
             return self.fn(*args, **kwargs)
         return self._record(key, leaves, args, kwargs, reason)[0]
+
+    def _drop_stale(self):
+        # A graph recorded with a layer, hook or model that has since been replaced
+        # can never replay again; dropping it keeps max_entries for live ones.
+        stale = False
+        for key, entries in list(self._cache.items()):
+            live = [e for e in entries if e.structure.changed() is None]
+            stale |= len(live) < len(entries)
+            entries[:] = live
+            if not entries:
+                del self._cache[key]
+        if stale:
+            self._carried = []  # found again on the new structure
 
     def lower(self, *args, **kwargs) -> StaticGraph:
         """Record the graph for these example arguments and return it (also cached).
@@ -333,7 +368,9 @@ class TracedFunction:
             result = self.fn(*args, **kwargs)
         finally:
             core.set_tracer(previous)
-        attr_writes = find_attribute_values(self._roots(args, kwargs), tracer.computed)
+        structure, attr_writes = survey(
+            self.fn, args, kwargs, {id(c.var) for c in tracer.captures}, tracer.computed,
+            {(id(h), n) for h, n in self._carried})
         new = [f"{type(h).__name__}.{n}" for h, n, _ in attr_writes
                if not any(h is h2 and n == n2 for h2, n2 in self._carried)]
         self._carried += [(h, n) for h, n, _ in attr_writes
@@ -345,7 +382,7 @@ class TracedFunction:
         graph = optimize(graph)
         self._warn_constant_outputs(graph)
         kept = not tracer.uninitialised and not new
-        entry = Entry(graph, tracer)
+        entry = Entry(graph, tracer, structure)
         if debugging.LEVEL >= 4:
             debugging.log(4, f"replay code of {self.name}:\n{entry.compiled.source}\n"
                              f"{entry.compiled.glue}")
@@ -383,33 +420,6 @@ class TracedFunction:
                 f"state, so every replay returns the recorded value; numpy math on array "
                 f"arguments is not recorded (pass Variables, or use dezero functions)",
                 stacklevel=4)
-
-    def _roots(self, args, kwargs) -> list:
-        """Objects the traced function can reach: its static arguments, closure and
-        the globals it names (searched for attributes that carry values)."""
-        roots = [a for a in list(args) + list(kwargs.values())
-                 if not isinstance(a, (Variable, *cuda.array_types))]
-        functions, seen = [self.fn], set()
-        while functions:
-            f = functions.pop()
-            if id(f) in seen:
-                continue
-            seen.add(id(f))
-            while isinstance(f, functools.partial):
-                roots += list(f.args) + list(f.keywords.values())
-                f = f.func
-            if isinstance(f, types.MethodType):
-                roots.append(f.__self__)
-                f = f.__func__
-            code = getattr(f, "__code__", None)
-            if code is None or not isinstance(f, types.FunctionType):
-                roots.append(f)  # a callable object, such as a Model
-                continue
-            found = [c.cell_contents for c in f.__closure__ or () if _has_contents(c)]
-            found += [f.__globals__[n] for n in _names(code) if n in f.__globals__]
-            for obj in found:
-                (functions if isinstance(obj, types.FunctionType) else roots).append(obj)
-        return roots
 
     def _check(self, tracer, graph, entry, leaves, result, random_state, attrs_before,
                attr_writes):
@@ -455,21 +465,15 @@ def _set_attributes(triples):
         setattr(holder, name, value)
 
 
-def _has_contents(cell):
-    try:
-        _ = cell.cell_contents
-    except ValueError:  # a closure variable not assigned yet
-        return False
-    return True
+def _bind_weakly(fn, obj):
+    """fn with obj bound as its first argument, held by a weak reference."""
+    instance = weakref.ref(obj)
 
-
-def _names(code):
-    """Global names a code object (and the functions defined inside it) uses."""
-    names = list(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names += _names(const)
-    return names
+    @functools.wraps(fn)
+    def method(*args, **kwargs):
+        return fn(instance(), *args, **kwargs)
+    method.__dezero_instance__ = instance  # read by reach.survey
+    return method
 
 
 def _arrays(result):

@@ -13,7 +13,6 @@ import keyword
 import linecache
 import os
 import sys
-import types
 
 import numpy as np
 
@@ -416,42 +415,8 @@ def _moved_to_other_device(old, new) -> bool:
 
 
 # =============================================================================
-# Values carried in attributes: find_attribute_values
+# restore: put state back (check=True and lower)
 # =============================================================================
-
-# Objects the search for attributes never walks into.
-_OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
-           types.MethodType, str, bytes, int, float, complex, bool, np.ndarray, np.generic)
-
-
-def find_attribute_values(roots, wanted: dict, limit: int = 20000) -> list:
-    """(object, name, Variable) for every attribute, reachable from roots, that holds
-    one of the `wanted` Variables (id -> Variable): state a layer keeps in a Python
-    attribute, like LSTM.h, which a replay has to set again."""
-    found, seen, stack = [], set(), list(reversed(roots))
-    while stack and len(seen) < limit:
-        obj = stack.pop()
-        if id(obj) in seen or isinstance(obj, _OPAQUE) or obj is None:
-            continue
-        seen.add(id(obj))
-        if isinstance(obj, Variable) or isinstance(obj, cuda.array_types):
-            continue
-        if isinstance(obj, dict):
-            stack.extend(reversed(list(obj.values())))
-            continue
-        if isinstance(obj, (list, tuple, set, frozenset)):
-            stack.extend(reversed(list(obj)))
-            continue
-        attributes = getattr(obj, "__dict__", None)
-        if not isinstance(attributes, dict):
-            continue
-        for name, value in attributes.items():
-            if isinstance(value, Variable):
-                if id(value) in wanted and wanted[id(value)] is value:
-                    found.append((obj, name, value))
-            else:
-                stack.append(value)
-    return found
 
 
 def restore(states) -> None:
