@@ -71,7 +71,7 @@ def bench_training(title, make_model, x, t, lr):
     start = time.perf_counter()
     graph = traced.lower(x, t)
     lowered = time.perf_counter() - start
-    traced(x, t)  # the first call after lower has grads set: one more recording
+    traced(x, t)  # replays: the step clears the grads before backward() reads them
     t_eager, t_replay = per_call(lambda: eager(x, t), lambda: traced(x, t))
     ops = len(graph.of_kind("op"))
     print(f"{title}: eager {t_eager:8.1f} us, replay {t_replay:8.1f} us, "

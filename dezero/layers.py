@@ -23,6 +23,12 @@ from dezero.utils import pair
 # Layer: the base class, params, devices, save_weights / load_weights
 # =============================================================================
 
+# While a traced function records, dezero.static.trace installs an observer here
+# and learns what the run does to layers: which attributes it assigns a Variable
+# (state carried to the next call, like LSTM.h, wherever the layer lives) and
+# which gradients it clears. None otherwise, at the cost of one `is` test.
+observer = None
+
 
 class Layer:
     """Holds Parameters and sub-Layers, found again by `params()`.
@@ -49,6 +55,8 @@ class Layer:
         else:
             # `self.b = None` (nobias) or any plain value unregisters the name.
             registered.pop(name, None)
+        if observer is not None and isinstance(value, Variable):
+            observer.assigned(self, name, value)
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name):
@@ -90,7 +98,10 @@ class Layer:
                 yield from obj._all_params()
 
     def cleargrads(self):
-        for param in self.params():
+        params = list(self.params())
+        if observer is not None:
+            observer.cleared(params)
+        for param in params:
             param.grad = None
 
     def to_cpu(self):

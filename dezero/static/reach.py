@@ -10,6 +10,9 @@ cleared optimizer state), and the (holder, name) attributes that hold a Variable
 the run computed (LSTM.h), which later calls read and write as state.
 
     structure, carried = survey(fn, args, kwargs, captured, computed, known)
+
+Watch is told by the layers during the run which attributes they assign and which
+gradients they clear; it finds carried layer state wherever the layer lives.
 """
 from __future__ import annotations
 
@@ -47,8 +50,8 @@ def is_user_module(module) -> bool:
     if not isinstance(module, types.ModuleType):
         return False
     path = getattr(module, "__file__", None)
-    if path is None:
-        return module.__name__ == "__main__"
+    if path is None:  # __main__ in a notebook, or a module made at run time
+        return module.__name__ not in sys.builtin_module_names
     return not os.path.abspath(path).startswith(_LIBRARIES)
 
 
@@ -282,6 +285,8 @@ class _Walk:
     def carried_value(self, holder, name, value, label) -> bool:
         """True (and noted) if holder.name carries state: a Variable the run computed,
         or an attribute already read as carried state."""
+        if isinstance(holder, Optimizer) and name in holder.per_update:
+            return True  # recomputed by each update before it is read
         if not self._computed(value):
             return holder is not None and (id(holder), name) in self.known
         if holder is None or not isinstance(name, str):
@@ -294,3 +299,47 @@ class _Walk:
 
     def _computed(self, value) -> bool:
         return isinstance(value, Variable) and self.computed.get(id(value)) is value
+
+
+# =============================================================================
+# Watch: what the run does to layers (dezero.layers.observer)
+# =============================================================================
+
+
+class Watch:
+    """What a recording run does to layers, told through dezero.layers.observer."""
+
+    def __init__(self, computed: dict):
+        self.computed = computed       # id -> each Variable the run computed (grows)
+        self.attributes = {}           # (id(holder), name) -> (holder, name)
+        self.fresh_grads = set()       # ids of Variables whose old .grad was dropped unread
+        self.updated = False
+
+    def assigned(self, holder, name, value):
+        self.attributes[(id(holder), name)] = (holder, name)
+
+    def cleared(self, params):
+        # An old gradient cleared before any update() and before backward() added to
+        # it was never read: the graph does not depend on whether it was set.
+        if self.updated:
+            return
+        computed = self.computed
+        for param in params:
+            if param.grad is None or computed.get(id(param.grad)) is not param.grad:
+                self.fresh_grads.add(id(param))
+
+    def updating(self):
+        self.updated = True
+
+    def carried(self, found) -> list:
+        """(holder, name, Variable) for layer attributes the run left holding a Variable
+        it computed, that the walk from the function did not reach."""
+        known = {(id(h), n) for h, n, _ in found}
+        computed = self.computed
+        carried = []
+        for key, (holder, name) in self.attributes.items():
+            value = holder.__dict__.get(name)
+            if key not in known and isinstance(value, Variable) and \
+                    computed.get(id(value)) is value:
+                carried.append((holder, name, value))
+        return carried

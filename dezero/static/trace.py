@@ -17,12 +17,12 @@ import weakref
 
 import numpy as np
 
-from dezero import core, cuda
+from dezero import core, cuda, layers
 from dezero.core import Config, Variable
 from dezero.static import debugging
 from dezero.static.ir import StaticGraph, TraceError, read_slot, type_str
 from dezero.static.passes import optimize
-from dezero.static.reach import Structure, survey
+from dezero.static.reach import Structure, Watch, survey
 from dezero.static.tracer import Tracer, restore
 
 # =============================================================================
@@ -42,6 +42,13 @@ def flatten(obj, leaves, key, labels=None, label=""):
     if isinstance(obj, Variable):
         key.append(_array_key(obj._data, True, obj.grad))
         leaves.append(obj)
+        if obj.grad is not None:
+            # The gradient backward() adds to, as eager does: an input of its own.
+            key.append(_array_key(obj.grad._data, True, None))
+            leaves.append(obj.grad)
+            if labels is not None:
+                labels += [label, f"{label}_grad"]
+            return
     elif isinstance(obj, cuda.array_types):
         key.append(_array_key(obj, False, None))
         leaves.append(obj)
@@ -105,10 +112,12 @@ class Entry:
                with: if one is replaced, added or removed, the entry is dropped
     guards     each state node's type when recorded (data or .grad)
     grad_none  state whose .grad was None before the recording and set by it:
-               had it been set, backward() would have added to it instead
+               had it been set, backward() would have added to it instead (not
+               state whose old .grad the run cleared unread: fresh_grads)
     """
 
-    def __init__(self, graph: StaticGraph, tracer: Tracer, structure: Structure):
+    def __init__(self, graph: StaticGraph, tracer: Tracer, structure: Structure,
+                 fresh_grads=frozenset()):
         self.graph = graph
         self.structure = structure
         self.compiled = graph.compile()
@@ -123,7 +132,7 @@ class Entry:
                                 type(data)))
         self.grad_none = [(c.node.outputs[0].name, c.var) for c in tracer.captures
                           if c.before_grad is None and c.var.grad is not None
-                          and c.node.attrs["field"] != "attr"]
+                          and c.node.attrs["field"] != "attr" and id(c.var) not in fresh_grads]
 
     def subsumes(self, other: Entry) -> bool:
         """True if `other` differs from this entry only in requiring .grad unset,
@@ -233,10 +242,10 @@ class TracedFunction:
             # The common call, f(x, t) with arrays or Variables: the same key as
             # below, built without a call per argument.
             for arg in args:
-                if isinstance(arg, Variable):
+                if isinstance(arg, Variable) and arg.grad is None:
                     d = arg._data
                     key.append((d.shape, d.dtype, "cpu" if type(d) is np.ndarray else
-                                ("gpu", d.device.id), True, arg.grad is not None))
+                                ("gpu", d.device.id), True, False))
                 elif type(arg) is np.ndarray:
                     key.append((arg.shape, arg.dtype, "cpu", False, False))
                 else:
@@ -363,14 +372,18 @@ class TracedFunction:
         attrs_before = [(h, n, getattr(h, n, None)) for h, n in self._carried]
         tracer.attr_before = {id(v): (h, n) for h, n, v in attrs_before
                               if isinstance(v, Variable)}
-        previous = core.set_tracer(tracer)
+        watch = Watch(tracer.computed)
+        previous, observer = core.set_tracer(tracer), layers.observer
+        layers.observer = watch
         try:
             result = self.fn(*args, **kwargs)
         finally:
             core.set_tracer(previous)
+            layers.observer = observer
         structure, attr_writes = survey(
             self.fn, args, kwargs, {id(c.var) for c in tracer.captures}, tracer.computed,
             {(id(h), n) for h, n in self._carried})
+        attr_writes += watch.carried(attr_writes)
         new = [f"{type(h).__name__}.{n}" for h, n, _ in attr_writes
                if not any(h is h2 and n == n2 for h2, n2 in self._carried)]
         self._carried += [(h, n) for h, n, _ in attr_writes
@@ -382,7 +395,7 @@ class TracedFunction:
         graph = optimize(graph)
         self._warn_constant_outputs(graph)
         kept = not tracer.uninitialised and not new
-        entry = Entry(graph, tracer, structure)
+        entry = Entry(graph, tracer, structure, watch.fresh_grads)
         if debugging.LEVEL >= 4:
             debugging.log(4, f"replay code of {self.name}:\n{entry.compiled.source}\n"
                              f"{entry.compiled.glue}")
