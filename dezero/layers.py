@@ -25,8 +25,9 @@ from dezero.utils import pair
 
 # While a traced function records, dezero.static.trace installs an observer here
 # and learns what the run does to layers: which attributes it assigns a Variable
-# (state carried to the next call, like LSTM.h, wherever the layer lives) and
-# which gradients it clears. None otherwise, at the cost of one `is` test.
+# (state carried to the next call, like LSTM.h, wherever the layer lives), which
+# gradients it clears, whether it initialised anything, and (optimizers.py) when
+# it updates or sets a hyperparameter. None otherwise, at the cost of one `is` test.
 observer = None
 
 
@@ -208,6 +209,8 @@ def _untraced():
         yield
     finally:
         core.set_tracer(tracer)
+        if observer is not None:
+            observer.initialised()
 
 
 def _randn(xp, shape, scale, dtype):

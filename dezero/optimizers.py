@@ -43,6 +43,8 @@ class Hyperparameter:
         return obj.__dict__[self.value_key]
 
     def __set__(self, obj, value):
+        if layers.observer is not None:  # inside a traced function that records
+            layers.observer.hyperparameter_set(obj, self.name)
         value = float(value)
         var = obj.__dict__.get(self.var_key)
         if var is None:

@@ -24,6 +24,7 @@ BUDGETS = {
     "dezero/static/reach.py": 260,
     "dezero/static/saving.py": 240,
     "dezero/static/drawing.py": 60,
+    "dezero/static/checking.py": 130,
     "dezero/static/debugging.py": 40,
     "dezero/static/backends/interpreter.py": 70,
     "dezero/static/backends/pycode.py": 280,

@@ -30,6 +30,7 @@ from dezero.core import Variable
 from dezero.layers import Layer
 from dezero.optimizers import Optimizer
 from dezero.static.ir import TraceError
+from dezero.static.tracer import where
 
 _GONE = object()
 # Files under these folders are libraries, whose module attributes hold no models.
@@ -314,6 +315,7 @@ class Watch:
         self.attributes = {}           # (id(holder), name) -> (holder, name)
         self.fresh_grads = set()       # ids of Variables whose old .grad was dropped unread
         self.updated = False
+        self.did_initialise = False     # a layer or optimizer initialised state in the run
 
     def assigned(self, holder, name, value):
         self.attributes[(id(holder), name)] = (holder, name)
@@ -330,6 +332,16 @@ class Watch:
 
     def updating(self):
         self.updated = True
+
+    def initialised(self):
+        self.did_initialise = True
+
+    def hyperparameter_set(self, optimizer, name):
+        raise TraceError(
+            f"{type(optimizer).__name__}.{name} is set inside a traced function ({where()}); "
+            f"a replay runs no Python assignments, so the value passed in would be "
+            f"ignored by every replay\n  fix: set it outside the traced function, before "
+            f"the call (every replay reads it afresh): optimizer.{name} = value; step(x, t)")
 
     def carried(self, found) -> list:
         """(holder, name, Variable) for layer attributes the run left holding a Variable

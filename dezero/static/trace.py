@@ -20,6 +20,7 @@ import numpy as np
 from dezero import core, cuda, layers
 from dezero.core import Config, Variable
 from dezero.static import debugging
+from dezero.static.checking import check_replay, set_attributes
 from dezero.static.ir import StaticGraph, TraceError, read_slot, type_str
 from dezero.static.passes import optimize
 from dezero.static.reach import Structure, Watch, survey
@@ -31,8 +32,9 @@ from dezero.static.tracer import Tracer, restore
 
 
 def _array_key(data, is_variable, grad):
-    # Device: numpy arrays are one kind; a cupy array also names its GPU.
-    device = "cpu" if type(data) is np.ndarray else ("gpu", data.device.id)
+    # Device: numpy arrays (subclasses such as np.memmap too) are one kind; a cupy
+    # array also names its GPU.
+    device = "cpu" if isinstance(data, np.ndarray) else ("gpu", data.device.id)
     return (data.shape, data.dtype, device, is_variable, grad is not None)
 
 
@@ -244,7 +246,7 @@ class TracedFunction:
             for arg in args:
                 if isinstance(arg, Variable) and arg.grad is None:
                     d = arg._data
-                    key.append((d.shape, d.dtype, "cpu" if type(d) is np.ndarray else
+                    key.append((d.shape, d.dtype, "cpu" if isinstance(d, np.ndarray) else
                                 ("gpu", d.device.id), True, False))
                 elif type(arg) is np.ndarray:
                     key.append((arg.shape, arg.dtype, "cpu", False, False))
@@ -377,6 +379,9 @@ class TracedFunction:
         layers.observer = watch
         try:
             result = self.fn(*args, **kwargs)
+        except TraceError as e:
+            _explain_dtypes(tracer, leaf_labels, leaves, e)
+            raise
         finally:
             core.set_tracer(previous)
             layers.observer = observer
@@ -388,23 +393,27 @@ class TracedFunction:
                if not any(h is h2 and n == n2 for h2, n2 in self._carried)]
         self._carried += [(h, n) for h, n, _ in attr_writes
                           if not any(h is h2 and n == n2 for h2, n2 in self._carried)]
-        graph = tracer.finish(result, attr_writes)
+        graph = recorded_graph = tracer.finish(result, attr_writes)
         recorded = time.perf_counter()
         if debugging.LEVEL >= 5:
             debugging.log(5, f"recorded:\n{graph}")
         graph = optimize(graph)
         self._warn_constant_outputs(graph)
-        kept = not tracer.uninitialised and not new
+        # check=True replays random ops from the random state before the run; state
+        # initialised in the run drew from it first, so the next call is checked.
+        unchecked = self.check and watch.did_initialise and any(
+            getattr(n.function_class, "random", False) for n in graph.of_kind("op"))
+        kept = not tracer.uninitialised and not new and not unchecked
         entry = Entry(graph, tracer, structure, watch.fresh_grads)
         if debugging.LEVEL >= 4:
             debugging.log(4, f"replay code of {self.name}:\n{entry.compiled.source}\n"
                              f"{entry.compiled.glue}")
-        if self.check:
-            self._check(tracer, graph, entry, leaves, result, random_state, attrs_before,
-                        attr_writes)
+        if self.check and kept:  # a graph not kept is never replayed: nothing to check
+            check_replay(self.name, tracer, recorded_graph, entry, leaves, result,
+                         random_state, attrs_before, attr_writes)
         if restore_state:
             restore(tracer.state_before())
-            _set_attributes(attrs_before)
+            set_attributes(attrs_before)
             np.random.set_state(random_state)
         self.graph = graph
         self._last = (key, labels)
@@ -421,7 +430,9 @@ class TracedFunction:
                          + (f"; not kept: state {', '.join(tracer.uninitialised)} was "
                             f"initialised in the run" if tracer.uninitialised else "")
                          + (f"; not kept: {', '.join(new)} carry values out of the run, "
-                            f"the next call records them as state" if new else ""))
+                            f"the next call records them as state" if new else "")
+                         + ("; not kept: check=True waits for a call that initialises "
+                            "nothing before random ops" if unchecked else ""))
         return result, graph
 
     def _warn_constant_outputs(self, graph):
@@ -434,48 +445,21 @@ class TracedFunction:
                 f"arguments is not recorded (pass Variables, or use dezero functions)",
                 stacklevel=4)
 
-    def _check(self, tracer, graph, entry, leaves, result, random_state, attrs_before,
-               attr_writes):
-        """Replay right after recording (state put back in between) and compare."""
-        before = tracer.state_before()
-        eager_state = [(var, var._data, var.grad) for var, _, _ in before]
-        eager_attrs = [(h, n, getattr(h, n, None)) for h, n, _ in attrs_before + attr_writes]
-        eager_random = np.random.get_state()
-        restore(before)
-        _set_attributes(attrs_before)
-        np.random.set_state(random_state)
-        try:
-            replayed = entry.compiled.run(leaves)
-            pairs = list(zip(_arrays(result), _arrays(replayed),
-                             (f"output {v.name}" for v in graph.output_values)))
-            for (var, data, grad), (node, with_grad) in zip(eager_state, tracer.state_names()):
-                pairs.append((data, var._data, f"state {node}"))
-                if not with_grad:
-                    continue
-                if grad is not None and var.grad is not None:
-                    pairs.append((grad._data, var.grad._data, f"state {node}.grad"))
-                elif (grad is None) != (var.grad is None):
-                    pairs.append((grad, var.grad, f"state {node}.grad"))
-            for holder, name, var in attr_writes:
-                pairs.append((var._data, getattr(holder, name).data,
-                              f"attribute {type(holder).__name__}.{name}"))
-            for eager, replay, what in pairs:
-                problem = _difference(eager, replay)
-                if problem:
-                    raise TraceError(
-                        f"check failed for {self.name}: {what} differs between the replay "
-                        f"and the eager run ({problem})\n  an op may keep hidden state, read "
-                        f"a global, or compute with raw numpy outside dezero functions")
-        finally:
-            restore(eager_state)
-            _set_attributes(eager_attrs)
-            np.random.set_state(eager_random)
-        debugging.log(3, f"check {self.name}: replay equals the eager run")
-
-
-def _set_attributes(triples):
-    for holder, name, value in triples:
-        setattr(holder, name, value)
+def _explain_dtypes(tracer, labels, leaves, error):
+    """Re-raise a recording's TraceError as a dtype mismatch when a float argument
+    meets float state of another dtype (a float64 batch into a float32 model)."""
+    state = [c for c in tracer.captures if c.before_data is not None
+             and c.before_data.dtype.kind == "f"]
+    for label, leaf in zip(labels, leaves):
+        dtype = getattr(leaf, "_data", leaf).dtype
+        other = next((c for c in state if c.before_data.dtype != dtype), None)
+        if dtype.kind == "f" and other is not None:
+            raise TraceError(
+                f"argument {label} is {dtype} but the state it meets is "
+                f"{other.before_data.dtype} ({tracer.label(other.var)}): eager numpy "
+                f"would turn that state into {dtype}, which a graph cannot do\n  fix: "
+                f"pass {label}.astype(np.{other.before_data.dtype}), or convert the model "
+                f"to {dtype} before tracing\n  (while recording: {error})") from error
 
 
 def _bind_weakly(fn, obj):
@@ -487,36 +471,6 @@ def _bind_weakly(fn, obj):
         return fn(instance(), *args, **kwargs)
     method.__dezero_instance__ = instance  # read by reach.survey
     return method
-
-
-def _arrays(result):
-    if isinstance(result, Variable):
-        return [result._data]
-    if isinstance(result, cuda.array_types):
-        return [result]
-    if isinstance(result, (tuple, list)):
-        return [a for item in result for a in _arrays(item)]
-    if isinstance(result, dict):
-        return [a for item in result.values() for a in _arrays(item)]
-    return []
-
-
-def _difference(eager, replay) -> str:
-    if eager is None or replay is None:
-        return f"eager {eager is not None and 'set' or None}, replay " \
-               f"{replay is not None and 'set' or None}"
-    eager, replay = cuda.as_numpy(eager), cuda.as_numpy(replay)
-    if eager.shape != replay.shape or eager.dtype != replay.dtype:
-        return f"eager {type_str(eager.shape, eager.dtype)}, replay " \
-               f"{type_str(replay.shape, replay.dtype)}"
-    if eager.dtype.kind in "fc":
-        close = np.allclose(eager, replay, rtol=1e-5, atol=1e-6, equal_nan=True)
-    else:
-        close = np.array_equal(eager, replay)
-    if close:
-        return ""
-    diff = np.max(np.abs(eager.astype(np.float64) - replay.astype(np.float64)))
-    return f"max abs difference {diff:.3g}"
 
 
 def trace(fn=None, *, static_argnames=(), check=False, max_entries=8):

@@ -28,11 +28,20 @@ _BACKWARD_CODE = Variable.backward.__code__
 # =============================================================================
 
 
+_IN_DEZERO: dict[str, bool] = {}  # filename -> whether it lies in the dezero package
+
+
 def user_frame():
     """The innermost stack frame outside the dezero package (the user's code)."""
     frame = sys._getframe(1)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(
-            _DEZERO_DIR + os.sep):
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        inside = _IN_DEZERO.get(filename)
+        if inside is None:
+            inside = _IN_DEZERO[filename] = os.path.abspath(filename).startswith(
+                _DEZERO_DIR + os.sep)
+        if not inside:
+            break
         frame = frame.f_back
     return frame
 
@@ -112,6 +121,8 @@ class Tracer:
             self._check_attr(function.op_name, name, value)
         node = Node("op", function.op_name, [self.resolve(x) for x in inputs], attrs,
                     [Value(None, y._data.shape, y._data.dtype) for y in outputs])
+        frame = user_frame()
+        node.source = (frame.f_code.co_filename, frame.f_lineno) if frame else None
         self.ops.append(node)
         for y, value in zip(outputs, node.outputs):
             self.computed[id(y)] = y
