@@ -254,3 +254,37 @@ def test_user_modules_are_searched_and_libraries_are_not():
     from dezero.static.reach import is_user_module
     assert is_user_module(sys.modules[__name__]) and is_user_module(holder_module)
     assert not is_user_module(np) and not is_user_module(dezero) and not is_user_module(sys)
+
+
+class Slotted:
+    __slots__ = ("h",)  # no __dict__: no search can read it
+
+
+def test_carried_state_the_search_cannot_reach_is_an_error_not_a_silent_skip():
+    def in_closure():
+        h = None
+
+        def step(x):
+            nonlocal h
+            h = x * 2.0 if h is None else h * 0.5 + x
+            return h * 1.0
+        return step
+
+    slot = Slotted()
+    slot.h = None
+
+    def in_slot(x):
+        slot.h = x * 2.0 if slot.h is None else slot.h * 0.5 + x
+        return slot.h * 1.0
+
+    for step, holder in ((in_closure(), "cell"), (in_slot, "Slotted")):
+        with pytest.raises(TraceError, match=f"still held after the call by .*{holder}.* "
+                                             f"that the tracer cannot reach"):
+            dezero.trace(step)(Variable(np.ones(2, np.float32)))
+
+
+def test_results_kept_by_the_caller_are_not_carried_state():
+    traced = dezero.trace(lambda x: F.exp(x) * 2.0)
+    kept = [traced(Variable(np.full(2, float(i), np.float32))) for i in range(3)]
+    np.testing.assert_allclose(kept[2].data, np.exp(2.0) * 2.0, rtol=1e-6)
+    assert traced.entries == 1

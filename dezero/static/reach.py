@@ -9,10 +9,7 @@ removed (a rebuilt model, a swapped layer, optimizer.setup(other), a new hook,
 cleared optimizer state), and the (holder, name) attributes that hold a Variable
 the run computed (LSTM.h), which later calls read and write as state.
 
-    structure, carried = survey(fn, args, kwargs, captured, computed, known)
-
-Watch is told by the layers during the run which attributes they assign and which
-gradients they clear; it finds carried layer state wherever the layer lives.
+    structure, carried, transient = survey(fn, args, kwargs, captured, computed, known)
 """
 from __future__ import annotations
 
@@ -30,7 +27,6 @@ from dezero.core import Variable
 from dezero.layers import Layer
 from dezero.optimizers import Optimizer
 from dezero.static.ir import TraceError
-from dezero.static.tracer import where
 
 _GONE = object()
 # Files under these folders are libraries, whose module attributes hold no models.
@@ -145,7 +141,9 @@ def _contents(cell):
 
 
 def survey(fn, args, kwargs, captured: set, computed: dict, known: set):
-    """(Structure, [(holder, name, Variable)]) for a run of fn(*args, **kwargs).
+    """(Structure, [(holder, name, Variable)], [Variable]) for a run of fn(*args,
+    **kwargs): the guard, the carried attributes, and the per-update values that
+    optimizers keep (alive after the run by design, not carried).
 
     captured  ids of the Variables the graph reads as state
     computed  id -> Variable for each Variable the run computed
@@ -174,10 +172,13 @@ def survey(fn, args, kwargs, captured: set, computed: dict, known: set):
         if not isinstance(f, types.FunctionType):
             walk.visit(f, type(f).__name__, False)  # a callable object, such as a Model
             continue
+        defaults = list(f.__defaults__ or ()) + list((f.__kwdefaults__ or {}).values())
+        for value in defaults:  # step(x, model=model): a default is bound for good
+            walk.visit(value, type(value).__name__, False)
         for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
             value = _contents(cell)
-            if value is _GONE:
-                continue
+            if value is _GONE or walk.computed_here(value):
+                continue  # a computed value in a cell: the check for escapes reports it
             walk.structure.cells.append((cell, value, f"{name} (closure of {f.__name__})"))
             if isinstance(value, types.FunctionType):
                 functions.append(value)
@@ -200,7 +201,7 @@ def survey(fn, args, kwargs, captured: set, computed: dict, known: set):
             else:
                 walk.visit(value, name, False)
         walk.structure.add(f.__globals__, bound, None, "globals", "global")
-    return walk.structure, walk.carried
+    return walk.structure, walk.carried, walk.transient
 
 
 def _names(code):
@@ -215,7 +216,7 @@ def _names(code):
 class _Walk:
     def __init__(self, captured, computed, known):
         self.captured, self.computed, self.known = captured, computed, known
-        self.structure, self.carried = Structure(), []
+        self.structure, self.carried, self.transient = Structure(), [], []
         self.relevant: dict[int, bool] = {}  # id -> whether it holds structure
         self.keep: list = []                 # keeps the ids above alive during the walk
 
@@ -259,7 +260,7 @@ class _Walk:
                              inside or isinstance(obj, (Layer, Optimizer)))
 
     def _item(self, item, label, inside) -> bool:
-        if self._computed(item):
+        if self.computed_here(item):
             raise TraceError(
                 f"{label} holds a Variable computed in the traced run: state carried "
                 f"to the next call in a list, tuple or set cannot be replayed\n  fix: keep "
@@ -287,8 +288,9 @@ class _Walk:
         """True (and noted) if holder.name carries state: a Variable the run computed,
         or an attribute already read as carried state."""
         if isinstance(holder, Optimizer) and name in holder.per_update:
+            self.transient.append(value)
             return True  # recomputed by each update before it is read
-        if not self._computed(value):
+        if not self.computed_here(value):
             return holder is not None and (id(holder), name) in self.known
         if holder is None or not isinstance(name, str):
             raise TraceError(
@@ -298,60 +300,5 @@ class _Walk:
         self.carried.append((holder, name, value))
         return True
 
-    def _computed(self, value) -> bool:
+    def computed_here(self, value) -> bool:
         return isinstance(value, Variable) and self.computed.get(id(value)) is value
-
-
-# =============================================================================
-# Watch: what the run does to layers (dezero.layers.observer)
-# =============================================================================
-
-
-class Watch:
-    """What a recording run does to layers, told through dezero.layers.observer."""
-
-    def __init__(self, computed: dict):
-        self.computed = computed       # id -> each Variable the run computed (grows)
-        self.attributes = {}           # (id(holder), name) -> (holder, name)
-        self.fresh_grads = set()       # ids of Variables whose old .grad was dropped unread
-        self.updated = False
-        self.did_initialise = False     # a layer or optimizer initialised state in the run
-
-    def assigned(self, holder, name, value):
-        self.attributes[(id(holder), name)] = (holder, name)
-
-    def cleared(self, params):
-        # An old gradient cleared before any update() and before backward() added to
-        # it was never read: the graph does not depend on whether it was set.
-        if self.updated:
-            return
-        computed = self.computed
-        for param in params:
-            if param.grad is None or computed.get(id(param.grad)) is not param.grad:
-                self.fresh_grads.add(id(param))
-
-    def updating(self):
-        self.updated = True
-
-    def initialised(self):
-        self.did_initialise = True
-
-    def hyperparameter_set(self, optimizer, name):
-        raise TraceError(
-            f"{type(optimizer).__name__}.{name} is set inside a traced function ({where()}); "
-            f"a replay runs no Python assignments, so the value passed in would be "
-            f"ignored by every replay\n  fix: set it outside the traced function, before "
-            f"the call (every replay reads it afresh): optimizer.{name} = value; step(x, t)")
-
-    def carried(self, found) -> list:
-        """(holder, name, Variable) for layer attributes the run left holding a Variable
-        it computed, that the walk from the function did not reach."""
-        known = {(id(h), n) for h, n, _ in found}
-        computed = self.computed
-        carried = []
-        for key, (holder, name) in self.attributes.items():
-            value = holder.__dict__.get(name)
-            if key not in known and isinstance(value, Variable) and \
-                    computed.get(id(value)) is value:
-                carried.append((holder, name, value))
-        return carried

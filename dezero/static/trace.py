@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import linecache
+import os
 import time
 import warnings
 import weakref
@@ -23,8 +25,9 @@ from dezero.static import debugging
 from dezero.static.checking import check_replay, set_attributes
 from dezero.static.ir import StaticGraph, TraceError, read_slot, type_str
 from dezero.static.passes import optimize
-from dezero.static.reach import Structure, Watch, survey
+from dezero.static.reach import Structure, survey
 from dezero.static.tracer import Tracer, restore
+from dezero.static.watch import Watch, escaped
 
 # =============================================================================
 # Signatures: flatten (the cache key of one call), describe_change
@@ -385,10 +388,14 @@ class TracedFunction:
         finally:
             core.set_tracer(previous)
             layers.observer = observer
-        structure, attr_writes = survey(
+        structure, attr_writes, transient = survey(
             self.fn, args, kwargs, {id(c.var) for c in tracer.captures}, tracer.computed,
             {(id(h), n) for h, n in self._carried})
         attr_writes += watch.carried(attr_writes)
+        computed = [weakref.ref(v) for v in tracer.computed.values()]
+        alive_by_design = [result, *transient, *(v for _, _, v in attr_writes),
+                           *(c.var.grad for c in tracer.captures),
+                           *(leaf.grad for leaf in leaves if isinstance(leaf, Variable))]
         new = [f"{type(h).__name__}.{n}" for h, n, _ in attr_writes
                if not any(h is h2 and n == n2 for h2, n2 in self._carried)]
         self._carried += [(h, n) for h, n, _ in attr_writes
@@ -433,6 +440,23 @@ class TracedFunction:
                             f"the next call records them as state" if new else "")
                          + ("; not kept: check=True waits for a call that initialises "
                             "nothing before random ops" if unchecked else ""))
+        values, made_by = tracer.values, {id(v): n for n in tracer.ops for v in n.outputs}
+        del tracer, watch  # the recording's own references to the run's Variables
+        left = escaped(computed, alive_by_design)
+        if left:
+            (var, kinds), = left[:1]
+            node = made_by.get(id(values.get(id(var))))
+            what = type_str(var.shape, var.dtype) + (
+                f" from {node.op}" + (f" at {_line(node.source)}" if node.source else "")
+                if node is not None else "")
+            self._cache.get(key, []).remove(entry) if kept else None
+            raise TraceError(
+                f"{self.name}: a Variable it computed ({what}) is still held after the call "
+                f"by {', '.join('a ' + kind for kind in kinds)} that the tracer cannot "
+                f"reach from the function's "
+                f"globals, closure and arguments, so a replay would never update it\n  fix: "
+                f"keep state carried between calls as an attribute of a Layer or of an "
+                f"object the function reads (self.h = h), or return it")
         return result, graph
 
     def _warn_constant_outputs(self, graph):
@@ -444,6 +468,12 @@ class TracedFunction:
                 f"state, so every replay returns the recorded value; numpy math on array "
                 f"arguments is not recorded (pass Variables, or use dezero functions)",
                 stacklevel=4)
+
+def _line(source) -> str:
+    filename, line = source
+    text = linecache.getline(filename, line).strip()
+    return f"{os.path.basename(filename)}:{line}" + (f", `{text}`" if text else "")
+
 
 def _explain_dtypes(tracer, labels, leaves, error):
     """Re-raise a recording's TraceError as a dtype mismatch when a float argument
