@@ -8,6 +8,7 @@ core.py and functions.py; models.py and optimizers.py build on it.
 """
 import contextlib
 import os
+import threading
 import zipfile
 import zlib
 
@@ -27,8 +28,20 @@ from dezero.utils import pair
 # and learns what the run does to layers: which attributes it assigns a Variable
 # (state carried to the next call, like LSTM.h, wherever the layer lives), which
 # gradients it clears, whether it initialised anything, and (optimizers.py) when
-# it updates or sets a hyperparameter. None otherwise, at the cost of one `is` test.
-observer = None
+# it updates or sets a hyperparameter. One per thread, like the tracer: eager code
+# in another thread is not observed.
+_observing = threading.local()
+
+
+def observer():
+    """The observer of the recording running in this thread, or None."""
+    return getattr(_observing, "current", None)
+
+
+def set_observer(new):
+    """Install `new` (or None) for this thread and return the one it replaces."""
+    previous, _observing.current = observer(), new
+    return previous
 
 
 class Layer:
@@ -56,8 +69,8 @@ class Layer:
         else:
             # `self.b = None` (nobias) or any plain value unregisters the name.
             registered.pop(name, None)
-        if observer is not None and isinstance(value, Variable):
-            observer.assigned(self, name, value)
+        if isinstance(value, Variable) and observer() is not None:
+            observer().assigned(self, name, value)
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name):
@@ -100,8 +113,8 @@ class Layer:
 
     def cleargrads(self):
         params = list(self.params())
-        if observer is not None:
-            observer.cleared(params)
+        if observer() is not None:
+            observer().cleared(params)
         for param in params:
             param.grad = None
 
@@ -209,8 +222,8 @@ def _untraced():
         yield
     finally:
         core.set_tracer(tracer)
-        if observer is not None:
-            observer.initialised()
+        if observer() is not None:
+            observer().initialised()
 
 
 def _randn(xp, shape, scale, dtype):

@@ -43,8 +43,8 @@ class Hyperparameter:
         return obj.__dict__[self.value_key]
 
     def __set__(self, obj, value):
-        if layers.observer is not None:  # inside a traced function that records
-            layers.observer.hyperparameter_set(obj, self.name)
+        if layers.observer() is not None:  # inside a traced function that records
+            layers.observer().hyperparameter_set(obj, self.name)
         value = float(value)
         var = obj.__dict__.get(self.var_key)
         if var is None:
@@ -116,8 +116,8 @@ class Optimizer:
         if self.target is None:
             raise RuntimeError(f"{type(self).__name__}.update: no target; call "
                                f"optimizer.setup(model) first")
-        if layers.observer is not None:
-            layers.observer.updating()  # the gradients are read from here on
+        if layers.observer() is not None:
+            layers.observer().updating()  # the gradients are read from here on
         params = [p for p in self.target.params() if p.grad is not None]
         if not params:
             return

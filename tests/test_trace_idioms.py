@@ -288,3 +288,16 @@ def test_results_kept_by_the_caller_are_not_carried_state():
     kept = [traced(Variable(np.full(2, float(i), np.float32))) for i in range(3)]
     np.testing.assert_allclose(kept[2].data, np.exp(2.0) * 2.0, rtol=1e-6)
     assert traced.entries == 1
+
+
+def test_the_layers_observer_belongs_to_the_recording_thread():
+    import threading
+    seen = []
+    previous = L.set_observer("recording")
+    try:
+        thread = threading.Thread(target=lambda: seen.append(L.observer()))
+        thread.start()
+        thread.join()
+        assert L.observer() == "recording" and seen == [None]
+    finally:
+        L.set_observer(previous)

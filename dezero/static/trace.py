@@ -378,8 +378,7 @@ class TracedFunction:
         tracer.attr_before = {id(v): (h, n) for h, n, v in attrs_before
                               if isinstance(v, Variable)}
         watch = Watch(tracer.computed)
-        previous, observer = core.set_tracer(tracer), layers.observer
-        layers.observer = watch
+        previous, observer = core.set_tracer(tracer), layers.set_observer(watch)
         try:
             result = self.fn(*args, **kwargs)
         except TraceError as e:
@@ -387,7 +386,7 @@ class TracedFunction:
             raise
         finally:
             core.set_tracer(previous)
-            layers.observer = observer
+            layers.set_observer(observer)
         structure, attr_writes, transient = survey(
             self.fn, args, kwargs, {id(c.var) for c in tracer.captures}, tracer.computed,
             {(id(h), n) for h, n in self._carried})

@@ -1,12 +1,13 @@
 """What a recording run does besides its Function calls, seen from the outside.
 
-Beside reach.py, used by trace.py around each recording. Watch is installed as
-dezero.layers.observer during the run: layers tell it which attributes they assign
-(carried state, found wherever the layer lives) and which gradients they clear,
-optimizers when they update or get a hyperparameter set. After the run, escaped()
-finds Variables it computed that something the survey did not reach still holds.
+Beside reach.py, used by trace.py around each recording. Watch is the layers'
+observer during the run (dezero.layers.set_observer): layers tell it which
+attributes they assign (carried state, found wherever the layer lives) and which
+gradients they clear, optimizers when they update or get a hyperparameter set.
+After the run, escaped() finds Variables it computed that something the survey
+did not reach still holds.
 
-    watch = Watch(tracer.computed); layers.observer = watch; ...run...; escaped(refs, roots)
+    watch = Watch(tracer.computed); layers.set_observer(watch); ...run...; escaped(refs, roots)
 """
 from __future__ import annotations
 
@@ -98,12 +99,12 @@ def _flat(roots):
 
 
 # =============================================================================
-# Watch: what the run does to layers (dezero.layers.observer)
+# Watch: what the run does to layers (dezero.layers.set_observer)
 # =============================================================================
 
 
 class Watch:
-    """What a recording run does to layers, told through dezero.layers.observer."""
+    """What a recording run does to layers, told through dezero.layers.observer()."""
 
     def __init__(self, computed: dict):
         self.computed = computed       # id -> each Variable the run computed (grows)
