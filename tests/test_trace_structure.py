@@ -45,7 +45,12 @@ def twin(obj, memo):
     return obj, copy.deepcopy(obj, memo)
 
 
+replaced = []  # kept alive: optimizers key their slots by id(param), which a new
+# parameter could otherwise reuse on one side and not the other
+
+
 def replace_layer(m, o, made):
+    replaced.append(m.fc2)
     m.fc2 = made(L.Linear(3, in_size=5))
 
 
@@ -180,3 +185,28 @@ def test_guards_are_cheap_for_a_small_step():
     structure = next(iter(traced._cache.values()))[0].structure
     # The model, its two layers, the optimizer and the globals: one check each.
     assert len(structure.namespaces) == 5 and structure.changed() is None
+
+
+activation_in_cell = F.sigmoid
+
+
+class NetReadingAGlobal(models.Model):
+    def __init__(self):
+        super().__init__()
+        self.fc = L.Linear(3, in_size=4)
+
+    def forward(self, x):
+        return activation_in_cell(self.fc(x))
+
+
+def test_a_global_read_by_a_model_method_rebound_retraces():
+    global activation_in_cell
+    model = NetReadingAGlobal()
+    traced = dezero.trace(lambda x: model(x))
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    try:
+        for act in (F.sigmoid, F.sigmoid, F.tanh, F.tanh, F.relu):
+            activation_in_cell = act  # a notebook cell run again with another choice
+            np.testing.assert_allclose(traced(x).data, act(model.fc(x)).data, rtol=1e-6)
+    finally:
+        activation_in_cell = F.sigmoid

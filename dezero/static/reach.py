@@ -152,7 +152,8 @@ def survey(fn, args, kwargs, captured: set, computed: dict, known: set):
     walk = _Walk(captured, computed, known)
     for arg in list(args) + list(kwargs.values()):
         walk.visit(arg, type(arg).__name__, False)
-    functions, seen = [fn], set()
+    functions, seen, namespaces = walk.functions, set(), {}
+    functions.append(fn)
     while functions:
         f = functions.pop()
         if id(f) in seen:
@@ -186,7 +187,7 @@ def survey(fn, args, kwargs, captured: set, computed: dict, known: set):
                 walk.visit(value, name, False)
         module = sys.modules.get(f.__globals__.get("__name__"))
         holder = module if module is not None and module.__dict__ is f.__globals__ else None
-        bound = {}
+        bound = namespaces.setdefault(id(f.__globals__), (f.__globals__, {}))[1]
         for name in dict.fromkeys(_names(f.__code__)):
             if name not in f.__globals__:
                 continue  # an attribute name, or a builtin
@@ -200,7 +201,8 @@ def survey(fn, args, kwargs, captured: set, computed: dict, known: set):
                 functions.append(value)
             else:
                 walk.visit(value, name, False)
-        walk.structure.add(f.__globals__, bound, None, "globals", "global")
+    for mapping, bound in namespaces.values():
+        walk.structure.add(mapping, bound, None, "globals", "global")
     return walk.structure, walk.carried, walk.transient
 
 
@@ -217,6 +219,8 @@ class _Walk:
     def __init__(self, captured, computed, known):
         self.captured, self.computed, self.known = captured, computed, known
         self.structure, self.carried, self.transient = Structure(), [], []
+        self.functions: list = []            # methods of the user's classes, for survey
+        self.classes: set[int] = set()
         self.relevant: dict[int, bool] = {}  # id -> whether it holds structure
         self.keep: list = []                 # keeps the ids above alive during the walk
 
@@ -256,8 +260,20 @@ class _Walk:
         attributes = getattr(obj, "__dict__", None)
         if not isinstance(attributes, dict):
             return False
+        self._methods(type(obj))
         return self._mapping(attributes, obj, label,
                              inside or isinstance(obj, (Layer, Optimizer)))
+
+    def _methods(self, cls):
+        # The methods of the user's classes (a Model's forward) read globals too, and
+        # their class attributes may hold layers.
+        for klass in cls.__mro__:
+            if id(klass) not in self.classes and is_user_module(sys.modules.get(
+                    klass.__module__)):
+                self.classes.add(id(klass))
+                self.visit(klass, klass.__name__, False)
+                self.functions += [v for v in vars(klass).values()
+                                   if isinstance(v, types.FunctionType)]
 
     def _item(self, item, label, inside) -> bool:
         if self.computed_here(item):
