@@ -424,10 +424,6 @@ class TracedFunction:
         self.graph = graph
         self._last = (key, labels)
         counts = {k: len(graph.of_kind(k)) for k in ("input", "state", "op", "write")}
-        if kept:
-            entries = self._cache.setdefault(key, [])
-            entries[:] = [e for e in entries if not entry.subsumes(e)]
-            entries.append(entry)
         debugging.log(1, f"{'trace' if reason == 'first call' else 'retrace'} {self.name}: "
                          f"{reason}; {counts['op']} ops, {counts['input']} inputs, "
                          f"{counts['state']} state, {counts['write']} writes, 0 kernels; "
@@ -448,14 +444,16 @@ class TracedFunction:
             what = type_str(var.shape, var.dtype) + (
                 f" from {node.op}" + (f" at {_line(node.source)}" if node.source else "")
                 if node is not None else "")
-            self._cache.get(key, []).remove(entry) if kept else None
             raise TraceError(
                 f"{self.name}: a Variable it computed ({what}) is still held after the call "
-                f"by {', '.join('a ' + kind for kind in kinds)} that the tracer cannot "
-                f"reach from the function's "
-                f"globals, closure and arguments, so a replay would never update it\n  fix: "
-                f"keep state carried between calls as an attribute of a Layer or of an "
-                f"object the function reads (self.h = h), or return it")
+                f"by {', '.join('a ' + kind for kind in kinds)} that the tracer cannot reach "
+                f"from the function's globals, closure and arguments, so a replay would "
+                f"never update it\n  fix: keep state carried between calls as an attribute "
+                f"of a Layer or of an object the function reads (self.h = h), or return it")
+        if kept:
+            entries = self._cache.setdefault(key, [])
+            entries[:] = [e for e in entries if not entry.subsumes(e)]
+            entries.append(entry)
         return result, graph
 
     def _warn_constant_outputs(self, graph):
