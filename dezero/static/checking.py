@@ -88,12 +88,15 @@ def first_difference(tracer, recorded, leaves, random_state) -> str:
     if comparing.first is None:
         return ""
     node, problem = comparing.first
-    made = ""
-    if node.source is not None:
-        filename, line = node.source
-        text = linecache.getline(filename, line).strip()
-        made = f", made at {os.path.basename(filename)}:{line}" + (f", `{text}`" if text else "")
+    made = f", made at {source_text(node.source)}" if node.source is not None else ""
     return f"{format_node(node)}{made} ({problem})"
+
+
+def source_text(source) -> str:
+    """'step.py:12, `y = f(x)`' for a node's (filename, line)."""
+    filename, line = source
+    text = linecache.getline(filename, line).strip()
+    return f"{os.path.basename(filename)}:{line}" + (f", `{text}`" if text else "")
 
 
 class _Comparing(Interpreter):

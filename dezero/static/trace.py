@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import linecache
-import os
 import time
 import warnings
 import weakref
@@ -22,7 +20,7 @@ import numpy as np
 from dezero import core, cuda, layers
 from dezero.core import Config, Variable
 from dezero.static import debugging
-from dezero.static.checking import check_replay, set_attributes
+from dezero.static.checking import check_replay, set_attributes, source_text
 from dezero.static.ir import StaticGraph, TraceError, read_slot, type_str
 from dezero.static.passes import optimize
 from dezero.static.reach import Structure, survey
@@ -437,13 +435,11 @@ class TracedFunction:
                             "nothing before random ops" if unchecked else ""))
         values, made_by = tracer.values, {id(v): n for n in tracer.ops for v in n.outputs}
         del tracer, watch  # the recording's own references to the run's Variables
-        left = escaped(computed, alive_by_design)
-        if left:
-            (var, kinds), = left[:1]
+        for var, kinds in escaped(computed, alive_by_design)[:1]:
             node = made_by.get(id(values.get(id(var))))
             what = type_str(var.shape, var.dtype) + (
-                f" from {node.op}" + (f" at {_line(node.source)}" if node.source else "")
-                if node is not None else "")
+                f" from {node.op}" + (f" at {source_text(node.source)}" if node.source
+                                      else "") if node is not None else "")
             raise TraceError(
                 f"{self.name}: a Variable it computed ({what}) is still held after the call "
                 f"by {', '.join('a ' + kind for kind in kinds)} that the tracer cannot reach "
@@ -465,12 +461,6 @@ class TracedFunction:
                 f"state, so every replay returns the recorded value; numpy math on array "
                 f"arguments is not recorded (pass Variables, or use dezero functions)",
                 stacklevel=4)
-
-def _line(source) -> str:
-    filename, line = source
-    text = linecache.getline(filename, line).strip()
-    return f"{os.path.basename(filename)}:{line}" + (f", `{text}`" if text else "")
-
 
 def _explain_dtypes(tracer, labels, leaves, error):
     """Re-raise a recording's TraceError as a dtype mismatch when a float argument
