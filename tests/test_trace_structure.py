@@ -210,3 +210,19 @@ def test_a_global_read_by_a_model_method_rebound_retraces():
             np.testing.assert_allclose(traced(x).data, act(model.fc(x)).data, rtol=1e-6)
     finally:
         activation_in_cell = F.sigmoid
+
+
+def test_a_traced_function_called_inside_counts_with_what_it_reads():
+    weight = dezero.Variable(np.array(2.0, np.float32))
+
+    @dezero.trace
+    def inner(x):
+        return x * weight
+
+    outer = dezero.trace(lambda x: inner(x) + 1.0)
+    x = np.ones(2, np.float32)
+    outer(x), outer(x)
+    weight = dezero.Variable(np.array(5.0, np.float32))  # noqa: F841 (read by inner)
+    np.testing.assert_allclose(outer(x).data, 6.0)
+    structure = next(iter(outer._cache.values()))[0].structure
+    assert all("graph" not in label for *_, label, _ in structure.namespaces)

@@ -260,6 +260,12 @@ class _Walk:
         attributes = getattr(obj, "__dict__", None)
         if not isinstance(attributes, dict):
             return False
+        if type(obj).__module__.startswith(__package__):
+            # A traced function called from this one runs inline: its code counts. A
+            # graph, entry or cache is not the user's structure.
+            if callable(obj) and isinstance(getattr(obj, "fn", None), types.FunctionType):
+                self.functions.append(obj.fn)
+            return False
         self._methods(type(obj))
         return self._mapping(attributes, obj, label,
                              inside or isinstance(obj, (Layer, Optimizer)))
