@@ -95,7 +95,7 @@ def training(make_model, make_optimizer, x, t):
     start = time.perf_counter()
     graph = traced.lower(x, t)
     lowered = (time.perf_counter() - start) * 1e3
-    traced(x, t)  # the first call after lower has grads set: one more recording
+    traced(x, t)  # replays: the step clears the grads before backward() reads them
     return lambda: eager(x, t), lambda: traced(x, t), graph, lowered
 
 

@@ -8,6 +8,7 @@ core.py and functions.py; models.py and optimizers.py build on it.
 """
 import contextlib
 import os
+import threading
 import zipfile
 import zlib
 
@@ -22,6 +23,25 @@ from dezero.utils import pair
 # =============================================================================
 # Layer: the base class, params, devices, save_weights / load_weights
 # =============================================================================
+
+# While a traced function records, dezero.static.trace installs an observer here
+# and learns what the run does to layers: which attributes it assigns a Variable
+# (state carried to the next call, like LSTM.h, wherever the layer lives), which
+# gradients it clears, whether it initialised anything, and (optimizers.py) when
+# it updates or sets a hyperparameter. One per thread, like the tracer: eager code
+# in another thread is not observed.
+_observing = threading.local()
+
+
+def observer():
+    """The observer of the recording running in this thread, or None."""
+    return getattr(_observing, "current", None)
+
+
+def set_observer(new):
+    """Install `new` (or None) for this thread and return the one it replaces."""
+    previous, _observing.current = observer(), new
+    return previous
 
 
 class Layer:
@@ -49,6 +69,8 @@ class Layer:
         else:
             # `self.b = None` (nobias) or any plain value unregisters the name.
             registered.pop(name, None)
+        if isinstance(value, Variable) and observer() is not None:
+            observer().assigned(self, name, value)
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name):
@@ -103,7 +125,10 @@ class Layer:
                 yield from obj._all_params()
 
     def cleargrads(self):
-        for param in self.params():
+        params = list(self.params())
+        if observer() is not None:
+            observer().cleared(params)
+        for param in params:
             param.grad = None
 
     def to_cpu(self):
@@ -266,6 +291,8 @@ def _untraced():
         yield
     finally:
         core.set_tracer(tracer)
+        if observer() is not None:
+            observer().initialised()
 
 
 def _randn(xp, shape, scale, dtype):

@@ -14,7 +14,7 @@ import weakref
 import numpy as np
 
 import dezero.functions as F
-from dezero import cuda
+from dezero import cuda, layers
 from dezero.core import Parameter, Variable, no_grad
 from dezero.layers import _untraced
 
@@ -44,6 +44,8 @@ class Hyperparameter:
         return obj.__dict__[self.value_key]
 
     def __set__(self, obj, value):
+        if layers.observer() is not None:  # inside a traced function that records
+            layers.observer().hyperparameter_set(obj, self.name)
         value = float(value)
         var = obj.__dict__.get(self.var_key)
         if var is None:
@@ -107,6 +109,10 @@ class Optimizer:
     update_one on each parameter that still has one.
     """
 
+    # Attributes that each update computes before reading them (step sizes): a
+    # traced step does not carry them from one call to the next as state.
+    per_update = ()
+
     def __init__(self):
         self.target = None
         self.hooks = []
@@ -119,6 +125,8 @@ class Optimizer:
         if self.target is None:
             raise RuntimeError(f"{type(self).__name__}.update: no target; call "
                                f"optimizer.setup(model) first")
+        if layers.observer() is not None:
+            layers.observer().updating()  # the gradients are read from here on
         params = [p for p in self.target.params() if p.grad is not None]
         if not params:
             return
@@ -268,6 +276,7 @@ class AdaDelta(Optimizer):
 
     rho = Hyperparameter()
     eps = Hyperparameter()
+    per_update = ("_one_minus_rho",)
 
     def __init__(self, rho=0.95, eps=1e-6):
         super().__init__()
@@ -311,6 +320,7 @@ class Adam(Optimizer):
     beta1 = Hyperparameter()
     beta2 = Hyperparameter()
     eps = Hyperparameter()
+    per_update = ("_lr_t", "_one_minus_beta1", "_one_minus_beta2")
 
     def __init__(self, alpha=0.001, beta1=0.9, beta2=0.999, eps=1e-8):
         super().__init__()
@@ -386,6 +396,7 @@ class AdamW(Adam):
     before the Adam step (the decay does not pass through m and v)."""
 
     weight_decay = Hyperparameter()
+    per_update = Adam.per_update + ("_keep",)
 
     def __init__(self, alpha=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01):
         super().__init__(alpha, beta1, beta2, eps)

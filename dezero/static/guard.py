@@ -36,11 +36,21 @@ _DEZERO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # =============================================================================
 
 
+_IN_DEZERO: dict[str, bool] = {}  # filename -> whether it lies in the dezero package
+
+
 def user_frame():
-    """The innermost stack frame outside the dezero package (the user's code)."""
+    """The innermost stack frame outside the dezero package (the user's code).
+    Every recorded op asks (for its node's source line), hence the cache."""
     frame = sys._getframe(1)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(
-            _DEZERO_DIR + os.sep):
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        inside = _IN_DEZERO.get(filename)
+        if inside is None:
+            inside = _IN_DEZERO[filename] = os.path.abspath(filename).startswith(
+                _DEZERO_DIR + os.sep)
+        if not inside:
+            break
         frame = frame.f_back
     return frame
 

@@ -85,9 +85,11 @@ class Node:
     payload  runtime data that is not part of the text: a const's array; the slot
              a state node reads (DataSlot, GradSlot or AttrSlot); the AttrSlot an
              "attr" write sets
+    source   (filename, line) where the user's code made an op node, for error
+             messages; None when unknown (passes and files do not keep it)
     """
 
-    __slots__ = ("kind", "op", "inputs", "attrs", "outputs", "payload")
+    __slots__ = ("kind", "op", "inputs", "attrs", "outputs", "payload", "source")
 
     def __init__(self, kind, op=None, inputs=(), attrs=None, outputs=(), payload=None):
         if kind not in KINDS:
@@ -98,6 +100,7 @@ class Node:
         self.attrs = dict(attrs or {})
         self.outputs = list(outputs)
         self.payload = payload
+        self.source = None
 
     @property
     def function_class(self):

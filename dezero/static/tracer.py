@@ -12,13 +12,12 @@ traced arrays through guards (guard.py).
 from __future__ import annotations
 
 import keyword
-import types
 
 import numpy as np
 
 from dezero import cuda
 from dezero.core import TracerHooks, Variable
-from dezero.static.guard import GuardedArray, RandomWatch, where
+from dezero.static.guard import GuardedArray, RandomWatch, user_frame, where
 from dezero.static.ir import (
     AttrSlot,
     DataSlot,
@@ -130,6 +129,8 @@ class Tracer(TracerHooks):
             self._check_attr(function.op_name, name, value)
         node = Node("op", function.op_name, [self.resolve(x) for x in inputs], attrs,
                     [Value(None, y._data.shape, y._data.dtype) for y in outputs])
+        frame = user_frame()
+        node.source = (frame.f_code.co_filename, frame.f_lineno) if frame else None
         self.ops.append(node)
         for y, value in zip(outputs, node.outputs):
             self.computed[id(y)] = y
@@ -436,42 +437,8 @@ def _moved_to_other_device(old, new) -> bool:
 
 
 # =============================================================================
-# Values carried in attributes: find_attribute_values
+# restore: put state back (check=True and lower)
 # =============================================================================
-
-# Objects the search for attributes never walks into.
-_OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
-           types.MethodType, str, bytes, int, float, complex, bool, np.ndarray, np.generic)
-
-
-def find_attribute_values(roots, wanted: dict, limit: int = 20000) -> list:
-    """(object, name, Variable) for every attribute, reachable from roots, that holds
-    one of the `wanted` Variables (id -> Variable): state a layer keeps in a Python
-    attribute, like LSTM.h, which a replay has to set again."""
-    found, seen, stack = [], set(), list(reversed(roots))
-    while stack and len(seen) < limit:
-        obj = stack.pop()
-        if id(obj) in seen or isinstance(obj, _OPAQUE) or obj is None:
-            continue
-        seen.add(id(obj))
-        if isinstance(obj, Variable) or isinstance(obj, cuda.array_types):
-            continue
-        if isinstance(obj, dict):
-            stack.extend(reversed(list(obj.values())))
-            continue
-        if isinstance(obj, (list, tuple, set, frozenset)):
-            stack.extend(reversed(list(obj)))
-            continue
-        attributes = getattr(obj, "__dict__", None)
-        if not isinstance(attributes, dict):
-            continue
-        for name, value in attributes.items():
-            if isinstance(value, Variable):
-                if id(value) in wanted and wanted[id(value)] is value:
-                    found.append((obj, name, value))
-            else:
-                stack.append(value)
-    return found
 
 
 def restore(states) -> None:

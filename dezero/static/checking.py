@@ -1,0 +1,153 @@
+"""trace(check=True): replay a graph right after recording it and compare with eager.
+
+Beside trace.py, which calls check_replay after each recording that is kept. State
+is put back in between, so the replay starts where the eager run started; on a
+difference, the recorded graph is interpreted node by node against the values the
+eager run computed, and the error names the first node that differs and the line
+of the user's code that made it.
+
+    check_replay(name, tracer, recorded, entry, leaves, result, random_state, ...)
+"""
+from __future__ import annotations
+
+import linecache
+import os
+
+import numpy as np
+
+from dezero import cuda
+from dezero.core import Variable
+from dezero.static import debugging
+from dezero.static.backends.interpreter import Interpreter
+from dezero.static.ir import TraceError, format_node, type_str
+from dezero.static.tracer import restore
+
+
+def check_replay(name, tracer, recorded, entry, leaves, result, random_state,
+                 attrs_before, attr_writes):
+    """Replay entry once with the state and random state of before the run, compare
+    outputs, state and carried attributes with the eager run, and leave the eager
+    run's state behind. Raises TraceError on a difference."""
+    before = tracer.state_before()
+    eager_state = [(var, var._data, var.grad) for var, _, _ in before]
+    eager_attrs = [(h, n, getattr(h, n, None)) for h, n, _ in attrs_before + attr_writes]
+    eager_random = np.random.get_state()
+    restore(before)
+    set_attributes(attrs_before)
+    np.random.set_state(random_state)
+    try:
+        replayed = entry.compiled.run(leaves)
+        pairs = list(zip(_arrays(result), _arrays(replayed),
+                         (f"output {v.name}" for v in entry.graph.output_values)))
+        for (var, data, grad), (node, with_grad) in zip(eager_state, tracer.state_names()):
+            pairs.append((data, var._data, f"state {node}"))
+            if not with_grad:
+                continue
+            if grad is not None and var.grad is not None:
+                pairs.append((grad._data, var.grad._data, f"state {node}.grad"))
+            elif (grad is None) != (var.grad is None):
+                pairs.append((grad, var.grad, f"state {node}.grad"))
+        for holder, attr, var in attr_writes:
+            pairs.append((var._data, getattr(holder, attr).data,
+                          f"attribute {type(holder).__name__}.{attr}"))
+        for eager, replay, what in pairs:
+            problem = _difference(eager, replay)
+            if problem:
+                first = first_difference(tracer, recorded, leaves, random_state)
+                raise TraceError(
+                    f"check failed for {name}: {what} differs between the replay and the "
+                    f"eager run ({problem})" + (f"\n  first differing node: {first}"
+                                                if first else "") +
+                    "\n  an op may keep hidden state, read a global, or compute with raw "
+                    "numpy outside dezero functions")
+    finally:
+        restore(eager_state)
+        set_attributes(eager_attrs)
+        np.random.set_state(eager_random)
+    debugging.log(3, f"check {name}: replay equals the eager run")
+
+
+def first_difference(tracer, recorded, leaves, random_state) -> str:
+    """'b: f32[2] = counting(x), made at step.py:12, `y = g(x)`' for the first op of
+    the recorded graph whose result differs from the eager run's, or ''."""
+    eager = {}
+    for var in tracer.computed.values():
+        value = tracer.values.get(id(var))
+        if value is not None and var._data is not None:
+            eager[id(value)] = var._data
+    comparing = _Comparing(recorded, eager)
+    state = np.random.get_state()
+    np.random.set_state(random_state)
+    try:
+        comparing.execute(*[getattr(leaf, "_data", leaf) for leaf in leaves],
+                          *[c.before_data for c in tracer.captures])
+    except Exception:  # noqa: BLE001 - a graph the interpreter cannot run: no detail
+        pass
+    finally:
+        np.random.set_state(state)
+    if comparing.first is None:
+        return ""
+    node, problem = comparing.first
+    made = f", made at {source_text(node.source)}" if node.source is not None else ""
+    return f"{format_node(node)}{made} ({problem})"
+
+
+def source_text(source) -> str:
+    """'step.py:12, `y = f(x)`' for a node's (filename, line)."""
+    filename, line = source
+    text = linecache.getline(filename, line).strip()
+    return f"{os.path.basename(filename)}:{line}" + (f", `{text}`" if text else "")
+
+
+class _Comparing(Interpreter):
+    """The reference interpreter, noting the first op whose result is not eager's."""
+
+    def __init__(self, graph, eager):
+        super().__init__(graph)
+        self.eager, self.first = eager, None
+
+    def op(self, node):
+        super().op(node)
+        for value in node.outputs:
+            expected = self.eager.get(id(value))
+            if self.first is None and expected is not None:
+                problem = _difference(expected, self.env[value.name])
+                if problem:
+                    self.first = (node, problem)
+
+
+def set_attributes(triples):
+    for holder, name, value in triples:
+        setattr(holder, name, value)
+
+
+def _arrays(result):
+    if isinstance(result, Variable):
+        return [result._data]
+    if isinstance(result, cuda.array_types):
+        return [result]
+    if isinstance(result, (tuple, list)):
+        return [a for item in result for a in _arrays(item)]
+    if isinstance(result, dict):
+        return [a for item in result.values() for a in _arrays(item)]
+    return []
+
+
+def _difference(eager, replay) -> str:
+    if eager is None or replay is None:
+        return f"eager {eager is not None and 'set' or None}, replay " \
+               f"{replay is not None and 'set' or None}"
+    eager, replay = cuda.as_numpy(eager), cuda.as_numpy(replay)
+    if eager.shape != replay.shape or eager.dtype != replay.dtype:
+        return f"eager {type_str(eager.shape, eager.dtype)}, replay " \
+               f"{type_str(replay.shape, replay.dtype)}"
+    if eager.dtype.kind in "fc":
+        close = np.allclose(eager, replay, rtol=1e-5, atol=1e-6, equal_nan=True)
+    else:
+        close = np.array_equal(eager, replay)
+    if close:
+        return ""
+    diff = np.max(np.abs(eager.astype(np.float64) - replay.astype(np.float64)))
+    return f"max abs difference {diff:.3g}"
+
+

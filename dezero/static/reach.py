@@ -1,0 +1,326 @@
+"""What a traced function reaches besides its arguments: the structure its graph
+assumes, and the attributes that carry values from one call to the next.
+
+Used by trace.py after each recording. `survey` walks from the function's globals,
+closure cells and static arguments through layers, optimizers, hooks, dicts, lists,
+user modules and user classes, with no cap on size. It returns a Structure, whose
+`changed()` runs before every replay and names what was replaced, added or
+removed (a rebuilt model, a swapped layer, optimizer.setup(other), a new hook,
+cleared optimizer state), and the (holder, name) attributes that hold a Variable
+the run computed (LSTM.h), which later calls read and write as state.
+
+    structure, carried, transient = survey(fn, args, kwargs, captured, computed, known)
+"""
+from __future__ import annotations
+
+import functools
+import operator
+import os
+import sys
+import sysconfig
+import types
+
+import numpy as np
+
+from dezero import cuda
+from dezero.core import Variable
+from dezero.layers import Layer
+from dezero.optimizers import Optimizer
+from dezero.static.ir import TraceError
+
+_GONE = object()
+# Files under these folders are libraries, whose module attributes hold no models.
+_LIBRARIES = tuple({os.path.join(os.path.abspath(sysconfig.get_paths()[key]), "")
+                    for key in ("stdlib", "platstdlib", "purelib", "platlib")} |
+                   {os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+                       __file__))), "")})
+# Values whose identity says nothing about structure (a changed number or array that
+# the graph reads is an argument, state or a constant, guarded elsewhere).
+_ATOMS = (str, bytes, int, float, complex, bool, type(None), slice, range, np.generic,
+          np.dtype, *cuda.array_types)
+_CALLABLES = (types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+              functools.partial)
+
+
+def is_user_module(module) -> bool:
+    """True for the user's modules (and __main__, a notebook), not libraries."""
+    if not isinstance(module, types.ModuleType):
+        return False
+    path = getattr(module, "__file__", None)
+    if path is None:  # __main__ in a notebook, or a module made at run time
+        return module.__name__ not in sys.builtin_module_names
+    return not os.path.abspath(path).startswith(_LIBRARIES)
+
+
+# =============================================================================
+# Structure: the guard checked before every replay
+# =============================================================================
+
+
+class Structure:
+    """Identities a recorded graph assumes: each must still hold for a replay.
+
+    namespaces  (mapping, keys, values, length, label, style): mapping[key] is still
+                each value (globals, attributes of layers, optimizers and hooks, dict
+                items), and, where length is not None, nothing was added or removed;
+                style ("global", "attribute" or "item") spells a key in a reason
+    sequences   (list, snapshot, label): the list still holds the same objects
+    cells       (cell, value, label): a closure variable still names value
+    """
+
+    def __init__(self):
+        self.namespaces, self.sequences, self.cells = [], [], []
+        self._fast = None
+
+    def add(self, mapping, bound: dict, length, label, style):
+        self.namespaces.append((mapping, tuple(bound), tuple(bound.values()), length,
+                                label, style))
+
+    def changed(self) -> str | None:
+        """None if every identity holds, else what changed (the reason to retrace)."""
+        if self._fast is None:
+            self._compile()
+        namespaces, sequences, cells, contents = self._fast
+        # Tuples compare items by identity first, and the objects here (layers,
+        # Variables, functions, lists) are equal only to themselves or to equal
+        # contents, so a comparison is false exactly when something was replaced.
+        try:
+            for mapping, get, values, length in namespaces:
+                if get(mapping) != values or (length is not None and len(mapping) != length):
+                    return self._explain()
+            for items, snapshot in sequences:
+                if tuple(items) != snapshot:
+                    return self._explain()
+            if tuple(map(_contents, cells)) != contents:
+                return self._explain()
+        except (KeyError, ValueError):  # a key removed; an array compared by value
+            return self._explain()
+        return None
+
+    def _compile(self):
+        # itemgetter reads all the keys of a namespace in one call: a few times
+        # faster than a loop, and this runs before every replay.
+        namespaces = [(mapping, operator.itemgetter(*keys), values if len(keys) > 1 else
+                       values[0], length)
+                      for mapping, keys, values, length, _, _ in self.namespaces if keys]
+        namespaces += [(mapping, len, length, None)
+                       for mapping, keys, _, length, _, _ in self.namespaces
+                       if not keys and length is not None]
+        self._fast = (namespaces, [(items, snapshot) for items, snapshot, _ in self.sequences],
+                      [cell for cell, _, _ in self.cells],
+                      tuple(value for _, value, _ in self.cells))
+
+    def _explain(self) -> str:
+        for mapping, keys, values, length, label, style in self.namespaces:
+            for key, value in zip(keys, values):
+                if mapping.get(key, _GONE) is not value:
+                    where = {"global": f"global {key}", "attribute": f"{label}.{key}",
+                             "item": f"{label}[{key!r}]"}[style]
+                    return f"{where} was replaced or removed"
+            if length is not None and len(mapping) != length:
+                return f"{label} gained or lost an {style}"
+        for items, snapshot, label in self.sequences:
+            if len(items) != len(snapshot) or any(map(operator.is_not, items, snapshot)):
+                return f"{label} changed"
+        for cell, value, label in self.cells:
+            if _contents(cell) is not value:
+                return f"{label} was rebound"
+        return "the structure changed"
+
+
+def _contents(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # a closure variable not assigned (yet, or any more)
+        return _GONE
+
+
+# =============================================================================
+# survey: one walk for the structure and the carried attributes
+# =============================================================================
+
+
+def survey(fn, args, kwargs, captured: set, computed: dict, known: set):
+    """(Structure, [(holder, name, Variable)], [Variable]) for a run of fn(*args,
+    **kwargs): the guard, the carried attributes, and the per-update values that
+    optimizers keep (alive after the run by design, not carried).
+
+    captured  ids of the Variables the graph reads as state
+    computed  id -> Variable for each Variable the run computed
+    known     (id(holder), name) of attributes already read as carried state
+    """
+    walk = _Walk(captured, computed, known)
+    for arg in list(args) + list(kwargs.values()):
+        walk.visit(arg, type(arg).__name__, False)
+    functions, seen, namespaces = walk.functions, set(), {}
+    functions.append(fn)
+    while functions:
+        f = functions.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        while isinstance(f, functools.partial):
+            for arg in list(f.args) + list(f.keywords.values()):
+                walk.visit(arg, type(arg).__name__, False)
+            f = f.func
+        if isinstance(f, types.MethodType):
+            walk.visit(f.__self__, type(f.__self__).__name__, False)
+            f = f.__func__
+        instance = getattr(f, "__dezero_instance__", None)  # a traced method's self
+        if instance is not None:
+            walk.visit(instance(), type(instance()).__name__, False)
+            f = f.__wrapped__
+        if not isinstance(f, types.FunctionType):
+            walk.visit(f, type(f).__name__, False)  # a callable object, such as a Model
+            continue
+        defaults = list(f.__defaults__ or ()) + list((f.__kwdefaults__ or {}).values())
+        for value in defaults:  # step(x, model=model): a default is bound for good
+            walk.visit(value, type(value).__name__, False)
+        for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
+            value = _contents(cell)
+            if value is _GONE or walk.computed_here(value):
+                continue  # a computed value in a cell: the check for escapes reports it
+            walk.structure.cells.append((cell, value, f"{name} (closure of {f.__name__})"))
+            if isinstance(value, types.FunctionType):
+                functions.append(value)
+            else:
+                walk.visit(value, name, False)
+        module = sys.modules.get(f.__globals__.get("__name__"))
+        holder = module if module is not None and module.__dict__ is f.__globals__ else None
+        bound = namespaces.setdefault(id(f.__globals__), (f.__globals__, {}))[1]
+        for name in dict.fromkeys(_names(f.__code__)):
+            if name not in f.__globals__:
+                continue  # an attribute name, or a builtin
+            value = f.__globals__[name]
+            if walk.carried_value(holder, name, value, f"global {name}"):
+                continue
+            # Every global the code names is bound: a rebound name (a notebook cell
+            # run again) may hold a new model, function or constant.
+            bound[name] = value
+            if isinstance(value, types.FunctionType):
+                functions.append(value)
+            else:
+                walk.visit(value, name, False)
+    for mapping, bound in namespaces.values():
+        walk.structure.add(mapping, bound, None, "globals", "global")
+    return walk.structure, walk.carried, walk.transient
+
+
+def _names(code):
+    """Global names a code object (and the functions defined inside it) uses."""
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names += _names(const)
+    return names
+
+
+class _Walk:
+    def __init__(self, captured, computed, known):
+        self.captured, self.computed, self.known = captured, computed, known
+        self.structure, self.carried, self.transient = Structure(), [], []
+        self.functions: list = []            # methods of the user's classes, for survey
+        self.classes: set[int] = set()
+        self.relevant: dict[int, bool] = {}  # id -> whether it holds structure
+        self.keep: list = []                 # keeps the ids above alive during the walk
+
+    def visit(self, obj, label: str, inside: bool) -> bool:
+        """Whether the graph's structure depends on obj being what it is (records
+        the guards below it). inside: obj is held by a layer or an optimizer, where
+        functions, hooks and containers count too."""
+        if isinstance(obj, Variable):
+            return id(obj) in self.captured
+        if isinstance(obj, _ATOMS):
+            return False
+        if isinstance(obj, _CALLABLES):
+            return inside  # its identity is checked by whoever holds it
+        key = id(obj)
+        if key not in self.relevant:
+            self.relevant[key] = False  # a cycle back here adds nothing
+            self.keep.append(obj)
+            self.relevant[key] = self._walk(obj, label, inside)
+        # A class, module or container counts for what it holds; a callable held by
+        # a layer or optimizer (a hook, an activation object) for what it is.
+        return self.relevant[key] or (inside and callable(obj) and not isinstance(obj, type))
+
+    def _walk(self, obj, label, inside) -> bool:
+        if isinstance(obj, types.ModuleType):
+            return is_user_module(obj) and self._mapping(obj.__dict__, obj, label, False)
+        if isinstance(obj, type):
+            return is_user_module(sys.modules.get(obj.__module__)) and \
+                self._mapping(obj.__dict__, obj, label, False)
+        if isinstance(obj, dict):
+            return self._mapping(obj, None, label, inside)
+        if isinstance(obj, (list, tuple, set, frozenset)):
+            found = [self._item(item, f"{label}[{i}]", inside) for i, item in enumerate(obj)]
+            if isinstance(obj, list) and (any(found) or (inside and not obj)):
+                # An empty list in a layer or optimizer (hooks) may get a hook later.
+                self.structure.sequences.append((obj, tuple(obj), label))
+            return any(found) or (inside and not obj)
+        attributes = getattr(obj, "__dict__", None)
+        if not isinstance(attributes, dict):
+            return False
+        if type(obj).__module__.startswith(__package__):
+            # A traced function called from this one runs inline: its code counts. A
+            # graph, entry or cache is not the user's structure.
+            if callable(obj) and isinstance(getattr(obj, "fn", None), types.FunctionType):
+                self.functions.append(obj.fn)
+            return False
+        self._methods(type(obj))
+        return self._mapping(attributes, obj, label,
+                             inside or isinstance(obj, (Layer, Optimizer)))
+
+    def _methods(self, cls):
+        # The methods of the user's classes (a Model's forward) read globals too, and
+        # their class attributes may hold layers.
+        for klass in cls.__mro__:
+            if id(klass) not in self.classes and is_user_module(sys.modules.get(
+                    klass.__module__)):
+                self.classes.add(id(klass))
+                self.visit(klass, klass.__name__, False)
+                self.functions += [v for v in vars(klass).values()
+                                   if isinstance(v, types.FunctionType)]
+
+    def _item(self, item, label, inside) -> bool:
+        if self.computed_here(item):
+            raise TraceError(
+                f"{label} holds a Variable computed in the traced run: state carried "
+                f"to the next call in a list, tuple or set cannot be replayed\n  fix: keep "
+                f"it as an attribute of a Layer or object (self.h = h), or return it")
+        return self.visit(item, label, inside)
+
+    def _mapping(self, mapping, holder, label, inside) -> bool:
+        """Walk a namespace (holder's attributes) or a plain dict (holder None)."""
+        bound = {}
+        for name, value in list(mapping.items()):
+            sub = f"{label}.{name}" if holder is not None else f"{label}[{name!r}]"
+            if self.carried_value(holder, name, value, sub):
+                continue
+            if self.visit(value, sub, inside):
+                bound[name] = value
+        # Modules and classes gain names without changing the model; an object or a
+        # dict that gains an entry may have gained a layer, parameter or slot.
+        if bound or (inside and not mapping):
+            counted = not isinstance(holder, (type, types.ModuleType))
+            self.structure.add(mapping, bound, len(mapping) if counted else None, label,
+                               "item" if holder is None else "attribute")
+        return bool(bound) or (inside and not mapping)
+
+    def carried_value(self, holder, name, value, label) -> bool:
+        """True (and noted) if holder.name carries state: a Variable the run computed,
+        or an attribute already read as carried state."""
+        if isinstance(holder, Optimizer) and name in holder.per_update:
+            self.transient.append(value)
+            return True  # recomputed by each update before it is read
+        if not self.computed_here(value):
+            return holder is not None and (id(holder), name) in self.known
+        if holder is None or not isinstance(name, str):
+            raise TraceError(
+                f"{label} holds a Variable computed in the traced run: state carried "
+                f"to the next call in a dict cannot be replayed\n  fix: keep it as an "
+                f"attribute of a Layer or object (self.h = h), or return it")
+        self.carried.append((holder, name, value))
+        return True
+
+    def computed_here(self, value) -> bool:
+        return isinstance(value, Variable) and self.computed.get(id(value)) is value

@@ -1,0 +1,303 @@
+"""Common idioms replay like eager: clearing gradients first, traced methods,
+arguments that carry a gradient, carried state however the model is reached."""
+import gc
+import sys
+import types
+import weakref
+
+import numpy as np
+import pytest
+
+import dezero
+import dezero.functions as F
+from dezero import Variable, models, optimizers
+from dezero import layers as L
+from dezero.static import TraceError
+
+
+def twins(make, example):
+    a, b = make(), make()
+    with dezero.no_grad(), dezero.test_mode():
+        a(example), b(example)
+    for pa, pb in zip(a.params(), b.params()):
+        pb.data = pa.data.copy()
+    return a, b
+
+
+def recordings(err):
+    return sum(line.startswith(("trace ", "retrace ")) for line in err.splitlines())
+
+
+@pytest.mark.parametrize("make_opt", [lambda: optimizers.SGD(0.1),
+                                      lambda: optimizers.Adam(0.01)], ids=["SGD", "Adam"])
+def test_clearing_gradients_first_replays_after_one_recording(make_opt, capsys):
+    rng = np.random.default_rng(0)
+    batches = [(rng.standard_normal((8, 4)).astype(np.float32), rng.integers(0, 3, 8))
+               for _ in range(6)]
+    a, b = twins(lambda: models.MLP((10, 3)), batches[0][0])
+
+    def make(model, optimizer):
+        def step(x, t):
+            model.cleargrads()  # zero_grad first, as in PyTorch
+            loss = F.softmax_cross_entropy(model(x), t)
+            loss.backward()
+            optimizer.update()
+            return loss
+        return step
+
+    eager = make(a, make_opt().setup(a))
+    traced = dezero.trace(make(b, make_opt().setup(b)))
+    with dezero.static.debug(1):
+        for x, t in batches:
+            np.testing.assert_allclose(traced(x, t).data, eager(x, t).data, rtol=1e-5)
+            for pa, pb in zip(a.params(), b.params()):
+                np.testing.assert_allclose(pb.data, pa.data, rtol=1e-5, atol=1e-6)
+                np.testing.assert_allclose(pb.grad.data, pa.grad.data, rtol=1e-5, atol=1e-6)
+    assert recordings(capsys.readouterr().err) == 1 and traced.entries == 1
+
+
+def test_training_step_records_once_on_its_first_call(capsys):
+    model = models.MLP((10, 3))
+    optimizer = optimizers.MomentumSGD(0.1).setup(model)
+
+    @dezero.trace
+    def step(x, t):
+        loss = F.softmax_cross_entropy(model(x), t)
+        model.cleargrads()
+        loss.backward()
+        optimizer.update()
+        return loss
+
+    x, t = np.ones((4, 2), np.float32), np.array([0, 1, 2, 0])
+    with dezero.static.debug(1):
+        for _ in range(4):
+            step(x, t)
+    assert recordings(capsys.readouterr().err) == 1
+
+
+def test_a_gradient_read_before_clearing_still_retraces():
+    # update() first reads the gradients of the previous call: the first recording,
+    # which saw none, cannot replay once they are set.
+    a, b = twins(lambda: models.MLP((3,)), np.ones((2, 2), np.float32))
+
+    def make(model, optimizer):
+        def step(x):
+            optimizer.update()
+            model.cleargrads()
+            loss = F.sum(model(x) ** 2)
+            loss.backward()
+            return loss
+        return step
+
+    eager = make(a, optimizers.SGD(0.1).setup(a))
+    traced = dezero.trace(make(b, optimizers.SGD(0.1).setup(b)))
+    for i in range(4):
+        x = np.full((2, 2), 0.1 * i, np.float32)
+        np.testing.assert_allclose(traced(x).data, eager(x).data, rtol=1e-5)
+        for pa, pb in zip(a.params(), b.params()):
+            np.testing.assert_allclose(pb.data, pa.data, rtol=1e-5)
+
+
+class Scaled:
+    def __init__(self, w):
+        self.w = Variable(np.array(w, np.float32))
+
+    @dezero.trace
+    def __call__(self, x):
+        return x * self.w
+
+
+def test_traced_method_has_one_cache_per_instance_held_weakly():
+    x = np.ones(3, np.float32)
+    one, two = Scaled(2.0), Scaled(3.0)
+    for _ in range(3):
+        np.testing.assert_allclose(one(x).data, 2.0)
+        np.testing.assert_allclose(two(x).data, 3.0)
+    assert one.__call__.entries == 1 and two.__call__.entries == 1
+    assert one.__call__ is one.__call__ and Scaled.__call__.entries == 0
+    gone = weakref.ref(one)
+    del one
+    gc.collect()
+    assert gone() is None and len(Scaled.__call__._per_instance) == 1
+
+
+def test_variable_argument_with_a_gradient_accumulates_like_eager():
+    def value_and_grad(x):
+        y = F.sum(x * x * x)
+        y.backward()  # adds to x.grad when it is set, as eager does
+        return y
+
+    traced = dezero.trace(value_and_grad)
+    xe = Variable(np.array([1.0, -2.0, 0.5], np.float32))
+    xt = Variable(xe.data.copy())
+    for i in range(4):
+        ye, yt = value_and_grad(xe), traced(xt)
+        np.testing.assert_allclose(yt.data, ye.data, rtol=1e-6)
+        np.testing.assert_allclose(xt.grad.data, xe.grad.data, rtol=1e-6)
+        xe.data = xe.data + 0.25  # a new value, the gradient kept
+        xt.data = xt.data + 0.25
+    assert traced.entries == 2  # without, then with a gradient to add to
+
+
+# ---- carried state, however the model is reached ------------------------------------
+
+
+class Recurrent(models.Model):
+    def __init__(self):
+        super().__init__()
+        self.rnn, self.fc = L.RNN(4), L.Linear(1)
+
+    def forward(self, x):
+        return self.fc(self.rnn(x))
+
+
+class HolderClass:
+    net = None
+
+
+HUGE = [object() for _ in range(30000)]  # more objects than any search cap
+holder_module = types.ModuleType("holder_module")
+in_dict, in_list = {}, []
+
+
+def reach_module(net):
+    holder_module.net = net
+    return lambda x: holder_module.net(x)
+
+
+def reach_class(net):
+    HolderClass.net = net
+    return lambda x: HolderClass.net(x)
+
+
+def reach_dict(net):
+    in_dict["net"] = net
+    return lambda x: in_dict["net"](x)
+
+
+def reach_list(net):
+    in_list[:] = [net]
+    return lambda x: in_list[0](x)
+
+
+def reach_behind_huge_globals(net):
+    in_dict["late"] = (HUGE, net)  # a search walks the 30,000 objects first
+    return lambda x: in_dict["late"][1](x)
+
+
+@pytest.mark.parametrize("reach", [reach_module, reach_class, reach_dict, reach_list,
+                                   reach_behind_huge_globals])
+def test_carried_state_is_found_however_the_model_is_reached(reach):
+    rng = np.random.default_rng(3)
+    a, b = twins(Recurrent, np.zeros((1, 1), np.float32))
+    a.rnn.reset_state(), b.rnn.reset_state()
+    forward = reach(b)
+
+    def make(model_call):
+        def window(x):
+            with dezero.no_grad():
+                return model_call(x)
+        return window
+
+    eager, traced = make(a), dezero.trace(make(forward))
+    for _ in range(5):
+        x = rng.standard_normal((1, 1)).astype(np.float32)
+        np.testing.assert_allclose(traced(x).data, eager(x).data, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(b.rnn.h.data, a.rnn.h.data, rtol=1e-5, atol=1e-6)
+    assert traced.entries == 1
+
+
+class Memory:
+    """Carried state on a plain object (not a Layer), reached only by the search."""
+    h = None
+
+
+BEHIND = (HUGE, Memory())  # a search walks the 30,000 objects first
+
+
+def test_carried_state_on_a_plain_object_behind_many_globals():
+    def step(x):
+        memory = BEHIND[1]
+        h = x * 1.0 if memory.h is None else memory.h * 0.5 + x
+        memory.h = h
+        return h * 1.0
+
+    traced = dezero.trace(step)
+    eager_h = None
+    with dezero.no_grad():
+        for i in range(5):
+            x = Variable(np.full(2, float(i), np.float32))
+            eager_h = x.data if eager_h is None else eager_h * 0.5 + x.data
+            np.testing.assert_allclose(traced(x).data, eager_h, rtol=1e-6)
+            assert len(HUGE) == 30000
+
+
+def test_carried_state_kept_in_a_dict_or_list_is_an_error():
+    state = {}
+    history = []
+
+    def in_dict(x):
+        state["h"] = x * 2.0
+        return state["h"]
+
+    def in_list(x):
+        y = x * 2.0
+        history.append(y)
+        return y
+
+    for f in (in_dict, in_list):
+        with pytest.raises(TraceError, match="computed in the traced run"):
+            dezero.trace(f)(Variable(np.ones(2, np.float32)))
+
+
+def test_user_modules_are_searched_and_libraries_are_not():
+    from dezero.static.reach import is_user_module
+    assert is_user_module(sys.modules[__name__]) and is_user_module(holder_module)
+    assert not is_user_module(np) and not is_user_module(dezero) and not is_user_module(sys)
+
+
+class Slotted:
+    __slots__ = ("h",)  # no __dict__: no search can read it
+
+
+def test_carried_state_the_search_cannot_reach_is_an_error_not_a_silent_skip():
+    def in_closure():
+        h = None
+
+        def step(x):
+            nonlocal h
+            h = x * 2.0 if h is None else h * 0.5 + x
+            return h * 1.0
+        return step
+
+    slot = Slotted()
+    slot.h = None
+
+    def in_slot(x):
+        slot.h = x * 2.0 if slot.h is None else slot.h * 0.5 + x
+        return slot.h * 1.0
+
+    for step, holder in ((in_closure(), "cell"), (in_slot, "Slotted")):
+        with pytest.raises(TraceError, match=f"still held after the call by .*{holder}.* "
+                                             f"that the tracer cannot reach"):
+            dezero.trace(step)(Variable(np.ones(2, np.float32)))
+
+
+def test_results_kept_by_the_caller_are_not_carried_state():
+    traced = dezero.trace(lambda x: F.exp(x) * 2.0)
+    kept = [traced(Variable(np.full(2, float(i), np.float32))) for i in range(3)]
+    np.testing.assert_allclose(kept[2].data, np.exp(2.0) * 2.0, rtol=1e-6)
+    assert traced.entries == 1
+
+
+def test_the_layers_observer_belongs_to_the_recording_thread():
+    import threading
+    seen = []
+    previous = L.set_observer("recording")
+    try:
+        thread = threading.Thread(target=lambda: seen.append(L.observer()))
+        thread.start()
+        thread.join()
+        assert L.observer() == "recording" and seen == [None]
+    finally:
+        L.set_observer(previous)

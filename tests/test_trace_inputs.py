@@ -1,0 +1,140 @@
+"""Odd inputs and check=True, traced against eager over several calls: ndarray
+subclasses, Fortran and strided arrays, a float64 batch into a float32 model, lazy
+layers with dropout under check, a real mismatch, a rate set inside the step."""
+import copy
+
+import numpy as np
+import pytest
+
+import dezero
+import dezero.functions as F
+from dezero import Function, Variable, models, optimizers
+from dezero import layers as L
+from dezero.static import TraceError
+
+
+def expression(x):
+    return F.sum(F.tanh(x) * 2.0, axis=1) + F.sum(x, axis=0)[0]
+
+
+def test_memmap_arguments_replay_like_eager(tmp_path):
+    mapped = np.memmap(tmp_path / "batch.dat", dtype=np.float32, mode="w+", shape=(4, 3))
+    traced = dezero.trace(expression)
+    for i in range(4):
+        mapped[:] = np.arange(12, dtype=np.float32).reshape(4, 3) * (i - 1.5)
+        for arg in (mapped, Variable(mapped)):
+            np.testing.assert_allclose(traced(arg).data, expression(np.asarray(mapped)).data,
+                                       rtol=1e-6)
+    assert traced.entries == 2  # an array, a Variable
+
+
+def test_fortran_and_strided_arrays_replay_like_eager():
+    rng = np.random.default_rng(0)
+    traced = dezero.trace(expression)
+    for _ in range(3):
+        base = rng.standard_normal((4, 6)).astype(np.float32)
+        for x in (np.asfortranarray(base[:, :3]), base[:, ::2], base.T[:3].T, base[:, :3]):
+            np.testing.assert_allclose(traced(x).data, expression(x.copy()).data, rtol=1e-6)
+    assert traced.entries == 1
+
+
+def step_of(model, optimizer):
+    def step(x, t):
+        loss = F.softmax_cross_entropy(model(x), t)
+        model.cleargrads()
+        loss.backward()
+        optimizer.update()
+        return loss
+    return step
+
+
+def test_float64_batch_into_a_float32_model_names_the_argument_and_both_dtypes():
+    model = models.MLP((5, 3))
+    traced = dezero.trace(step_of(model, optimizers.SGD(0.1).setup(model)))
+    x, t = np.ones((4, 2)), np.array([0, 1, 2, 0])
+    with dezero.no_grad():
+        model(x.astype(np.float32))  # initialised as float32
+    with pytest.raises(TraceError, match=r"argument x is float64 but the state it meets is "
+                                         r"float32 (.|\n)*x\.astype\(np\.float32\)"):
+        traced(x, t)
+    assert model.l0.W.dtype == np.float32
+
+
+def test_float64_batch_into_a_float32_model_for_inference_equals_eager():
+    model = models.MLP((5, 3))
+    with dezero.no_grad():
+        model(np.ones((1, 2), np.float32))
+    traced = dezero.trace(lambda x: model(x))
+    rng = np.random.default_rng(1)
+    with dezero.no_grad():
+        for _ in range(3):
+            x = rng.standard_normal((4, 2))
+            expected = model(x)
+            got = traced(x)
+            assert got.dtype == expected.dtype == np.float64
+            np.testing.assert_allclose(got.data, expected.data, rtol=1e-12)
+
+
+def test_check_has_no_false_alarm_on_lazy_layers_and_dropout():
+    rng = np.random.default_rng(2)
+    batches = [(rng.standard_normal((8, 2)).astype(np.float32), rng.integers(0, 3, 8))
+               for _ in range(4)]
+
+    class Net(models.Model):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = L.Linear(6), L.Linear(3)  # in_size None: lazy
+
+        def forward(self, x):
+            return self.fc2(F.dropout(F.relu(self.fc1(x)), 0.3))
+
+    a = Net()
+    b = copy.deepcopy(a)
+    eager = step_of(a, optimizers.SGD(0.1).setup(a))
+    traced = dezero.trace(step_of(b, optimizers.SGD(0.1).setup(b)), check=True)
+    for x, t in batches:
+        state = np.random.get_state()
+        le = eager(x, t)
+        np.random.set_state(state)  # the same initial weights and masks in both
+        lt = traced(x, t)
+        np.testing.assert_allclose(lt.data, le.data, rtol=1e-5, atol=1e-6)
+        for pa, pb in zip(a.params(), b.params()):
+            np.testing.assert_allclose(pb.data, pa.data, rtol=1e-5, atol=1e-6)
+    assert traced.entries == 1
+
+
+def test_check_names_the_first_differing_node_and_its_line():
+    calls = [0]
+
+    class Counting(Function):
+        # Breaks the rules on purpose: the result depends on hidden state.
+        def forward(self, x):
+            calls[0] += 1
+            return x * calls[0]
+
+    def f(x):
+        y = x * 2.0
+        z = Counting()(y)
+        return F.exp(z) + 1.0
+
+    with pytest.raises(TraceError, match=r"first differing node: .* = \S*Counting\(.*\), "
+                                         r"made at test_trace_inputs.py:\d+, "
+                                         r"`z = Counting\(\)\(y\)`"):
+        dezero.trace(f, check=True)(Variable(np.ones(2, np.float32)))
+
+
+def test_setting_a_rate_inside_a_traced_step_says_to_set_it_outside():
+    model = models.MLP((3,))
+    optimizer = optimizers.SGD(0.1).setup(model)
+
+    def step(x, lr):
+        optimizer.lr = lr
+        loss = F.sum(model(x))
+        model.cleargrads()
+        loss.backward()
+        optimizer.update()
+        return loss
+
+    with pytest.raises(TraceError, match=r"SGD.lr is set inside a traced function .*"
+                                         r"`optimizer.lr = lr`(.|\n)*set it outside"):
+        dezero.trace(step)(np.ones((2, 2), np.float32), 0.05)

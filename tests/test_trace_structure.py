@@ -1,0 +1,228 @@
+"""Structure guards: a traced step whose model, optimizer or globals change retraces,
+checked against the same step run eagerly on a twin, over several calls."""
+import copy
+
+import numpy as np
+import pytest
+
+import dezero
+import dezero.functions as F
+from dezero import layers as L
+from dezero import models, optimizers
+
+
+class Net(models.Model):
+    extra = None  # a layer added later, if any
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = L.Linear(5, in_size=4), L.Linear(3, in_size=5)
+        self.act = F.sigmoid
+
+    def forward(self, x):
+        y = self.fc2(self.act(self.fc1(x)))
+        return y if self.extra is None else y + self.extra(x)
+
+
+def make_step(model, optimizer):
+    def step(x, t):
+        loss = F.softmax_cross_entropy(model(x), t)
+        model.cleargrads()
+        loss.backward()
+        optimizer.update()
+        return loss
+    return step
+
+
+def batches(n=8, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((6, 4)).astype(np.float32), rng.integers(0, 3, 6))
+            for _ in range(n)]
+
+
+def twin(obj, memo):
+    """obj for the eager side, and a deep copy for the traced side (same weights)."""
+    return obj, copy.deepcopy(obj, memo)
+
+
+replaced = []  # kept alive: optimizers key their slots by id(param), which a new
+# parameter could otherwise reuse on one side and not the other
+
+
+def replace_layer(m, o, made):
+    replaced.append(m.fc2)
+    m.fc2 = made(L.Linear(3, in_size=5))
+
+
+def add_layer(m, o, made):
+    m.extra = made(L.Linear(3, in_size=4))
+
+
+def remove_parameter(m, o, made):
+    m.fc1.b = None
+
+
+def delete_layer_added_before(m, o, made):
+    if m.extra is None:
+        m.extra = made(L.Linear(3, in_size=4))
+    else:
+        del m.extra
+
+
+def swap_activation(m, o, made):
+    m.act = F.relu
+
+
+def add_hook(m, o, made):
+    o.add_hook(optimizers.WeightDecay(0.5))
+
+
+def remove_hook(m, o, made):
+    if o.hooks:
+        o.hooks.pop()
+    else:
+        o.add_hook(optimizers.WeightDecay(0.5))
+
+
+def clear_optimizer_state(m, o, made):
+    o.vs.clear()
+
+
+def setup_other(m, o, made):
+    o.setup(m.fc1)  # only the first layer is trained from now on
+
+
+@pytest.mark.parametrize("change", [
+    replace_layer, add_layer, remove_parameter, delete_layer_added_before, swap_activation,
+    add_hook, remove_hook, clear_optimizer_state, setup_other])
+def test_structure_change_retraces_and_replays_like_eager(change):
+    a = Net()
+    b = copy.deepcopy(a)
+    opt_a = optimizers.MomentumSGD(lr=0.5).setup(a)
+    opt_b = optimizers.MomentumSGD(lr=0.5).setup(b)
+    eager, traced = make_step(a, opt_a), dezero.trace(make_step(b, opt_b))
+    for i, (x, t) in enumerate(batches()):
+        if i in (3, 6):  # change both twins alike, then keep stepping
+            made = []
+            change(a, opt_a, lambda layer: made.append(layer) or layer)
+            copies = iter([copy.deepcopy(layer) for layer in made])
+            change(b, opt_b, lambda layer: next(copies))
+        le, lt = eager(x, t), traced(x, t)
+        np.testing.assert_allclose(lt.data, le.data, rtol=1e-5, atol=1e-6)
+        for pa, pb in zip(a.params(), b.params()):
+            np.testing.assert_allclose(pb.data, pa.data, rtol=1e-5, atol=1e-6)
+    assert traced.entries <= 2
+
+
+def test_retrace_reason_names_the_replaced_layer(capsys):
+    a = Net()
+    opt = optimizers.SGD(0.1).setup(a)
+    traced = dezero.trace(make_step(a, opt))
+    x, t = batches(1)[0]
+    with dezero.static.debug(1):
+        traced(x, t), traced(x, t), traced(x, t)
+        a.fc2 = L.Linear(3, in_size=5)
+        traced(x, t)
+        a.act = F.relu
+        traced(x, t)
+        opt.add_hook(optimizers.WeightDecay(0.1))
+        traced(x, t)
+    err = capsys.readouterr().err
+    assert "retrace step: model.fc2 was replaced or removed" in err
+    assert "retrace step: model.act was replaced or removed" in err
+    assert "retrace step: optimizer.hooks changed" in err
+    assert traced.entries == 1  # graphs of an old structure are dropped
+
+
+model_in_cell = optimizer_in_cell = None
+
+
+def step_reading_globals(x, t):
+    loss = F.softmax_cross_entropy(model_in_cell(x), t)
+    model_in_cell.cleargrads()
+    loss.backward()
+    optimizer_in_cell.update()
+    return loss
+
+
+def test_rebuilding_the_model_under_the_same_global_name_retraces(capsys):
+    global model_in_cell, optimizer_in_cell
+    traced = dezero.trace(step_reading_globals)
+    eager_model = None
+    for i, (x, t) in enumerate(batches(6)):
+        if i % 3 == 0:  # the notebook cell that builds the model runs again
+            eager_model = Net()
+            eager_opt = optimizers.SGD(0.5).setup(eager_model)
+            model_in_cell = copy.deepcopy(eager_model)
+            optimizer_in_cell = optimizers.SGD(0.5).setup(model_in_cell)
+        le = make_step(eager_model, eager_opt)(x, t)
+        with dezero.static.debug(1):
+            lt = traced(x, t)
+        np.testing.assert_allclose(lt.data, le.data, rtol=1e-5, atol=1e-6)
+        for pa, pb in zip(eager_model.params(), model_in_cell.params()):
+            np.testing.assert_allclose(pb.data, pa.data, rtol=1e-5, atol=1e-6)
+    assert "global model_in_cell was replaced" in capsys.readouterr().err
+
+
+def test_closure_variable_rebound_retraces():
+    scale = dezero.Variable(np.array(2.0, np.float32))
+
+    def f(x):
+        return x * scale
+
+    traced = dezero.trace(f)
+    x = np.ones(3, np.float32)
+    traced(x), traced(x)
+    scale = dezero.Variable(np.array(3.0, np.float32))  # noqa: F841 (read by f)
+    np.testing.assert_allclose(traced(x).data, 3.0)
+
+
+def test_guards_are_cheap_for_a_small_step():
+    a = Net()
+    traced = dezero.trace(make_step(a, optimizers.SGD(0.1).setup(a)))
+    x, t = batches(1)[0]
+    traced(x, t), traced(x, t)
+    structure = next(iter(traced._cache.values()))[0].structure
+    # The model, its two layers, the optimizer and the globals: one check each.
+    assert len(structure.namespaces) == 5 and structure.changed() is None
+
+
+activation_in_cell = F.sigmoid
+
+
+class NetReadingAGlobal(models.Model):
+    def __init__(self):
+        super().__init__()
+        self.fc = L.Linear(3, in_size=4)
+
+    def forward(self, x):
+        return activation_in_cell(self.fc(x))
+
+
+def test_a_global_read_by_a_model_method_rebound_retraces():
+    global activation_in_cell
+    model = NetReadingAGlobal()
+    traced = dezero.trace(lambda x: model(x))
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    try:
+        for act in (F.sigmoid, F.sigmoid, F.tanh, F.tanh, F.relu):
+            activation_in_cell = act  # a notebook cell run again with another choice
+            np.testing.assert_allclose(traced(x).data, act(model.fc(x)).data, rtol=1e-6)
+    finally:
+        activation_in_cell = F.sigmoid
+
+
+def test_a_traced_function_called_inside_counts_with_what_it_reads():
+    weight = dezero.Variable(np.array(2.0, np.float32))
+
+    @dezero.trace
+    def inner(x):
+        return x * weight
+
+    outer = dezero.trace(lambda x: inner(x) + 1.0)
+    x = np.ones(2, np.float32)
+    outer(x), outer(x)
+    weight = dezero.Variable(np.array(5.0, np.float32))  # noqa: F841 (read by inner)
+    np.testing.assert_allclose(outer(x).data, 6.0)
+    structure = next(iter(outer._cache.values()))[0].structure
+    assert all("graph" not in label for *_, label, _ in structure.namespaces)
