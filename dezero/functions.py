@@ -871,17 +871,25 @@ def astype(x, dtype):
 
 
 class OneHot(Function):
-    """Rows of the identity of size num_classes picked by integer labels t; ids out
-    of range raise, naming `labels_of` (the op whose labels they are)."""
+    """Rows of the identity of size num_classes picked by integer labels t. Ids out
+    of range raise, naming `labels_of` (the op whose labels they are); None: an op
+    that read the same labels checked them already (softmax_cross_entropy's
+    backward)."""
 
     def __init__(self, num_classes, dtype, labels_of="one_hot"):
         self.num_classes = num_classes
         self.dtype = dtype
         self.labels_of = labels_of
 
+    @staticmethod
+    def py(shapes, shape, attrs):
+        # The replay code writes rows of a cached identity (_eye) only for labels
+        # checked already; otherwise it calls forward, which checks them each call.
+        return None if attrs["labels_of"] is not None else "_eye({num_classes}, {dtype})[{t}]"
+
     def forward(self, t):
-        # Checked here, in the op, so that a replay checks the labels of every call.
-        _check_class_ids(self.labels_of, t, self.num_classes)
+        if self.labels_of is not None:
+            _check_class_ids(self.labels_of, t, self.num_classes)
         xp = cuda.get_array_module(t)
         return xp.eye(self.num_classes, dtype=self.dtype)[t]
 
@@ -931,7 +939,7 @@ class SoftmaxCrossEntropy(Function):
     def backward(self, gy):
         x, t = self.inputs
         n, classes = x.shape
-        t_onehot = OneHot(classes, x.dtype.name)(reshape(t, (n,)))
+        t_onehot = OneHot(classes, x.dtype.name, None)(reshape(t, (n,)))
         gx = (softmax(x, axis=1) - t_onehot) * (gy * (1 / n))
         return gx, None
 

@@ -13,6 +13,7 @@ import dezero.layers as L
 from dezero import Variable
 from dezero.static import GraphError, GraphFileError
 from dezero.static.backends.pycode import generate
+from dezero.static.ir import source_literal
 from dezero.static.saving import Field, encode_attr, read_attr
 
 # Code that leaves a trace if it ever runs: a file in the working directory.
@@ -371,3 +372,15 @@ def test_a_shape_too_large_for_numpy_is_refused_at_load():
     with pytest.raises(GraphFileError, match=r"attrs\.x\.shape: expected at most 32 "
                                              r"dimensions and 2\*\*48 elements, got list"):
         read_attr(huge, Field("attrs.x"))
+
+
+@pytest.mark.parametrize("value, literal", [
+    (None, "None"), (True, "True"), (3, "3"), (0.5, "0.5"), (float("inf"), "float('inf')"),
+    ((1, (2, None)), "(1, (2, None))"), ("float32", "'float32'"), ("", "''"),
+    ("a'b", None), ("x\n", None), ("é", None), ("a b", None), (b"ab", None), ([1], None),
+    (np.float32(1), None), (("ok", "no'pe"), None),
+])
+def test_source_literal_renders_plain_values_and_refuses_the_rest(value, literal):
+    assert source_literal(value) == literal
+    if literal is not None:
+        assert eval(literal) == value

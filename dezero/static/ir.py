@@ -241,11 +241,13 @@ def identifier(text: str | None, default: str) -> str:
 
 
 def source_literal(value) -> str | None:
-    """Python source for a plain value (None, bool, int, float, tuples of them),
-    re-rendered from its type, or None for any other value: generated code holds
-    no other literal."""
+    """Python source for a plain value (None, bool, int, float, a word of ASCII
+    letters, digits and '_' such as a dtype name, tuples of them), re-rendered from
+    its type, or None for any other value: generated code holds no other literal."""
     if value is None or type(value) in (bool, int):
         return repr(value)
+    if type(value) is str and re.fullmatch(r"\w*", value, re.ASCII):
+        return repr(value)  # nothing in it can end the quotes
     if type(value) is float:
         return repr(value) if math.isfinite(value) else f"float('{value}')"
     if type(value) is tuple:

@@ -42,7 +42,7 @@ from dezero.static.ir import (
 # (`py`, see core.Function) and the replay code writes it inline instead of calling
 # forward, which saves a Python call (and an array-module lookup) per node.
 # Placeholders are forward's parameter names and the op's attrs, as in `cpp`; the
-# code's globals _xp (numpy or cupy, by the graph's device) and _sum serve it.
+# code's globals _xp (numpy or cupy, by the graph's device), _eye and _sum serve it.
 
 
 @functools.cache
@@ -70,6 +70,17 @@ def inline_call(node) -> str | None:
     return text.format(**fields)
 
 
+def _identity_rows(xp):
+    """eye(n, dtype) made once per graph and shape: one_hot picks rows of it."""
+    @functools.cache
+    def eye(n, dtype):
+        rows = xp.eye(n, dtype=dtype)
+        if xp is np:
+            rows.flags.writeable = False  # shared by every replay
+        return rows
+    return eye
+
+
 # =============================================================================
 # Code generation: generate
 # =============================================================================
@@ -89,7 +100,7 @@ def generate(graph: StaticGraph):
     n_ops = sum(1 for n in graph.nodes if n.kind == "op")
     xp = cuda.cupy if graph.device == "gpu" else np
     # numpy's add.reduce is ndarray.sum without its Python-level wrapper.
-    env = {"_arr": as_result_array, "_xp": xp, "_wrap": _wrap_output,
+    env = {"_arr": as_result_array, "_xp": xp, "_eye": _identity_rows(xp), "_wrap": _wrap_output,
            "_sum": np.add.reduce if xp is np else lambda x, axis: x.sum(axis=axis)}
     consts = [n.outputs[0].name for n in graph.nodes if n.kind == "const"]
     while fname in consts:  # constants are globals of the code: keep the def apart
