@@ -8,6 +8,7 @@ casting; numpy 2 keeps float32 (NEP 50). CI runs this module under both.
 import numpy as np
 import pytest
 
+import dezero
 import dezero.functions as F
 from dezero import Variable
 
@@ -56,3 +57,23 @@ def test_0d_values_match_float64(name):
     y32 = fn(Variable(np.array(value, dtype=np.float32))).data
     y64 = fn(Variable(np.array(value, dtype=np.float32).astype(np.float64))).data
     np.testing.assert_allclose(y32, y64, rtol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore:step. output . depends on no argument")  # linear ops
+@pytest.mark.parametrize("backend", ["python", "interpreter"])
+@pytest.mark.parametrize("name", sorted(ZERO_D))
+def test_0d_float32_stays_float32_in_a_replay(name, backend):
+    fn, value = ZERO_D[name]
+
+    def step(x):
+        y = fn(x)
+        y.backward()
+        return y, x.grad
+
+    x = np.array(value, dtype=np.float32)
+    graph = dezero.trace(step).lower(Variable(x))
+    eager_y, eager_gx = step(Variable(x))
+    y, gx = graph.compile(backend)(Variable(x))
+    assert (y.dtype, gx.dtype) == (np.float32, np.float32), f"{name}: {y.dtype}, {gx.dtype}"
+    np.testing.assert_array_equal(y.data, eager_y.data)
+    np.testing.assert_array_equal(gx.data, eager_gx.data)

@@ -50,8 +50,16 @@ def _forward_names(cls) -> list:
     return list(inspect.signature(cls.forward).parameters)[1:]
 
 
+# numpy 1.x casts by value: a 0-d float32 array meeting a Python number in an
+# expression (x * 0.5) becomes float64. The forwards turn their numbers into scalars
+# of the input's dtype, so there the replay code calls them for 0-d inputs.
+_VALUE_BASED_CASTING = np.lib.NumpyVersion(np.__version__) < "2.0.0"
+
+
 def inline_call(node) -> str | None:
     """The inline expression for an op node, or None to call its forward."""
+    if _VALUE_BASED_CASTING and all(v.shape == () for v in node.inputs):
+        return None
     cls = node.function_class
     text = op_fact(cls, "py")
     if callable(text):
