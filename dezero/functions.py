@@ -1058,7 +1058,8 @@ class MeanSquaredError(Function):
 
 def mean_squared_error(x0, x1):
     """sum((x0 - x1) ** 2) / len(x0); x0 and x1 must have the same shape (up to axes
-    of length 1 that pair the same elements, like (1, 1) and (1,)).
+    of length 1 that pair the same elements, like (1, 1) and (1,)). 0-d inputs are one
+    example; an empty batch gives NaN, as in PyTorch (so do the other losses).
 
     >>> float(mean_squared_error(np.array([[1.0], [3.0]]), np.array([[0.0], [0.0]])).data)
     5.0
