@@ -169,7 +169,7 @@ def test_pdf_through_graphviz_pure_says_it_needs_graphviz(tmp_path, monkeypatch)
 
 
 REAL_PURE = shutil.which("graphviz-pure") or shutil.which(
-    "graphviz-pure", path=os.pathsep.join(utils._interpreter_dirs()))
+    "graphviz-pure", path=os.pathsep.join(d for d in utils._interpreter_dirs() if d))
 needs_pure = pytest.mark.skipif(REAL_PURE is None, reason="graphviz-pure is not installed")
 
 
