@@ -361,6 +361,21 @@ def as_array(x, array_module=np):
     return x
 
 
+def _numeric_array(op, i, x):
+    """Input i of op, given as a Python number or an array, as a numeric array."""
+    if isinstance(x, _INPUT_ARRAYS):
+        return x  # arrays of strings or objects are named once numpy fails on them
+    if not np.isscalar(x) or isinstance(x, (str, bytes)):
+        raise TypeError(_non_numeric_message(op, i, x))
+    return np.array(x)
+
+
+def _non_numeric_message(op, i, x):
+    what = f"an array of dtype {x.dtype}" if isinstance(x, cuda.array_types) else repr(x)[:40]
+    return (f"{op}: input {i} is {what}, not numbers; ops take Variables, numeric arrays "
+            f"and Python numbers. Convert it first, e.g. np.asarray(x, dtype=np.float32)")
+
+
 def as_variable(obj):
     if isinstance(obj, Variable):
         return obj
@@ -390,10 +405,11 @@ def as_operand(x, like):
         return np.array(x)
     if isinstance(x, TracedArray):
         return x  # Function.__call__ wraps it; the tracer unwraps it
-    return np.asarray(x)
+    return x if x is None else np.asarray(x)  # None is refused by the op, by name
 
 
 _OPERAND_TYPES = (Variable, *cuda.array_types)
+_INPUT_ARRAYS = (*cuda.array_types, TracedArray)  # the tracer unwraps a TracedArray
 
 # dtype -> {Python number -> read-only 0-d array}: the scalars of `y * 2 + 1`
 # are made once, not at every call. Read-only, so sharing them is safe.
@@ -492,7 +508,7 @@ class Function:
         for i in range(len(inputs)):
             x = inputs[i]
             if not isinstance(x, Variable):
-                x = inputs[i] = Constant(as_array(x))
+                x = inputs[i] = Constant(_numeric_array(self.op_name, i, x))
             xs.append(x._data)
             if x.generation > generation:
                 generation = x.generation
@@ -503,6 +519,13 @@ class Function:
                 raise  # the op wrote a full message already
             shapes = ", ".join(str(getattr(x, "shape", "?")) for x in xs)
             raise type(e)(f"{self.op_name}: {e} (input shapes: {shapes})") from e
+        except (TypeError, AttributeError) as e:
+            # Checked only once numpy has failed: Variables holding strings, objects
+            # or None cost nothing on the way in.
+            for i, x in enumerate(xs):  # kinds object, bytes, str, void
+                if not isinstance(x, cuda.array_types) or x.dtype.kind in "OSUV":
+                    raise TypeError(_non_numeric_message(self.op_name, i, x)) from e
+            raise
         outputs = [_wrap_output(y) for y in ys] if type(ys) is tuple else [_wrap_output(ys)]
 
         if Config.enable_backprop:

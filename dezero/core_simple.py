@@ -244,6 +244,8 @@ class Pow(Function):
 
     def backward(self, gy):
         x = self.inputs[0].data
+        if self.c == 0:
+            return 0 * gy  # x ** 0 is constant, also at x = 0 (where 0 * x ** -1 is NaN)
         return self.c * x ** (self.c - 1) * gy
 
 

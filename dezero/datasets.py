@@ -14,6 +14,8 @@ import pickle
 import struct
 import sys
 import tarfile
+import zipfile
+import zlib
 
 import numpy as np
 
@@ -104,6 +106,12 @@ def _pyplot(caller):
         raise ImportError(f'{caller} draws with matplotlib, which is not installed: '
                           f'pip install matplotlib') from None
     return plt
+
+
+def _corrupt(path, error, what):
+    """The error for a cached file that cannot be read: its path and what to do."""
+    return ValueError(f'{path}: not {what} ({type(error).__name__}: {error}); the file is '
+                      f'corrupt or cut short: delete it to download (or rebuild) it again')
 
 
 def _read_idx(path, ndim):
@@ -213,9 +221,13 @@ class _CifarUnpickler(pickle.Unpickler):
         try:
             return self.allowed[module, name]
         except KeyError:
-            raise pickle.UnpicklingError(
+            raise _Refused(
                 f'{self.source}: refers to {module}.{name}, which no CIFAR batch holds; '
                 f'refusing to load it (the file is corrupt or not a CIFAR batch)') from None
+
+
+class _Refused(pickle.UnpicklingError):
+    """A pickle that names a global no CIFAR batch holds."""
 
 
 def _read_cifar_batches(tar_path, member_names, label_key):
@@ -229,15 +241,7 @@ def _read_cifar_batches(tar_path, member_names, label_key):
     with tar:
         for name in member_names:
             source = f'{tar_path}:{name}'
-            try:
-                f = tar.extractfile(name)
-            except KeyError:
-                f = None
-            if f is None:
-                raise ValueError(f'{tar_path} has no file {name}; it is not the CIFAR '
-                                 f'python archive (delete it to download it again)')
-            with f:
-                batch = _CifarUnpickler(f, source).load()
+            batch = _read_cifar_member(tar, tar_path, name)
             if not isinstance(batch, dict):
                 raise ValueError(f'{source}: holds a {type(batch).__name__}, not a dict')
             batch = {k.decode('latin1') if isinstance(k, bytes) else k: v
@@ -250,6 +254,26 @@ def _read_cifar_batches(tar_path, member_names, label_key):
             data.append(x)
             labels.append(np.asarray(t, dtype=int))
     return np.concatenate(data).reshape(-1, 3, 32, 32), np.concatenate(labels)
+
+
+def _read_cifar_member(tar, tar_path, name):
+    """Unpickle one batch of the archive; a damaged archive is named, with the fix."""
+    try:
+        f = tar.extractfile(name)
+    except KeyError:
+        f = None
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+        raise _corrupt(tar_path, e, f'a readable CIFAR archive (looking for {name})') from e
+    if f is None:
+        raise ValueError(f'{tar_path} has no file {name}; it is not the CIFAR '
+                         f'python archive (delete it to download it again)')
+    try:
+        with f:
+            return _CifarUnpickler(f, f'{tar_path}:{name}').load()
+    except _Refused:
+        raise
+    except Exception as e:  # a damaged pickle fails in many ways: all mean the same
+        raise _corrupt(tar_path, e, f'a readable CIFAR archive (reading {name})') from e
 
 
 class CIFAR10(Dataset):
@@ -374,9 +398,16 @@ class ImageNet(Dataset):
     def labels():
         """{class index: name} for the 1000 classes (downloaded once)."""
         path = get_file(ImageNet.labels_url)
-        with open(path, encoding='utf-8') as f:
+        try:
             # The file is a Python dict literal; literal_eval reads it without running code.
-            return ast.literal_eval(f.read())
+            labels = ast.literal_eval(_read_text(path))
+        except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError) as e:
+            raise _corrupt(path, e, 'a Python dict literal of the class names') from e
+        if not (isinstance(labels, dict) and all(isinstance(k, int) and isinstance(v, str)
+                                                 for k, v in labels.items())):
+            raise _corrupt(path, TypeError(f'it holds a {type(labels).__name__}'),
+                           'a dict {class index: name}')
+        return labels
 
 
 # =============================================================================
@@ -410,8 +441,7 @@ class Shakespear(Dataset):
 
     def prepare(self):
         path = get_file(self.url, 'shakespear.txt')
-        with open(path, encoding='utf-8') as f:
-            text = f.read()
+        text = _read_text(path)
         char_to_id = {}
         for ch in text:
             char_to_id.setdefault(ch, len(char_to_id))
@@ -420,6 +450,14 @@ class Shakespear(Dataset):
         self.label = indices[1:]
         self.char_to_id = char_to_id
         self.id_to_char = {i: ch for ch, i in char_to_id.items()}
+
+
+def _read_text(path):
+    try:
+        with open(path, encoding='utf-8') as f:
+            return f.read()
+    except UnicodeDecodeError as e:
+        raise _corrupt(path, e, 'UTF-8 text') from e
 
 
 # =============================================================================
@@ -435,8 +473,15 @@ def load_cache_npz(filename, train=False):
     path = _cache_npz_path(filename, train)
     if not os.path.exists(path):
         return None, None
-    with np.load(path, allow_pickle=False) as loaded:
-        return loaded['data'], loaded['label']
+    try:
+        with np.load(path, allow_pickle=False) as loaded:
+            data, label = loaded['data'], loaded['label']
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
+        raise _corrupt(path, e, 'a dataset cache with arrays "data" and "label"') from e
+    if len(data) != len(label):
+        raise _corrupt(path, ValueError(f'{len(data)} examples but {len(label)} labels'),
+                       'a consistent dataset cache')
+    return data, label
 
 
 def save_cache_npz(data, label, filename, train=False):

@@ -137,6 +137,8 @@ class Pow(Function):
 
     def backward(self, gy):
         x, = self.inputs
+        if self.c == 0:
+            return gy * 0  # x ** 0 is constant, also at x = 0 (where 0 * x ** -1 is NaN)
         return self.c * x ** (self.c - 1) * gy
 
 
@@ -541,10 +543,11 @@ def broadcast_to(x, shape):
 
 
 def average(x, axis=None, keepdims=False):
-    """Mean over axis: sum(x) * (len(y) / len(x))."""
+    """Mean over axis: sum(x) * (len(y) / len(x)); NaN where x has no elements, as
+    numpy and PyTorch give it."""
     x = as_variable(x)
     y = sum(x, axis, keepdims)
-    return y * (y.data.size / x.data.size)
+    return y * (y.data.size / x.data.size if x.data.size else float("nan"))
 
 
 mean = average
@@ -897,6 +900,13 @@ class OneHot(Function):
         return None
 
 
+def _per_example(x):
+    """1 / N, the scale of a loss summed over a batch of N = len(x) examples (a 0-d x
+    is one example); NaN for an empty batch, as numpy's and PyTorch's means give."""
+    n = len(x) if x.ndim else 1
+    return 1 / n if n else float("nan")
+
+
 def _check_labels(op, x, t):
     if x.ndim != 2:
         raise ValueError(f"{op}: x must be 2-d scores of shape (N, classes), got shape "
@@ -934,13 +944,13 @@ class SoftmaxCrossEntropy(Function):
         log_s = xp.log(xp.exp(shifted).sum(axis=1))
         picked = shifted[xp.arange(len(x)), t.ravel()] - log_s
         # Scaled by a scalar of x's dtype: the loss keeps float32 on numpy 1.x too.
-        return -picked.sum() * x.dtype.type(1 / len(x))
+        return -picked.sum() * x.dtype.type(_per_example(x))
 
     def backward(self, gy):
         x, t = self.inputs
         n, classes = x.shape
         t_onehot = OneHot(classes, x.dtype.name, None)(reshape(t, (n,)))
-        gx = (softmax(x, axis=1) - t_onehot) * (gy * (1 / n))
+        gx = (softmax(x, axis=1) - t_onehot) * (gy * _per_example(x))
         return gx, None
 
 
@@ -1009,7 +1019,7 @@ def sigmoid_cross_entropy(x, t):
         t = reshape(t, x.shape)  # as in the book: labels (N,) for logits (N, 1)
     _check_same_shape("sigmoid_cross_entropy", x, t, "t")
     t = _labels_like(t, x)
-    return sum(softplus(x) - t * x) * (1 / len(x))
+    return sum(softplus(x) - t * x) * _per_example(x)
 
 
 def binary_cross_entropy(p, t):
@@ -1028,7 +1038,7 @@ def binary_cross_entropy(p, t):
     t = _labels_like(t, p)
     log_p = log(clip(p, 1e-15, 1.0))
     log_q = log(clip(1 - p, 1e-15, 1.0))
-    return -sum(t * log_p + (1 - t) * log_q) * (1 / len(p))
+    return -sum(t * log_p + (1 - t) * log_q) * _per_example(p)
 
 
 class MeanSquaredError(Function):
@@ -1038,17 +1048,18 @@ class MeanSquaredError(Function):
         _check_same_shape(self.op_name, x0, x1, "x1")
         diff = x0 - x1
         # A numpy scalar of x0's dtype: float32 * python float would be float64 on numpy 1.x.
-        return (diff * diff).sum() * x0.dtype.type(1 / len(diff))
+        return (diff * diff).sum() * x0.dtype.type(_per_example(diff))
 
     def backward(self, gy):
         x0, x1 = self.inputs
-        gx0 = (x0 - x1) * (gy * (2 / len(x0)))
+        gx0 = (x0 - x1) * (gy * (2 * _per_example(x0)))
         return gx0, -gx0
 
 
 def mean_squared_error(x0, x1):
     """sum((x0 - x1) ** 2) / len(x0); x0 and x1 must have the same shape (up to axes
-    of length 1 that pair the same elements, like (1, 1) and (1,)).
+    of length 1 that pair the same elements, like (1, 1) and (1,)). 0-d inputs are one
+    example; an empty batch gives NaN, as in PyTorch (so do the other losses).
 
     >>> float(mean_squared_error(np.array([[1.0], [3.0]]), np.array([[0.0], [0.0]])).data)
     5.0
@@ -1275,7 +1286,7 @@ def softmax_cross_entropy_simple(x, t):
     # trace reads them from its graph instead of freezing t's values into an index.
     mask = OneHot(x.shape[1], x.dtype.name, "softmax_cross_entropy_simple")(reshape(t, (n,)))
     picked = sum(log_p * mask, axis=1)
-    return -sum(picked) * (1 / n)
+    return -sum(picked) * _per_example(x)
 
 
 def mean_squared_error_simple(x0, x1):
@@ -1283,7 +1294,7 @@ def mean_squared_error_simple(x0, x1):
     x0, x1 = _floating(x0, as_operand(x1, x0))
     x1 = _paired("mean_squared_error_simple", x0, x1, "x1")
     diff = x0 - x1
-    return sum(diff ** 2) * (1 / len(diff))
+    return sum(diff ** 2) * _per_example(diff)
 
 
 def linear_simple(x, W, b=None):

@@ -34,6 +34,15 @@ def _outsize(op, size, kernel_size, stride, pad):
     return oh, ow
 
 
+def _stride(op, stride):
+    """stride as a pair of ints of at least 1 (0 would divide the output size by zero)."""
+    stride = pair(stride)
+    if min(stride) < 1:
+        raise ValueError(f"{op}: stride must be at least 1, got {stride}; stride=1 moves "
+                         f"the window one pixel at a time")
+    return stride
+
+
 def im2col_array(img, kernel_size, stride, pad, to_matrix=True, pad_value=0):
     """The kernel-sized patches of img (N, C, H, W) as (N, C, KH, KW, OH, OW), or as
     a (N * OH * OW, C * KH * KW) matrix with to_matrix."""
@@ -49,7 +58,7 @@ def im2col_array(img, kernel_size, stride, pad, to_matrix=True, pad_value=0):
         for j in range(kw):
             col[:, :, i, j] = img[:, :, i:i + sh * oh:sh, j:j + sw * ow:sw]
     if to_matrix:
-        col = col.transpose(0, 4, 5, 1, 2, 3).reshape(n * oh * ow, -1)
+        col = col.transpose(0, 4, 5, 1, 2, 3).reshape(n * oh * ow, c * kh * kw)
     return col
 
 
@@ -83,7 +92,7 @@ def col2im_array(col, img_shape, kernel_size, stride, pad, to_matrix=True):
 class Im2col(Function):
     def __init__(self, kernel_size, stride=1, pad=0, to_matrix=True):
         self.kernel_size = pair(kernel_size)
-        self.stride = pair(stride)
+        self.stride = _stride(self.op_name, stride)
         self.pad = pair(pad)
         self.to_matrix = to_matrix
 
@@ -110,7 +119,7 @@ class Col2im(Function):
     def __init__(self, input_shape, kernel_size, stride=1, pad=0, to_matrix=True):
         self.input_shape = tuple(input_shape)
         self.kernel_size = pair(kernel_size)
-        self.stride = pair(stride)
+        self.stride = _stride(self.op_name, stride)
         self.pad = pair(pad)
         self.to_matrix = to_matrix
 
@@ -154,18 +163,19 @@ class Conv2d(Function):
     """y = cross-correlation of x (N, C, H, W) with W (OC, C, KH, KW), plus b (OC,)."""
 
     def __init__(self, stride=1, pad=0):
-        self.stride = pair(stride)
+        self.stride = _stride(self.op_name, stride)
         self.pad = pair(pad)
 
     def forward(self, x, W, b=None):
         _check_conv(self.op_name, x, W, b, 1, "(OC, C, KH, KW)")
         xp = cuda.get_array_module(x)
-        n = x.shape[0]
+        n, c = x.shape[:2]
         oc, kh, kw = W.shape[0], W.shape[2], W.shape[3]
         col = im2col_array(x, (kh, kw), self.stride, self.pad, to_matrix=False)
         oh, ow = col.shape[4:]
         # (OC, C*KH*KW) @ (N, C*KH*KW, OH*OW): one batched product, no transposes.
-        y = xp.matmul(W.reshape(oc, -1), col.reshape(n, -1, oh * ow))
+        # Sizes spelled out, not -1, which an empty batch (N = 0) leaves undecided.
+        y = xp.matmul(W.reshape(oc, c * kh * kw), col.reshape(n, c * kh * kw, oh * ow))
         y = y.reshape(n, oc, oh, ow)
         if b is not None:
             y += b.reshape(1, oc, 1, 1)
@@ -199,7 +209,7 @@ class Deconv2d(Function):
     """Transposed convolution: x (N, C, H, W) with W (C, OC, KH, KW), plus b (OC,)."""
 
     def __init__(self, stride=1, pad=0, outsize=None):
-        self.stride = pair(stride)
+        self.stride = _stride(self.op_name, stride)
         self.pad = pair(pad)
         self.outsize = None if outsize is None else pair(tuple(outsize))
 
@@ -264,10 +274,12 @@ class Conv2DGradW(Function):
         n, c = x.shape[:2]
         oc = gy.shape[1]
         col = im2col_array(x, self.kernel_size, self.stride, self.pad, to_matrix=False)
-        col = col.reshape(n, -1, gy.shape[2] * gy.shape[3])
+        (kh, kw), (oh, ow) = self.kernel_size, col.shape[4:]
+        # Sizes spelled out, not -1, which an empty batch (N = 0) leaves undecided.
+        col = col.reshape(n, c * kh * kw, oh * ow)
         # One (OC, P) @ (P, C*KH*KW) product per image, summed over the batch
         # (several times faster than tensordot over both axes at once).
-        gW = xp.matmul(gy.reshape(n, oc, -1), col.transpose(0, 2, 1)).sum(axis=0)
+        gW = xp.matmul(gy.reshape(n, oc, oh * ow), col.transpose(0, 2, 1)).sum(axis=0)
         return gW.reshape(oc, c, *self.kernel_size)
 
     def backward(self, ggW):
@@ -282,7 +294,7 @@ def conv2d_simple(x, W, b=None, stride=1, pad=0):
     x, W = as_variable(x), as_variable(W)
     n, _, h, w = x.shape
     oc, _, kh, kw = W.shape
-    (sh, sw), (ph, pw) = pair(stride), pair(pad)
+    (sh, sw), (ph, pw) = _stride("conv2d_simple", stride), pair(pad)
     oh, ow = get_conv_outsize(h, kh, sh, ph), get_conv_outsize(w, kw, sw, pw)
     col = im2col(x, (kh, kw), stride, pad, to_matrix=True)
     y = linear(col, W.reshape(oc, -1).transpose(), b)
@@ -316,7 +328,7 @@ class Pooling(Function):
 
     def __init__(self, kernel_size, stride=1, pad=0):
         self.kernel_size = pair(kernel_size)
-        self.stride = pair(stride)
+        self.stride = _stride(self.op_name, stride)
         self.pad = pair(pad)
         half = tuple(k // 2 for k in self.kernel_size)
         if any(p > h for p, h in zip(self.pad, half)):
@@ -398,7 +410,7 @@ class AveragePooling(Function):
 
     def __init__(self, kernel_size, stride=1, pad=0):
         self.kernel_size = pair(kernel_size)
-        self.stride = pair(stride)
+        self.stride = _stride(self.op_name, stride)
         self.pad = pair(pad)
 
     def forward(self, x):
@@ -459,7 +471,8 @@ def pooling_simple(x, kernel_size, stride=1, pad=0):
     (the book's first version); unlike pooling, its padding is zeros."""
     x = as_variable(x)
     n, c, h, w = x.shape
-    (kh, kw), (sh, sw), (ph, pw) = pair(kernel_size), pair(stride), pair(pad)
+    (kh, kw), (ph, pw) = pair(kernel_size), pair(pad)
+    sh, sw = _stride("pooling_simple", stride)
     oh, ow = get_conv_outsize(h, kh, sh, ph), get_conv_outsize(w, kw, sw, pw)
     col = im2col(x, kernel_size, stride, pad, to_matrix=True).reshape(-1, kh * kw)
     # Not max(col, axis=1), which shares a tied maximum's gradient: as in pooling,

@@ -9,6 +9,8 @@ use gradient_check and plot_dot_graph.
 import os
 import shutil
 import subprocess
+import sys
+import sysconfig
 import tempfile
 
 import numpy as np
@@ -239,20 +241,38 @@ def get_dot_graph(output, verbose=True):
 
 
 class GraphvizNotFoundError(RuntimeError):
-    """Raised when a graph must be rendered but no Graphviz `dot` is installed."""
+    """Raised when a graph must be rendered but no Graphviz `dot` is installed
+    (or only `graphviz-pure`, for a format it cannot write)."""
 
 
 _NO_DOT = (
-    "Rendering a graph needs Graphviz's `dot` command, which was not found on PATH. "
+    "Rendering a graph needs Graphviz's `dot` command, which was not found on PATH "
+    "nor beside the Python interpreter. "
     "Install it with your system's package manager (apt-get install graphviz, "
     "brew install graphviz, conda install graphviz) or pip install 'dezero[viz]', "
     "which brings the pip-installable `graphviz-pure`. To get the graph without "
     "rendering, save it with a .dot extension.")
 
+# What graphviz-pure writes (its -T formats that make a picture); PDF and
+# PostScript need the system Graphviz.
+PURE_FORMATS = ("png", "svg", "jpg", "jpeg", "jpe")
+
+
+def _interpreter_dirs():
+    """Where pip puts the commands of the running Python's packages. A venv's python
+    called by its path (as Jupyter kernels are) has them off PATH."""
+    return [os.path.dirname(sys.executable), sysconfig.get_path("scripts")]
+
 
 def find_dot():
-    """The path of a dot-compatible renderer, or None."""
-    return shutil.which("dot") or shutil.which("graphviz-pure")
+    """The path of a dot-compatible renderer, or None: Graphviz's `dot`, else
+    `graphviz-pure`, each looked for on PATH and then beside the interpreter."""
+    beside = os.pathsep.join(d for d in _interpreter_dirs() if d)
+    for name in ("dot", "graphviz-pure"):
+        found = shutil.which(name) or shutil.which(name, path=beside)
+        if found:
+            return found
+    return None
 
 
 class RenderedGraph:
@@ -291,6 +311,12 @@ def render_dot(dot_text, to_file):
     dot = find_dot()
     if dot is None:
         raise GraphvizNotFoundError(_NO_DOT)
+    if _is_pure(dot) and extension not in PURE_FORMATS:
+        raise GraphvizNotFoundError(
+            f"Rendering {to_file} as .{extension} needs Graphviz's `dot`; the renderer "
+            f"found, {dot}, writes only {', '.join(PURE_FORMATS)}. Install Graphviz "
+            f"(apt-get install graphviz, brew install graphviz, conda install graphviz) "
+            f"for PDF, or save the graph as .svg or .png.")
     with tempfile.TemporaryDirectory() as tmp:
         source = os.path.join(tmp, "graph.dot")
         with open(source, "w", encoding="utf-8") as f:
@@ -304,6 +330,10 @@ def render_dot(dot_text, to_file):
         with open(rendered, "rb") as source, atomic_file(to_file) as f:
             f.write(source.read())
     return RenderedGraph(to_file)
+
+
+def _is_pure(dot):
+    return os.path.basename(dot).lower().startswith("graphviz-pure")
 
 
 def plot_dot_graph(output, verbose=True, to_file="graph.png"):

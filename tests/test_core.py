@@ -378,6 +378,38 @@ def test_reshape_and_index_errors_name_the_op():
         Variable(np.ones((2, 3)))[5]
 
 
+NON_NUMERIC = [
+    ("sin", lambda: F.sin(None), "input 0 is None"),
+    ("sin", lambda: F.sin("abc"), "input 0 is 'abc'"),
+    ("sin", lambda: F.sin([1.0, 2.0]), "input 0 is [1.0, 2.0]"),
+    ("add", lambda: Variable(np.ones(2)) + None, "input 1 is None"),
+    ("mul", lambda: None * Variable(np.ones(2)), "input 1 is None"),
+    ("add", lambda: Variable(np.ones(2)) + "a", "input 1 is an array of dtype <U1"),
+    ("exp", lambda: F.exp(np.array(["a", "b"])), "input 0 is an array of dtype <U1"),
+    ("exp", lambda: F.exp(Variable(np.array([object(), 1]))), "dtype object"),
+    ("exp", lambda: F.exp(Variable(None)), "input 0 is None"),
+    ("matmul", lambda: F.matmul(np.ones((2, 2)), np.array([["a"], ["b"]])), "input 1"),
+]
+
+
+@pytest.mark.parametrize("op, call, what", NON_NUMERIC, ids=[w for _, _, w in NON_NUMERIC])
+def test_strings_objects_and_none_name_the_op_and_the_fix(op, call, what):
+    # numpy alone says "loop of ufunc does not support argument 0", naming no op.
+    with pytest.raises(TypeError) as info:
+        call()
+    message = str(info.value)
+    assert message.startswith(f"{op}: ") and what in message
+    assert "np.asarray(x, dtype=np.float32)" in message
+
+
+def test_a_type_error_of_numeric_inputs_is_left_as_it_is():
+    class Fails(Function):
+        def forward(self, x):
+            raise TypeError("the op's own message")
+    with pytest.raises(TypeError, match="^the op's own message$"):
+        Fails()(np.ones(2))
+
+
 def test_to_cpu_keeps_numpy_and_to_gpu_is_clear_without_cupy():
     x = Variable(np.ones(2))
     x.to_cpu()

@@ -388,6 +388,32 @@ def test_cifar_names_a_missing_batch(cache):
         CIFAR10(train=False)
 
 
+def test_a_cut_short_cifar_archive_names_the_file_to_delete(cache):
+    write_cifar10(cache)
+    archive = cache / 'cifar-10-python.tar.gz'
+    archive.write_bytes(archive.read_bytes()[:len(archive.read_bytes()) // 2])
+    with pytest.raises(ValueError) as info:
+        CIFAR10(train=True)
+    message = str(info.value)
+    assert message.startswith(str(archive)) and 'delete it' in message
+
+
+@pytest.mark.parametrize('content', [b'not a zip file at all', None], ids=['garbage', 'no-label'])
+def test_a_corrupt_cifar_cache_names_the_file_to_delete(cache, content):
+    write_cifar10(cache)
+    npz = cache / 'cifar-10-python.tar.gz.train.npz'
+    if content is None:
+        np.savez(npz, data=np.zeros((2, 3, 32, 32), np.uint8))  # "label" missing
+    else:
+        npz.write_bytes(content)
+    with pytest.raises(ValueError) as info:
+        CIFAR10(train=True)
+    message = str(info.value)
+    assert message.startswith(str(npz)) and 'delete it' in message
+    os.remove(npz)
+    assert CIFAR10(train=True).data.shape == (10, 3, 32, 32)  # rebuilt from the archive
+
+
 def test_cifar_offline_error(cache):
     with pytest.raises(DownloadError) as info:
         CIFAR10(train=True)
@@ -424,6 +450,30 @@ def test_imagenet_labels_read_without_eval(cache):
     (cache / 'imagenet1000_clsidx_to_labels.txt').write_text("__import__('os')")
     with pytest.raises(ValueError):
         ImageNet.labels()
+
+
+def test_a_text_dataset_that_is_not_utf8_names_the_file_to_delete(cache):
+    path = cache / 'shakespear.txt'
+    path.write_bytes('First Citizen:'.encode('utf-16'))
+    with pytest.raises(ValueError) as info:
+        Shakespear()
+    message = str(info.value)
+    assert message.startswith(str(path)) and 'UTF-8' in message and 'delete it' in message
+
+
+@pytest.mark.parametrize('content', [
+    b"{0: 'tench',\n 1: 'goldfish'",                # cut short
+    b"['tench', 'goldfish']",                      # not a dict
+    b"{'0': 'tench'}",                             # keys are not class indexes
+    "{0: 'tench'}".encode('utf-16'),               # not UTF-8
+], ids=['cut-short', 'list', 'str-keys', 'utf16'])
+def test_a_malformed_imagenet_labels_file_names_the_file_to_delete(cache, content):
+    path = cache / 'imagenet1000_clsidx_to_labels.txt'
+    path.write_bytes(content)
+    with pytest.raises(ValueError) as info:
+        ImageNet.labels()
+    message = str(info.value)
+    assert message.startswith(str(path)) and 'delete it' in message
 
 
 def test_imagenet_images_are_not_provided():

@@ -1,6 +1,11 @@
 """Drawing the dynamic graph: DOT text, rendering by extension, a clear error
 when Graphviz is missing."""
 import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -115,9 +120,94 @@ def test_graph_of_a_higher_order_derivative_draws(tmp_path):
 
 def test_missing_dot_names_how_to_install_it(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing on PATH
+    monkeypatch.setattr(utils, "_interpreter_dirs", lambda: [])  # nor beside python
     assert utils.find_dot() is None
     path = tmp_path / "graph.png"
     with pytest.raises(utils.GraphvizNotFoundError, match="apt-get install graphviz") as info:
         utils.plot_dot_graph(_small_graph(), to_file=str(path))
     assert "dezero[viz]" in str(info.value)
     assert not os.path.exists(path)
+
+
+# =============================================================================
+# Finding the renderer off PATH, and what graphviz-pure cannot write
+# =============================================================================
+def _fake_command(directory, name):
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text("#!/bin/sh\nexit 1\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_renderer_beside_the_interpreter_is_found_off_path(tmp_path, monkeypatch):
+    # A venv's python run by its path (a Jupyter kernel) has its bin/ off PATH.
+    bin_dir = tmp_path / "venv" / "bin"
+    pure = _fake_command(bin_dir, "graphviz-pure")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
+    assert utils.find_dot() == pure
+
+
+def test_system_dot_is_preferred_to_graphviz_pure(tmp_path, monkeypatch):
+    dot = _fake_command(tmp_path / "system", "dot")
+    _fake_command(tmp_path / "venv" / "bin", "graphviz-pure")
+    monkeypatch.setenv("PATH", str(tmp_path / "system"))
+    monkeypatch.setattr(utils, "_interpreter_dirs", lambda: [str(tmp_path / "venv" / "bin")])
+    assert utils.find_dot() == dot
+
+
+def test_pdf_through_graphviz_pure_says_it_needs_graphviz(tmp_path, monkeypatch):
+    pure = _fake_command(tmp_path / "bin", "graphviz-pure")  # exits 1 if ever run
+    monkeypatch.setattr(utils, "find_dot", lambda: pure)
+    path = tmp_path / "graph.pdf"
+    with pytest.raises(utils.GraphvizNotFoundError, match=r"as \.pdf needs Graphviz's `dot`") \
+            as info:
+        utils.plot_dot_graph(_small_graph(), to_file=str(path))
+    assert "apt-get install graphviz" in str(info.value) and ".svg or .png" in str(info.value)
+    assert not path.exists()
+
+
+REAL_PURE = shutil.which("graphviz-pure") or shutil.which(
+    "graphviz-pure", path=os.pathsep.join(d for d in utils._interpreter_dirs() if d))
+needs_pure = pytest.mark.skipif(REAL_PURE is None, reason="graphviz-pure is not installed")
+
+
+@needs_pure
+@pytest.mark.parametrize("extension, magic", [("svg", b"<"), ("png", b"\x89PNG")])
+def test_graphviz_pure_renders_svg_and_png(tmp_path, monkeypatch, extension, magic):
+    monkeypatch.setattr(utils, "find_dot", lambda: REAL_PURE)
+    path = tmp_path / f"graph.{extension}"
+    utils.plot_dot_graph(_small_graph(), to_file=str(path))
+    assert path.read_bytes().lstrip()[:len(magic)] == magic
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="no system Graphviz dot")
+def test_pdf_renders_with_system_graphviz(tmp_path):
+    path = tmp_path / "graph.pdf"
+    utils.plot_dot_graph(_small_graph(), to_file=str(path))
+    assert path.read_bytes()[:5] == b"%PDF-"
+
+
+@needs_pure
+@pytest.mark.slow
+def test_a_venv_python_run_by_its_path_renders_with_graphviz_pure(tmp_path):
+    # The case of a Jupyter kernel: the venv is not activated, PATH has no renderer.
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, system_site_packages=True, symlinks=True, with_pip=False)
+    bin_dir = Path(venv_bin(env_dir))
+    os.symlink(REAL_PURE, bin_dir / os.path.basename(REAL_PURE))
+    script = ("import numpy as np, dezero.functions as F; from dezero import Variable, utils; "
+              "print(utils.find_dot()); "
+              "utils.plot_dot_graph(F.sin(Variable(np.ones(2))), to_file='g.svg')")
+    root = str(Path(__file__).resolve().parents[1])
+    result = subprocess.run([str(bin_dir / "python"), "-c", script], cwd=tmp_path,
+                            env=dict(os.environ, PATH=str(tmp_path / "empty"), PYTHONPATH=root),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(bin_dir / os.path.basename(REAL_PURE))
+    assert (tmp_path / "g.svg").read_text().lstrip().startswith("<")
+
+
+def venv_bin(env_dir):
+    return os.path.join(env_dir, "Scripts" if os.name == "nt" else "bin")

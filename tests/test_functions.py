@@ -1,6 +1,7 @@
 """Op tests driven by the op table (tests/op_table.py): forward against numpy,
 gradients against numerical ones, second derivatives, broadcasting and dtypes."""
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -293,6 +294,34 @@ def test_pow_rejects_a_variable_exponent():
     x = Variable(np.array(2.0))
     with pytest.raises(TypeError, match="exponent"):
         F.pow(x, x)
+
+
+def test_gradient_of_x_to_the_zero_is_zero_also_at_zero():
+    # c * x ** (c - 1) at c = 0, x = 0 was 0 * inf = NaN (with a divide warning).
+    x = Variable(np.array([0.0, 1.0, -2.0], dtype=np.float32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (x ** 0).backward()
+    assert x.grad.dtype == np.float32
+    np.testing.assert_array_equal(x.grad.data, [0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(numerical_grad(lambda v: v ** 0, x.data), [0.0, 0.0, 0.0])
+    from dezero import core_simple
+    x = core_simple.Variable(np.array(0.0))
+    core_simple.pow(x, 0).backward()
+    assert x.grad == 0.0
+
+
+@pytest.mark.parametrize("shape, axis", [((0,), None), ((0, 3), 0), ((3, 0), 1), ((0, 3), 1)])
+def test_mean_of_no_elements_is_nan_as_in_numpy(shape, axis):
+    # y.size / x.size was a ZeroDivisionError.
+    x = Variable(np.zeros(shape))
+    y = F.mean(x, axis=axis)
+    F.sum(y).backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # numpy's "Mean of empty slice"
+        want = np.mean(x.data, axis=axis)
+    np.testing.assert_array_equal(y.data, want)
+    assert x.grad.shape == x.shape
 
 
 def test_matmul_shape_error_names_op_and_shapes():

@@ -13,6 +13,7 @@ from grad_helpers import gradient_of, rng
 import dezero
 import dezero.functions as F
 import dezero.functions_conv as C
+import dezero.layers as L
 from dezero import Variable
 from dezero.utils import gradient_check
 
@@ -269,6 +270,66 @@ def test_pooling_refuses_padding_beyond_half_the_kernel(kernel, pad):
     torch = pytest.importorskip("torch")
     with pytest.raises(RuntimeError, match="pad should be"):
         torch.nn.functional.max_pool2d(torch.zeros(1, 1, 4, 4), kernel, 1, pad)
+
+
+STRIDE_ZERO = {
+    "conv2d": lambda s: F.conv2d(np.zeros((1, 1, 4, 4)), np.ones((1, 1, 2, 2)), stride=s),
+    "deconv2d": lambda s: F.deconv2d(np.zeros((1, 1, 4, 4)), np.ones((1, 1, 2, 2)), stride=s),
+    "conv2d_simple": lambda s: F.conv2d_simple(np.zeros((1, 1, 4, 4)), np.ones((1, 1, 2, 2)),
+                                               stride=s),
+    "pooling": lambda s: F.pooling(np.zeros((1, 1, 4, 4)), 2, stride=s),
+    "pooling_simple": lambda s: F.pooling_simple(np.zeros((1, 1, 4, 4)), 2, stride=s),
+    "average_pooling": lambda s: F.average_pooling(np.zeros((1, 1, 4, 4)), 2, stride=s),
+    "im2col": lambda s: F.im2col(np.zeros((1, 1, 4, 4)), 2, stride=s),
+    "col2im": lambda s: F.col2im(np.zeros((9, 4)), (1, 1, 4, 4), 2, stride=s),
+}
+
+
+@pytest.mark.parametrize("op", sorted(STRIDE_ZERO))
+@pytest.mark.parametrize("stride", [0, (1, 0), -1], ids=str)
+def test_a_stride_below_one_names_the_op_and_the_fix(op, stride):
+    # It was a ZeroDivisionError from the output size, naming nothing.
+    with pytest.raises(ValueError, match=rf"^{op}: stride must be at least 1, got .*stride=1"):
+        STRIDE_ZERO[op](stride)
+
+
+def test_a_conv_layer_with_stride_zero_names_the_op():
+    with pytest.raises(ValueError, match="^conv2d: stride must be at least 1"):
+        L.Conv2d(1, 2, stride=0)(np.zeros((1, 1, 4, 4)))
+
+
+EMPTY_BATCH = {
+    "conv2d": (lambda x, w: F.conv2d(x, w, stride=2, pad=1), (2, 1, 3, 3),
+               lambda torch, x, w: torch.nn.functional.conv2d(x, w, stride=2, padding=1)),
+    "deconv2d": (lambda x, w: F.deconv2d(x, w, stride=2), (1, 2, 3, 3),
+                 lambda torch, x, w: torch.nn.functional.conv_transpose2d(x, w, stride=2)),
+    "conv2d_simple": (lambda x, w: F.conv2d_simple(x, w), (2, 1, 3, 3),
+                      lambda torch, x, w: torch.nn.functional.conv2d(x, w)),
+}
+
+
+@pytest.mark.parametrize("op", sorted(EMPTY_BATCH))
+def test_an_empty_batch_gives_an_empty_output_and_a_zero_weight_gradient(op):
+    # As in PyTorch: N = 0 images convolve to N = 0 outputs; W's gradient is 0.
+    f, w_shape, _ = EMPTY_BATCH[op]
+    x, w = Variable(np.zeros((0, 1, 5, 5))), Variable(rng(1).randn(*w_shape))
+    y = f(x, w)
+    F.sum(y).backward(create_graph=True)
+    assert y.shape[0] == 0 and x.grad.shape == x.shape
+    assert w.grad.shape == w.shape and not w.grad.data.any()
+    F.sum(w.grad).backward()  # double backprop runs too
+    torch = pytest.importorskip("torch")
+    want = EMPTY_BATCH[op][2](torch, torch.zeros(0, 1, 5, 5, dtype=torch.float64),
+                              torch.tensor(w.data))
+    assert y.shape == tuple(want.shape)
+
+
+@pytest.mark.parametrize("op", ["pooling", "pooling_simple", "average_pooling"])
+def test_pooling_an_empty_batch_gives_an_empty_output(op):
+    x = Variable(np.zeros((0, 2, 4, 4)))
+    y = getattr(F, op)(x, 2, stride=2)
+    F.sum(y).backward()
+    assert y.shape == (0, 2, 2, 2) and x.grad.shape == x.shape
 
 
 def test_ops_keep_their_attrs_and_backward_needs_nothing_from_forward():

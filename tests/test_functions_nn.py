@@ -360,6 +360,57 @@ def test_integer_targets_keep_a_float32_loss_float32():
     assert F.binary_cross_entropy(x * 0.25, np.array([[0], [1]])).dtype == np.float32
 
 
+# name -> (loss, x, t) for a batch of N = 0 examples. As in PyTorch, the mean of no
+# losses is NaN and the gradient is empty; 1 / N was a ZeroDivisionError.
+EMPTY_BATCH = {
+    "softmax_cross_entropy": (F.softmax_cross_entropy, np.zeros((0, 3)), np.zeros(0, int)),
+    "softmax_cross_entropy_simple": (F.softmax_cross_entropy_simple, np.zeros((0, 3)),
+                                     np.zeros(0, int)),
+    "mean_squared_error": (F.mean_squared_error, np.zeros((0, 2)), np.zeros((0, 2))),
+    "mean_squared_error_simple": (F.mean_squared_error_simple, np.zeros((0, 2)),
+                                  np.zeros((0, 2))),
+    "sigmoid_cross_entropy": (F.sigmoid_cross_entropy, np.zeros((0, 1)), np.zeros((0, 1))),
+    "binary_cross_entropy": (F.binary_cross_entropy, np.zeros((0, 1)), np.zeros((0, 1))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EMPTY_BATCH))
+def test_losses_of_an_empty_batch_are_nan_with_an_empty_gradient(name):
+    loss, x, t = EMPTY_BATCH[name]
+    x = Variable(x)
+    y = loss(x, t)
+    y.backward()
+    assert y.shape == () and np.isnan(y.data)
+    assert x.grad.shape == x.shape
+    torch = pytest.importorskip("torch")
+    assert torch.isnan(torch.nn.functional.cross_entropy(
+        torch.zeros(0, 3), torch.zeros(0, dtype=torch.long)))
+
+
+def test_an_empty_batch_gives_a_linear_layer_a_zero_gradient():
+    x, W = np.zeros((0, 4)), Variable(rng(1).randn(4, 3))
+    F.softmax_cross_entropy(F.linear(x, W), np.zeros(0, int)).backward()
+    assert W.grad.shape == W.shape and not W.grad.data.any()
+
+
+@pytest.mark.parametrize("name", ["mean_squared_error", "mean_squared_error_simple"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_mean_squared_error_of_0d_inputs_is_the_squared_difference(name, dtype):
+    # len() of a 0-d array was a TypeError; a 0-d input is one example (PyTorch's mse_loss).
+    x0, x1 = Variable(np.array(3.0, dtype)), Variable(np.array(1.0, dtype))
+    y = getattr(F, name)(x0, x1)
+    y.backward()
+    assert y.data == 4.0 and y.dtype == dtype
+    assert x0.grad.data == 4.0 and x1.grad.data == -4.0
+    torch = pytest.importorskip("torch")
+    assert torch.nn.functional.mse_loss(torch.tensor(3.0), torch.tensor(1.0)).item() == 4.0
+
+
+def test_cross_entropies_of_0d_inputs_are_one_example():
+    assert np.isclose(F.sigmoid_cross_entropy(np.array(0.0), np.array(1)).data, np.log(2))
+    assert np.isclose(F.binary_cross_entropy(np.array(0.5), np.array(1)).data, np.log(2))
+
+
 def test_simple_versions_agree_with_the_fused_ones():
     x = rng().randn(4, 3)
     pairs = [(F.sigmoid_simple(x), F.sigmoid(x)), (F.softmax_simple(x), F.softmax(x)),

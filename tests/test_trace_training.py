@@ -4,10 +4,8 @@ import pytest
 
 import dezero
 import dezero.functions as F
-
-L = pytest.importorskip("dezero.layers")
-models = pytest.importorskip("dezero.models")
-optimizers = pytest.importorskip("dezero.optimizers")
+import dezero.layers as L
+from dezero import models, optimizers
 
 
 def twins(make, *example):
