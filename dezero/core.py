@@ -452,7 +452,17 @@ class Function:
 
     Class facts read by the trace compiler:
       cpp       C++ expression of an elementwise op ("{x} * {y}"), else None;
-                placeholders are forward's parameter names and the op's attrs
+                placeholders are forward's parameter names and the op's attrs.
+                The fusion pass puts it into a kernel that computes in one float
+                type: every number in it and every attr is written as a literal
+                of that type (0.5f in a float32 kernel), so it must mean what
+                forward means on floats, NaN, inf and -0.0 included. A node is
+                fused only where its inputs and its result share one dtype,
+                float32 or float64, and its attrs are finite numbers; a node that
+                promotes dtypes, reads integers or has other attrs runs forward.
+                Not inherited past an overridden forward
+      cpp_type  the C++ type cpp yields where it is not the inputs' type ("bool"
+                for a comparison); the kernel casts it to the result's type
       random    the op draws random numbers (never folded or deduplicated)
       commutative  the inputs may be swapped (common-subexpression elimination)
       py        the Python expression the replay code writes instead of calling
@@ -468,7 +478,7 @@ class Function:
     `type(f)(**f.attrs)` rebuilds an equivalent op.
     """
 
-    cpp = None
+    cpp = cpp_type = None
     random = False
     commutative = False
     py = None

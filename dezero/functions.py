@@ -306,7 +306,8 @@ def abs(x):
 
 class Sign(Function):
     """-1, 0 or 1 by the sign of x; its gradient is zero."""
-    cpp = "({x} > 0) - ({x} < 0)"
+    # As numpy's sign: -0.0 gives 0 and NaN stays NaN.
+    cpp = "({x} > 0) ? 1 : ({x} < 0) ? -1 : ({x} == 0) ? 0 : {x}"
 
     def forward(self, x):
         return cuda.get_array_module(x).sign(x)
@@ -320,7 +321,8 @@ def sign(x):
 
 
 class Clip(Function):
-    cpp = "fmin(fmax({x}, {x_min}), {x_max})"
+    # Comparisons rather than fmin/fmax, which would turn NaN into a bound.
+    cpp = "({x} < {x_min}) ? {x_min} : ({x} > {x_max}) ? {x_max} : {x}"
 
     def __init__(self, x_min, x_max):
         self.x_min = x_min
@@ -340,7 +342,8 @@ def clip(x, x_min, x_max):
 
 class InRange(Function):
     """1 where x_min <= x <= x_max, else 0 (in x's dtype); not differentiable."""
-    cpp = "({x} >= {x_min} && {x} <= {x_max}) ? 1 : 0"
+    cpp = "{x} >= {x_min} && {x} <= {x_max}"
+    cpp_type = "bool"
 
     def __init__(self, x_min, x_max):
         self.x_min = x_min
@@ -355,7 +358,8 @@ class InRange(Function):
 
 class Equal(Function):
     """1 where x0 == x1, else 0 (in x0's dtype); not differentiable."""
-    cpp = "({x0} == {x1}) ? 1 : 0"
+    cpp = "{x0} == {x1}"
+    cpp_type = "bool"
     commutative = True
 
     def forward(self, x0, x1):
@@ -699,7 +703,7 @@ def sigmoid(x):
 
 class ReLU(Function):
     op_name = "relu"
-    cpp = "({x} > 0) ? {x} : 0"
+    cpp = "({x} <= 0) ? 0 : {x}"  # as numpy's maximum: NaN stays NaN, -0.0 gives 0
     py = "_xp.maximum({x}, 0)"
 
     def forward(self, x):
@@ -712,7 +716,8 @@ class ReLU(Function):
 
 class Positive(Function):
     """1 where x > 0, else 0 (in x's dtype): the derivative of relu; not differentiable."""
-    cpp = "({x} > 0) ? 1 : 0"
+    cpp = "{x} > 0"
+    cpp_type = "bool"
 
     def forward(self, x):
         return (x > 0).astype(x.dtype)
@@ -754,8 +759,8 @@ class LeakyReLUGrad(Function):
         self.slope = slope
 
     def forward(self, x):
-        # Built from a 0/1 mask so that no float64 array appears for float32 x.
-        return (x > 0).astype(x.dtype) * _like(1 - self.slope, x) + _like(self.slope, x)
+        # Both branches in x's dtype, so that no float64 array appears for float32 x.
+        return cuda.get_array_module(x).where(x > 0, _like(1, x), _like(self.slope, x))
 
     def backward(self, gy):
         return None

@@ -4,6 +4,7 @@ import numpy as np
 import dezero
 import dezero.functions as F
 from dezero import Variable
+from dezero.static.codegen import kernel_spec
 
 
 def indented(text):
@@ -35,3 +36,5 @@ def test_docstring_tour_shows_the_real_graph_and_replay_code():
     doc = dezero.static.__doc__
     assert indented(str(graph)) in doc
     assert indented(graph.code) in doc
+    spec = kernel_spec(graph.groups[1])
+    assert indented(spec.body) in doc

@@ -8,7 +8,8 @@ building Variables or a dynamic graph. The package reads as a pipeline:
     tracer.py     records the Function calls of one run (core.TracerHooks, per thread)
     guard.py      what user code sees of a traced array while recording (GuardedArray)
     ir.py         StaticGraph, Node, Value: printing, check(), to_dot(), save/load
-    passes.py     graph -> graph: dce, cse, fold, simplify (fusion comes next)
+    passes.py     graph -> graph: dce, cse, fold, simplify, fuse (kernel groups)
+    codegen.py    a fused group -> a kernel spec: typed params and a C++ body
     backends/     the reference interpreter and the generated replay code
     saving.py     the JSON + .npz file format; drawing.py the DOT pictures
 
@@ -36,19 +37,24 @@ A tour. One training step of a linear regression, traced::
 arguments; W, b and lr were made before the call, so they are captured state, read
 afresh at every replay (change lr between steps and the replay sees it); the
 backward pass is part of the graph; `.data` assignments became state writes and
-the gradients backward() left are written back too::
+the gradients backward() left are written back too. The fusion pass grouped
+chains of elementwise ops of one shape into kernels (graph.groups), each headed
+by a comment that names what it returns::
 
     trace step(x: f32[8,3], t: f32[8,1]) captures W: f32[3,1], b: f32[1], lr: f32[]
       a: f32[] = const 0.25
       c: f32[8,1] = linear(x, W, b)
       d: f32[] = mean_squared_error(c, t)
+      # kernel k0: 2 ops -> f
       e: f32[8,1] = sub(c, t)
       f: f32[8,1] = mul(e, a)
       g: f32[3,8] = transpose(x) [axes=None]
       h: f32[3,1] = matmul(g, f)
       i: f32[1] = sum_to(f) [shape=(1,)]
+      # kernel k1: 2 ops -> k
       j: f32[3,1] = mul(lr, h)
       k: f32[3,1] = sub(W, j)
+      # kernel k2: 2 ops -> m
       l: f32[1] = mul(lr, i)
       m: f32[1] = sub(b, l)
       W <- k
@@ -87,6 +93,16 @@ computed and deletes each array after its last reader::
         del b, l
         return (d,)
 
+A kernel backend runs each group as one generated kernel instead; its C++ body
+(codegen.kernel_spec(graph.groups[1]).body) computes one element, with a local
+per node and the values read outside assigned last (`i` is cupy's loop index,
+so a value of that name is `v_i` in a kernel)::
+
+    // kernel k1: mul, sub
+    const float j = lr * h;
+    const float k_ = W - j;
+    k = k_;
+
 Values in a trace: arguments are inputs; Variables made outside and read inside
 are captured by reference; Python scalars and literal arrays made inside are
 constants; random ops (dropout masks) draw afresh at every replay; values that a
@@ -101,23 +117,26 @@ of the others (static_argnames=...), Config.train and Config.enable_backprop,
 and the types of captured state. Each new signature is recorded (DEZERO_DEBUG=1
 or `with dezero.static.debug(1):` says why); at most max_entries are kept.
 
-Debug ladder (DEZERO_DEBUG or debug(level)): 1 traces and retraces with reasons;
-2 each replay's time and bytes; 3 what each pass did and the IR checks; 4 the
-replay code; 5 the IR before and after every pass.
+Debug ladder (DEZERO_DEBUG or debug(level)): 1 traces and retraces with reasons
+and kernel counts; 2 each replay's time and bytes; 3 what each pass did (why a
+node is no part of a kernel, why kernels were split) and the IR checks; 4 the
+replay code and kernel sources; 5 the IR before and after every pass.
 
 Glossary: graph (a StaticGraph), node (one step of it), value (an array flowing
 between nodes), op (a registered Function name), attrs (an op's fixed
 arguments), state (captured Variables), write (a state update applied after the
 replay), signature (what selects a recorded graph), guard (a traced array as user
-code sees it while recording).
+code sees it while recording), group or kernel (elementwise nodes that run as one
+generated loop).
 """
 from dezero.static.debugging import debug
 from dezero.static.ir import GraphError, Node, StaticGraph, TraceError, Value
-from dezero.static.passes import cse, dce, fold, optimize
+from dezero.static.passes import cse, dce, fold, fuse, optimize
 from dezero.static.saving import GraphFileError
 from dezero.static.trace import TracedFunction, trace
 
 load = StaticGraph.load
 
 __all__ = ["trace", "TracedFunction", "TraceError", "GraphError", "GraphFileError",
-           "StaticGraph", "Node", "Value", "debug", "load", "dce", "cse", "fold", "optimize"]
+           "StaticGraph", "Node", "Value", "debug", "load", "dce", "cse", "fold", "fuse",
+           "optimize"]

@@ -2,7 +2,8 @@
 
 Beside ir.py: StaticGraph.to_dot() and .plot() call graph_to_dot. Inputs are green
 ellipses, captured state orange, constants grey, ops boxes, outputs double
-octagons, and state writes dashed orange nodes fed by dashed red edges.
+octagons, and state writes dashed orange nodes fed by dashed red edges; each
+fused kernel (graph.groups) is a dashed cluster labelled with its name.
 
     graph.plot("step.svg")
 """
@@ -60,5 +61,19 @@ def graph_to_dot(graph: StaticGraph) -> str:
             lines.append(f'  "return" [label="return", {_STYLE["output"]}];')
             for k, v in enumerate(node.inputs):
                 lines.append(f'  "{v.name}" -> "return" [label="{k}"];')
+    lines += _clusters(graph)
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _clusters(graph: StaticGraph) -> list[str]:
+    """One cluster per kernel: its op boxes and the values they make, framed and
+    labelled with the kernel's name (naming a node in a subgraph moves it there)."""
+    at = {id(n): i for i, n in enumerate(graph.nodes)}
+    lines = []
+    for group in graph.groups:
+        members = [f'"op{at[id(n)]}"' for n in group.nodes]
+        members += [f'"{v.name}"' for n in group.nodes for v in n.outputs]
+        lines.append(f'  subgraph cluster_{group.name} {{ label="{group.name}"; '
+                     f'style="rounded,dashed"; color="#1565c0"; {"; ".join(members)}; }}')
+    return lines

@@ -144,6 +144,30 @@ def as_result_array(y):
 
 
 
+@dataclass(eq=False)
+class Group:
+    """Elementwise op nodes that run as one kernel (made by passes.fuse).
+
+    name     "k0", "k1" ... in graph order
+    nodes    the op nodes, contiguous in the graph's node list
+    inputs   the Values they read from outside the group, in order of first use;
+             each broadcasts to `shape`
+    outputs  the Values of the group that something outside reads (a later node,
+             a write, the output node), in node order; each of shape `shape`
+    """
+
+    name: str
+    nodes: list
+    inputs: list
+    outputs: list
+    shape: tuple
+
+    def header(self) -> str:
+        """'kernel k0: 5 ops -> d, f', the comment printed above the group."""
+        return f"kernel {self.name}: {len(self.nodes)} ops -> " + \
+            ", ".join(v.name for v in self.outputs)
+
+
 # =============================================================================
 # State slots: DataSlot, GradSlot, AttrSlot (where a state node's array lives)
 # =============================================================================
@@ -374,9 +398,12 @@ def format_graph(graph: StaticGraph) -> str:
         header += " captures " + ", ".join(
             f"{n.outputs[0].name}: {n.outputs[0].type}{_origin(n)}" for n in states)
     lines = [header]
+    starts = {id(g.nodes[0]): g for g in graph.groups}
     for node in graph.nodes:
         if node.kind in ("input", "state"):
             continue
+        if id(node) in starts:
+            lines.append("  # " + starts[id(node)].header())
         lines.append("  " + format_node(node))
     return "\n".join(lines)
 
@@ -404,6 +431,8 @@ class StaticGraph:
         self.owns_state = False
         # "cpu" or "gpu": which array module the replay code calls.
         self.device = "cpu"
+        # The kernels laid over the node list (passes.fuse); empty before fusion.
+        self.groups: list[Group] = []
         self._compiled = {}  # backend name -> plan
 
     # ---- views ------------------------------------------------------------
@@ -430,7 +459,8 @@ class StaticGraph:
                 if n.kind == "state" and isinstance(n.payload, DataSlot)}
 
     def with_nodes(self, nodes: list[Node]) -> StaticGraph:
-        """A new graph with the same name and outputs structure (used by passes)."""
+        """A new graph with the same name and outputs structure (used by passes);
+        it has no groups (fuse sets them)."""
         graph = StaticGraph(self.name, nodes, self.out_tree)
         graph.owns_state, graph.device = self.owns_state, self.device
         return graph
@@ -499,7 +529,18 @@ class StaticGraph:
                 fail(node, "the output node must be last")
         if not self.nodes or self.nodes[-1].kind != "output":
             raise GraphError(f"graph {self.name}: the last node must be the output node")
+        self._check_groups()
         return self
+
+    def _check_groups(self):
+        at = {id(n): i for i, n in enumerate(self.nodes)}
+        for group in self.groups:
+            spots = [at.get(id(n)) for n in group.nodes]
+            if None in spots or spots != list(range(spots[0], spots[0] + len(spots))) or \
+                    any(v.shape != group.shape for n in group.nodes for v in n.outputs):
+                raise GraphError(f"graph {self.name}: kernel {group.name} is not a run of "
+                                 f"consecutive nodes of the graph with results of shape "
+                                 f"{group.shape}")
 
     def _check_write(self, node, fail, writes, producers):
         field = node.attrs.get("field")

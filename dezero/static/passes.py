@@ -4,13 +4,14 @@ passes.py sits after the tracer and before the backends, and imports only the IR
 (ir.py) besides numpy and the debug log. Each pass returns a new graph and never
 edits the old one's nodes or values (the old graph stays printable), and reads op
 facts from the Function classes (`random`, `commutative`, `neutral`,
-`neutral_attrs`), never from lists of op names. Fusion of elementwise chains (ops
-with `cpp`) will be one more pass of the same shape.
+`neutral_attrs`, `cpp`), never from lists of op names. The last pass, fuse, lays
+kernel groups (ir.Group) over the node list for codegen.py and the kernel backends.
 
-    graph = optimize(graph)   # dce, cse, fold, simplify, cse, dce; each then check()
+    graph = optimize(graph)   # dce, cse, fold, simplify, cse, dce, fuse; each then check()
 """
 from __future__ import annotations
 
+import heapq
 import keyword
 
 import numpy as np
@@ -18,11 +19,14 @@ import numpy as np
 from dezero import cuda
 from dezero.static import debugging
 from dezero.static.ir import (
+    Group,
     Node,
     StaticGraph,
     Value,
     as_result_array,
     attrs_key,
+    format_attr,
+    format_node,
     identifier,
     letter_name,
     make_function,
@@ -186,9 +190,9 @@ def rename(graph: StaticGraph) -> StaticGraph:
     used.update(n.outputs[0].name for n in graph.nodes if n.kind in ("input", "state"))
     n = 0
     mapping: dict[int, Value] = {}
-    nodes = []
-    for node in graph.nodes:
-        node = _remap(node, mapping)
+    nodes, renamed = [], {}
+    for old in graph.nodes:
+        node = _remap(old, mapping)
         if node.kind in ("const", "op"):
             for value in node.outputs:
                 while letter_name(n) in used or keyword.iskeyword(letter_name(n)):
@@ -198,10 +202,207 @@ def rename(graph: StaticGraph) -> StaticGraph:
             node = Node(node.kind, node.op, node.inputs, node.attrs,
                         [mapping[id(v)] for v in node.outputs], node.payload)
         nodes.append(node)
-    return graph.with_nodes(nodes)
+        renamed[id(old)] = node
+    return _carry_groups(graph, graph.with_nodes(nodes), renamed, mapping)
 
 
-PIPELINE = (dce, cse, fold, simplify, cse, dce)
+# =============================================================================
+# Fusion: fuse (elementwise nodes into kernel groups)
+# =============================================================================
+
+KERNEL_DTYPES = ("float32", "float64")
+
+
+def fusion_refusal(node: Node) -> str | None:
+    """Why an op node cannot be part of a kernel, or None when it can: the rule
+    stated with Function.cpp (one float dtype in and out, attrs finite numbers)."""
+    cls = node.function_class
+    if cls.random:
+        return "a random op (each replay draws afresh)"
+    if op_fact(cls, "cpp") is None:
+        return "not elementwise (no cpp on its class)"
+    if len(node.outputs) != 1:
+        return f"{len(node.outputs)} results"
+    dtype = node.outputs[0].dtype
+    if dtype.name not in KERNEL_DTYPES or any(v.dtype != dtype for v in node.inputs):
+        return (f"dtypes {', '.join(v.dtype.name for v in node.inputs)} -> {dtype.name} "
+                f"(a kernel computes in one of {', '.join(KERNEL_DTYPES)})")
+    for key, value in sorted(node.attrs.items()):
+        if not _finite_as(value, dtype):
+            return f"attr {key}={format_attr(value)} is no finite {dtype.name} number"
+    return None
+
+
+def _finite_as(value, dtype) -> bool:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, (int, float, np.integer, np.floating)):
+        return False
+    with np.errstate(over="ignore"):
+        try:
+            return bool(np.isfinite(dtype.type(value)))
+        except OverflowError:  # an int beyond any float
+            return False
+
+
+def fuse(graph: StaticGraph) -> StaticGraph:
+    """Group elementwise op nodes into kernels (graph.groups), reordering the nodes
+    so that each group's are consecutive.
+
+    Nodes are visited in order; a fusable node (fusion_refusal) joins the groups of
+    its inputs' producers whose results have its shape, merging them, unless a path
+    through a node outside would then leave the group and come back (the group
+    could not run as one step): it then joins the first group it can, or starts
+    one. Groups of one node are dropped (a kernel gains nothing over the op).
+    """
+    def log(message):
+        debugging.log(3, f"fuse {graph.name}: {message}")
+
+    producer = {id(v): n for n in graph.nodes for v in n.outputs}
+    parent: list[int] = []      # union-find over group ids: merged groups share a root
+    members: list[list] = []    # root -> its nodes
+    outside: list[set] = []     # root -> groups its nodes reach through other nodes
+    group_of: dict[int, int] = {}
+    deps: dict[int, set] = {}   # id(node) -> the groups it depends on, its own included
+
+    def find(g):
+        while parent[g] != g:
+            g = parent[g]
+        return g
+
+    def roots(ids):
+        return {find(g) for g in ids}
+
+    def joinable(node, chosen):
+        """Can node join the groups `chosen` (roots), merging them?"""
+        for v in node.inputs:
+            p = producer[id(v)]
+            if id(p) not in group_of or find(group_of[id(p)]) not in chosen:
+                if roots(deps[id(p)]) & chosen:
+                    return False  # a path leaves the groups and comes back through v
+        return not any(roots(outside[g]) & chosen for g in chosen)
+
+    for node in graph.nodes:
+        inputs_deps = set().union(*(deps.get(id(producer[id(v)]), ()) for v in node.inputs))
+        if node.kind != "op":
+            deps[id(node)] = inputs_deps
+            continue
+        reason = fusion_refusal(node)
+        if reason is not None:
+            log(f"boundary {format_node(node)}: {reason}")
+            deps[id(node)] = inputs_deps
+            continue
+        near = []
+        for v in node.inputs:
+            p = producer[id(v)]
+            if id(p) in group_of and find(group_of[id(p)]) not in near:
+                if p.outputs[0].shape == node.outputs[0].shape:
+                    near.append(find(group_of[id(p)]))
+                else:
+                    log(f"{node.outputs[0].name} starts apart from {v.name}: shape "
+                        f"{v.shape} -> {node.outputs[0].shape}")
+        options = [near] + [[g] for g in near] if len(near) > 1 else [near]
+        chosen = next((o for o in options if joinable(node, set(o))), None)
+        if chosen is not None and len(chosen) < len(near):
+            log(f"{node.outputs[0].name} joins one of its inputs' kernels: merging them "
+                f"all would make a path leave the kernel and come back")
+        elif chosen is None and near:
+            log(f"{node.outputs[0].name} starts a kernel: joining its inputs' would make a "
+                f"path leave the kernel and come back")
+        if not chosen:
+            chosen = [len(parent)]
+            parent.append(chosen[0])
+            members.append([])
+            outside.append(set())
+        root = chosen[0]
+        for g in chosen[1:]:
+            parent[g] = root
+            members[root] += members[g]
+            outside[root] |= outside[g]
+        members[root].append(node)
+        for v in node.inputs:
+            p = producer[id(v)]
+            if id(p) not in group_of or find(group_of[id(p)]) != root:
+                outside[root] |= deps[id(p)]
+        group_of[id(node)] = root
+        deps[id(node)] = inputs_deps | {root}
+    kept = [members[g] for g in range(len(parent)) if parent[g] == g and len(members[g]) > 1]
+    nodes = _schedule(graph.nodes, kept)
+    fused = graph.with_nodes(nodes)
+    fused.groups = _make_groups(nodes, kept)
+    log(f"{len(fused.groups)} kernels of " + ", ".join(
+        str(len(g.nodes)) for g in fused.groups) + " ops")
+    return fused
+
+
+def _schedule(nodes: list, groups: list) -> list:
+    """The nodes in a topological order in which each group's are consecutive: the
+    ready unit (a node or a whole group) that comes first in the old order goes
+    first, so the order changes only where a group needs it."""
+    unit = {id(n): ("node", id(n)) for n in nodes}
+    for i, group in enumerate(groups):
+        unit.update((id(n), ("group", i)) for n in group)
+    position = {id(n): i for i, n in enumerate(nodes)}
+    producer = {id(v): n for n in nodes for v in n.outputs}
+    parts: dict = {}
+    before: dict = {}   # unit -> the units it waits for
+    after: dict = {}    # unit -> the units waiting for it
+    for node in nodes:
+        u = unit[id(node)]
+        parts.setdefault(u, []).append(node)
+        before.setdefault(u, set())
+        for v in node.inputs:
+            w = unit[id(producer[id(v)])]
+            if w != u and w not in before[u]:
+                before[u].add(w)
+                after.setdefault(w, []).append(u)
+    waiting = {u: len(ws) for u, ws in before.items()}
+    ready = [(position[id(parts[u][0])], u) for u, n in waiting.items() if n == 0]
+    heapq.heapify(ready)
+    ordered = []
+    while ready:
+        _, u = heapq.heappop(ready)
+        ordered += parts[u]
+        for w in after.get(u, ()):
+            waiting[w] -= 1
+            if waiting[w] == 0:
+                heapq.heappush(ready, (position[id(parts[w][0])], w))
+    return ordered
+
+
+def _make_groups(nodes: list, groups: list) -> list[Group]:
+    """Group records named k0, k1 ... in the order of the scheduled nodes."""
+    readers: dict[int, list] = {}
+    for node in nodes:
+        for v in node.inputs:
+            readers.setdefault(id(v), []).append(node)
+    position = {id(n): i for i, n in enumerate(nodes)}
+    made = []
+    for members in sorted(groups, key=lambda g: min(position[id(n)] for n in g)):
+        members = sorted(members, key=lambda n: position[id(n)])
+        inside = {id(n) for n in members}
+        defined = {id(v) for n in members for v in n.outputs}
+        inputs = []
+        for node in members:
+            inputs += [v for v in node.inputs if id(v) not in defined and v not in inputs]
+        # A value no one reads (a graph that dce did not clean) stays a result too.
+        outputs = [v for n in members for v in n.outputs
+                   if not all(id(r) in inside for r in readers.get(id(v), [None]))]
+        made.append(Group(f"k{len(made)}", members, inputs, outputs,
+                          members[0].outputs[0].shape))
+    return made
+
+
+def _carry_groups(graph: StaticGraph, new: StaticGraph, nodes: dict, values: dict):
+    """new.groups: graph's groups over new's nodes (nodes and values map ids of the
+    old ones to the new ones)."""
+    new.groups = [Group(g.name, [nodes[id(n)] for n in g.nodes],
+                        [values.get(id(v), v) for v in g.inputs],
+                        [values.get(id(v), v) for v in g.outputs], g.shape)
+                  for g in graph.groups]
+    return new
+
+
+PIPELINE = (dce, cse, fold, simplify, cse, dce, fuse)
 
 
 def optimize(graph: StaticGraph, passes=PIPELINE) -> StaticGraph:

@@ -45,7 +45,8 @@ Inputs of a loaded graph are given positionally, in the order of `graph.input_na
 (the traced function's array arguments, nested ones flattened in order). A loaded
 graph owns Variables for its "data" and "attr" state (`graph.state`), and writes
 update them: a value carried in an attribute (LSTM.h) carries over between calls in
-the graph's own Variable.
+the graph's own Variable. Fused kernels (graph.groups) are not saved: load() runs
+the fusion pass (passes.fuse) on the graph it builds.
 
 Loading: the file is data, never code
 -------------------------------------
@@ -91,6 +92,7 @@ from dezero.static.ir import (
     Value,
     is_source_name,
 )
+from dezero.static.passes import fuse
 
 FORMAT = "dezero.static-graph"
 VERSION = 1
@@ -404,7 +406,8 @@ def load(path: str) -> StaticGraph:
                                      "nodes", "out_tree"))
         Field("version").integer(version, 1, VERSION)
         arrays = _read_arrays(description, json_path)
-        return _build(description, arrays).check()
+        # Kernels are not saved: fusing the loaded graph finds them again.
+        return fuse(_build(description, arrays).check()).check()
     except (GraphFileError, GraphError) as e:
         raise GraphFileError(f"{json_path}: {e}") from None
     except RecursionError:

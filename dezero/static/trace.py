@@ -21,6 +21,7 @@ from dezero import core, cuda, layers
 from dezero.core import Config, Variable
 from dezero.static import debugging
 from dezero.static.checking import check_replay, set_attributes, source_text
+from dezero.static.codegen import kernel_spec
 from dezero.static.guard import unguarded, with_leaves
 from dezero.static.ir import GradSlot, StaticGraph, TraceError, type_str
 from dezero.static.passes import optimize
@@ -414,6 +415,9 @@ class TracedFunction:
         if debugging.LEVEL >= 4:
             debugging.log(4, f"replay code of {self.name}:\n{entry.compiled.source}\n"
                              f"{entry.compiled.glue}")
+            for group in graph.groups:
+                debugging.log(4, f"kernel {group.name} of {self.name}:\n"
+                                 f"{kernel_spec(group).body}")
         if self.check and kept:  # a graph not kept is never replayed: nothing to check
             check_replay(self.name, tracer, recorded_graph, entry, leaves, result,
                          random_state, attrs_before, attr_writes)
@@ -426,7 +430,8 @@ class TracedFunction:
         counts = {k: len(graph.of_kind(k)) for k in ("input", "state", "op", "write")}
         debugging.log(1, f"{'trace' if reason == 'first call' else 'retrace'} {self.name}: "
                          f"{reason}; {counts['op']} ops, {counts['input']} inputs, "
-                         f"{counts['state']} state, {counts['write']} writes, 0 kernels; "
+                         f"{counts['state']} state, {counts['write']} writes, "
+                         f"{len(graph.groups)} kernels; "
                          f"recorded in {(recorded - start) * 1e3:.1f} ms, prepared in "
                          f"{(time.perf_counter() - recorded) * 1e3:.1f} ms"
                          + (f"; not kept: state {', '.join(tracer.uninitialised)} was "

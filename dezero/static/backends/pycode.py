@@ -22,10 +22,12 @@ from dezero.core import Variable, _wrap_output
 from dezero.static import ir
 from dezero.static.backends.interpreter import reraise
 from dezero.static.backends.plan import Plan, replayed_output, shared_values
+from dezero.static.codegen import kernel_spec
 from dezero.static.ir import (
     AttrSlot,
     GradSlot,
     GraphError,
+    Node,
     StaticGraph,
     as_result_array,
     format_attr,
@@ -94,8 +96,10 @@ def _identity_rows(xp):
 # =============================================================================
 
 
-def generate(graph: StaticGraph):
-    """(source, globals, line -> node) for the replay function of `graph`."""
+def generate(graph: StaticGraph, factory=None):
+    """(source, globals, line -> node, function name) for the replay function of
+    `graph`. With a kernel factory, each of graph.groups is one line that calls
+    `factory(kernel_spec(group))` on the group's inputs, instead of its nodes."""
     fname = identifier(graph.name, "graph")
     for node in graph.nodes:  # value names become variables: nothing else may pass
         for v in node.inputs + node.outputs:
@@ -106,6 +110,7 @@ def generate(graph: StaticGraph):
     params = [n.outputs[0].name for n in graph.nodes if n.kind in ("input", "state")]
     inputs = set(graph.input_names)
     n_ops = sum(1 for n in graph.nodes if n.kind == "op")
+    steps, kernels = _steps(graph, factory)
     xp = cuda.cupy if graph.device == "gpu" else np
     # numpy's add.reduce is ndarray.sum without its Python-level wrapper.
     env = {"_arr": as_result_array, "_xp": xp, "_eye": _identity_rows(xp), "_wrap": _wrap_output,
@@ -114,14 +119,24 @@ def generate(graph: StaticGraph):
     while fname in consts:  # constants are globals of the code: keep the def apart
         fname += "_"
     lines = [f"def {fname}({', '.join(params)}):  # generated from trace "
-             f"{ir.printable(graph.name)}: {n_ops} ops"]
+             f"{ir.printable(graph.name)}: {n_ops} ops"
+             + (f", {len(kernels)} kernels" if kernels else "")]
     if consts:
         lines.append(f"    # constants (globals of this code): {', '.join(consts)}")
-    line_nodes, counts, writes, returned, dying = {}, {}, [], [], _last_uses(graph)
-    early, shared = _state_writes(graph, env), shared_values(graph)
-    for node in graph.nodes:
+    line_nodes, counts, writes, returned = {}, {}, [], []
+    early, shared, dying = _state_writes(graph, env), shared_values(graph), _last_uses(
+        graph, steps)
+    for group in kernels.values():
+        env[f"_{group.name}"] = factory(kernel_spec(group))
+    for node in steps:
         if node.kind == "const":
             env[node.outputs[0].name] = node.payload
+        elif id(node) in kernels:
+            outs = ", ".join(v.name for v in node.outputs)
+            lines.append(f"    {outs}{',' if len(node.outputs) == 1 else ''} = _{node.op}("
+                         f"{', '.join(v.name for v in node.inputs)})  # kernel {node.op}: "
+                         f"{len(kernels[id(node)].nodes)} ops")
+            line_nodes[len(lines)] = node
         elif node.kind == "op":
             outs = [v.name for v in node.outputs]
             call = inline_call(node) if len(outs) == 1 else None
@@ -129,6 +144,8 @@ def generate(graph: StaticGraph):
             if not inlined:
                 base = identifier(node.op, "op")
                 k = counts[base] = counts.get(base, -1) + 1
+                while f"_{base}{k}" in env:  # a kernel's name (_k0)
+                    k = counts[base] = k + 1
                 callee = f"_{base}{k}"
                 env[callee] = make_function(node).forward
                 call = f"{callee}({', '.join(v.name for v in node.inputs)})"
@@ -164,7 +181,27 @@ def generate(graph: StaticGraph):
     return "\n".join(lines) + "\n", env, line_nodes, fname
 
 
-def _last_uses(graph: StaticGraph) -> dict:
+def _steps(graph: StaticGraph, factory) -> tuple[list, dict]:
+    """The nodes the replay code runs, in order: with a factory, each group's nodes
+    become one op node named after it (reads its inputs, defines its outputs), mapped
+    by id in the dict returned with the list; without one, the graph's nodes."""
+    if factory is None or not graph.groups:
+        return graph.nodes, {}
+    starts = {id(g.nodes[0]): g for g in graph.groups}
+    inside = {id(n) for g in graph.groups for n in g.nodes}
+    steps, kernels = [], {}
+    for node in graph.nodes:
+        if id(node) in starts:
+            group = starts[id(node)]
+            node = Node("op", group.name, group.inputs, None, group.outputs)
+            kernels[id(node)] = group
+        elif id(node) in inside:
+            continue
+        steps.append(node)
+    return steps, kernels
+
+
+def _last_uses(graph: StaticGraph, steps: list) -> dict:
     """id(node) -> names of the values it defines or reads that no later node reads.
 
     The replay code deletes them right after that node: a value lives from the op
@@ -177,7 +214,7 @@ def _last_uses(graph: StaticGraph) -> dict:
     """
     replaced = {n.inputs[0].name for n in graph.of_kind("write") if n.attrs["field"] == "data"}
     last = {}
-    for node in graph.nodes:
+    for node in steps:
         # A .data or .grad write reads its source; its target is named, not read.
         target_named = node.kind == "write" and node.attrs["field"] != "attr"
         for v in node.inputs[1:] if target_named else node.inputs:
@@ -243,21 +280,26 @@ def _state_writes(graph: StaticGraph, env: dict) -> dict:
 # =============================================================================
 
 
-def compile_graph(graph: StaticGraph) -> Compiled:
-    return Compiled(graph)
+def compile_graph(graph: StaticGraph, factory=None) -> Compiled:
+    return Compiled(graph, factory)
 
 
 class Compiled(Plan):
     """A graph's replay code plus its glue: generated code that reads captured state,
     calls the replay function (which stores new .data and .grad values as it
-    computes them), applies the other writes and rebuilds the outputs."""
+    computes them), applies the other writes and rebuilds the outputs.
 
-    def __init__(self, graph: StaticGraph):
+    factory: None (every op node calls its forward), or a kernel backend's
+    `factory(spec) -> kernel`, where kernel(*input_arrays) returns the tuple of
+    output arrays of a codegen.KernelSpec; each of graph.groups then runs as one
+    call of its kernel."""
+
+    def __init__(self, graph: StaticGraph, factory=None):
         super().__init__(graph)
         # A distinct pseudo-file per graph, registered with linecache, so that
         # tracebacks through the replay code show its source lines.
         self.filename = f"<replay {graph.name} {id(self):x}>"
-        self.source, env, self.line_nodes, fname = generate(graph)
+        self.source, env, self.line_nodes, fname = generate(graph, factory)
         self.glue = generate_glue(graph, fname, env)
         code = compile(self.source + "\n" + self.glue, self.filename, "exec")
         exec(code, env)
@@ -351,10 +393,10 @@ def _tree_source(tree, env) -> str:
     if kind == "dict":
         parts = []
         for key, t in tree[1]:
-            name = f"_k{len(env)}"
+            name = f"_static{len(env)}"
             env[name] = key
             parts.append(f"{name}: {_tree_source(t, env)}")
         return "{" + ", ".join(parts) + "}"
-    name = f"_k{len(env)}"
+    name = f"_static{len(env)}"
     env[name] = tree[1]  # "static": a Python value returned as is
     return name

@@ -1,0 +1,181 @@
+"""Kernel specs: a fused group of elementwise nodes as one C++ body with typed params.
+
+codegen.py sits between the fusion pass and the kernel backends: kernel_spec(group)
+turns an ir.Group (made by passes.fuse) into a KernelSpec, whose body is plain C++
+for one element built from each op's `cpp` expression. The CPU backend wraps that
+body in a loop; the cupy backend hands it to cupy.ElementwiseKernel as is.
+
+    spec = kernel_spec(graph.groups[0]); print(spec.body)
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from dezero.static.ir import GraphError, Group, format_node, op_fact
+
+# =============================================================================
+# The spec: Param, KernelSpec
+# =============================================================================
+
+# numpy dtype name -> the C++ type a kernel reads and writes it as.
+CTYPES = {"float32": "float", "float64": "double", "int32": "int", "int64": "long long",
+          "bool": "bool"}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One input or output of a kernel."""
+
+    name: str    # the C identifier the body uses
+    ctype: str   # "float", "double" ...
+    dtype: str   # the numpy dtype name: "float32", "float64" ...
+    shape: tuple  # the Value's shape; inputs broadcast to KernelSpec.shape
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """An elementwise kernel: typed inputs and outputs and the C++ body that computes
+    one element (reads inputs by name, assigns outputs by name)."""
+
+    name: str       # "k0": unique within the graph
+    inputs: tuple   # Params, read-only
+    outputs: tuple  # Params, all of shape `shape`
+    shape: tuple
+    body: str
+
+    def key(self) -> str:
+        """sha256 of everything in the spec: the same graph gives the same key."""
+        text = repr((self.name, self.inputs, self.outputs, self.shape, self.body))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+# =============================================================================
+# Names and literals: c_names, c_literal
+# =============================================================================
+
+# Words a C++ or CUDA body cannot use as a variable: keywords, CUDA's built-in
+# variables, the math macros, and `i`, the index variable of cupy's loop.
+RESERVED = frozenset("""
+    alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t
+    char16_t char32_t class compl concept const consteval constexpr constinit const_cast
+    continue co_await co_return co_yield decltype default delete do double dynamic_cast
+    else enum explicit export extern false float for friend goto if inline int long
+    mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected
+    public register reinterpret_cast requires return short signed sizeof static
+    static_assert static_cast struct switch template this thread_local throw true try
+    typedef typeid typename union unsigned using virtual void volatile wchar_t while xor
+    xor_eq std i threadIdx blockIdx blockDim gridDim warpSize INFINITY NAN HUGE_VAL
+    """.split())
+
+_C_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+_CALLED = re.compile(r"([A-Za-z_]\w*)\s*\(")
+# A number in a cpp expression: not part of a name ({x0}) or of another number.
+_NUMBER = re.compile(r"(?<![\w.])(\d+\.?\d*(?:[eE][+-]?\d+)?)(?![\w.])")
+
+
+def c_literal(value, dtype) -> str:
+    """A number as a C++ literal of the kernel's float type: '0.5f' for float32,
+    '0.5' for float64, negative ones in parentheses."""
+    with np.errstate(over="ignore"):
+        number = np.dtype(dtype).type(value)
+    if not np.isfinite(number):
+        raise GraphError(f"{value!r} is no finite {np.dtype(dtype).name} number; a kernel "
+                         f"writes only finite literals (passes.fusion_refusal keeps such "
+                         f"nodes out of kernels)")
+    text = str(number)
+    if "." not in text and "e" not in text:
+        text += ".0"
+    text += "f" if np.dtype(dtype) == np.float32 else ""
+    return f"({text})" if text.startswith("-") else text
+
+
+def c_names(group: Group) -> dict:
+    """id(Value) -> its C name, for the inputs, then the outputs, then (as locals) the
+    results of every node; outputs get a second name for their local. A Value's name
+    where it is a safe C name, else 'v_' + it; '_' is appended until each is unique."""
+    reserved = RESERVED | {f for n in group.nodes for f in _CALLED.findall(_template(n))}
+    used, names = set(), {}
+
+    def fresh(value, k):
+        name = value.name if _C_NAME.fullmatch(value.name) else f"v{k}"
+        name = f"v_{name}" if name in reserved else name
+        while name in used:
+            name += "_"
+        used.add(name)
+        return name
+
+    for k, value in enumerate(group.inputs + group.outputs):
+        names[id(value)] = fresh(value, k)
+    for k, value in enumerate(v for n in group.nodes for v in n.outputs):
+        names[("local", id(value))] = fresh(value, k)
+    return names
+
+
+# =============================================================================
+# The body: kernel_spec
+# =============================================================================
+
+
+@functools.cache
+def _forward_names(cls) -> list:
+    return list(inspect.signature(cls.forward).parameters)[1:]
+
+
+def _template(node) -> str:
+    text = op_fact(node.function_class, "cpp")
+    if text is None:
+        raise GraphError(f"{format_node(node)}: {node.op} has no cpp expression of its own "
+                         f"and cannot be part of a kernel")
+    return text
+
+
+def _expression(node, names: dict) -> str:
+    """The node's cpp with its inputs' C names (names: id(Value) -> name), its attrs
+    and its numbers as literals."""
+    dtype = node.outputs[0].dtype
+    text = _NUMBER.sub(lambda m: c_literal(float(m.group(1)), dtype), _template(node))
+    fields = {k: c_literal(v, dtype) for k, v in node.attrs.items()}
+    fields.update(zip(_forward_names(node.function_class),
+                      (names[id(v)] for v in node.inputs)))
+    try:
+        return text.format(**fields)
+    except (KeyError, IndexError) as e:
+        raise GraphError(f"{format_node(node)}: cpp of {node.op} names {e}, which is neither "
+                         f"a parameter of its forward nor an attr") from None
+
+
+def kernel_spec(group: Group) -> KernelSpec:
+    """The KernelSpec of a group: one `const <type> name = <cpp>;` per node, then one
+    assignment per output. Deterministic: the same group gives the same bytes."""
+    names = c_names(group)
+    dtype = group.nodes[0].outputs[0].dtype
+    ctype = CTYPES[dtype.name]
+    lines = [f"// kernel {group.name}: " + ", ".join(n.op for n in group.nodes)]
+    reads = {id(v): names[id(v)] for v in group.inputs}
+    for node in group.nodes:
+        value = node.outputs[0]
+        missing = [v.name for v in node.inputs if id(v) not in reads]
+        if missing:
+            raise GraphError(f"{format_node(node)}: kernel {group.name} neither reads "
+                             f"{', '.join(missing)} nor makes it before this node")
+        expression = _expression(node, reads)
+        cpp_type = op_fact(node.function_class, "cpp_type")
+        if cpp_type is not None and cpp_type != ctype:
+            expression = f"({ctype})({expression})"
+        local = names[("local", id(value))]
+        lines.append(f"const {ctype} {local} = {expression};")
+        reads[id(value)] = local
+    lines += [f"{names[id(v)]} = {names[('local', id(v))]};" for v in group.outputs]
+    return KernelSpec(group.name, _params(group.inputs, names), _params(group.outputs, names),
+                      tuple(group.shape), "\n".join(lines) + "\n")
+
+
+def _params(values, names) -> tuple:
+    return tuple(Param(names[id(v)], CTYPES[v.dtype.name], v.dtype.name, tuple(v.shape))
+                 for v in values)

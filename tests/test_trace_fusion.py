@@ -1,0 +1,370 @@
+"""Fusion: passes.fuse groups elementwise nodes into kernels, codegen.kernel_spec writes
+their C++ bodies, and the replay code calls one kernel per group."""
+import numpy as np
+import pytest
+from fusion_helpers import reference_factory
+
+import dezero
+import dezero.functions as F
+from dezero import Variable, models, optimizers
+from dezero.static import passes
+from dezero.static.backends.pycode import Compiled
+from dezero.static.codegen import KernelSpec, Param, c_literal, kernel_spec
+from dezero.static.ir import GraphError, Group
+
+# =============================================================================
+# Graphs with known kernels: the tanh chain, a sigmoid MLP step, an Adam step
+# =============================================================================
+
+
+def chain(x):  # benchmarks/bench_trace.py's chain
+    y = x * 0.5 + 1.0
+    y = F.exp(-(y * y))
+    y = F.tanh(y * x - 0.25)
+    return y + x
+
+
+def training_step(model, optimizer):
+    optimizer.setup(model)
+
+    def step(x, t):
+        loss = F.softmax_cross_entropy(model(x), t)
+        model.cleargrads()
+        loss.backward()
+        optimizer.update()
+        return loss
+    return step
+
+
+def classification_calls(n=4, batch=8, dim=4, classes=3):
+    rng = np.random.default_rng(3)
+    return [(rng.standard_normal((batch, dim)).astype(np.float32),
+             rng.integers(0, classes, batch)) for _ in range(n)]
+
+
+def traced_step(make_optimizer, calls):
+    """(graph, model) of a sigmoid MLP (10, 3) training step, traced and replayed."""
+    model = models.MLP((10, 3))
+    traced = dezero.trace(training_step(model, make_optimizer()))
+    for x, t in calls[:2]:
+        traced(x, t)
+    return traced.graph, model
+
+
+def kernel_sizes(graph):
+    return [len(g.nodes) for g in graph.groups]
+
+
+def test_the_tanh_chain_is_one_kernel():
+    graph = dezero.trace(chain).lower(np.ones(10, np.float32))
+    group, = graph.groups
+    assert (group.name, group.shape, len(group.nodes)) == ("k0", (10,), 9)
+    assert [v.name for v in group.inputs] == ["x", "a", "b", "c"]  # x and 3 constants
+    assert [v.name for v in group.outputs] == ["l"]
+    assert "  # kernel k0: 9 ops -> l\n  d: f32[10] = mul(x, a)\n" in str(graph)
+
+
+def test_a_sigmoid_mlp_sgd_step_has_seven_kernels():
+    graph, _ = traced_step(lambda: optimizers.SGD(0.1), classification_calls())
+    # sigmoid with its 1 - y; the loss's gradient; the backward of the sigmoid;
+    # then one update (lr * grad, param - that) per parameter
+    assert kernel_sizes(graph) == [2, 2, 2, 2, 2, 2, 2]
+    assert [v.name for v in graph.groups[0].outputs] == ["e", "f"]  # both read later
+    assert [g.shape for g in graph.groups[3:]] == [(4, 10), (10,), (10, 3), (3,)]
+
+
+def test_an_adam_step_has_one_scalar_kernel_and_one_kernel_per_parameter():
+    graph, _ = traced_step(lambda: optimizers.Adam(0.01), classification_calls())
+    assert kernel_sizes(graph) == [2, 2, 2, 12, 12, 12, 12, 12]
+    scalars = graph.groups[3]  # the step count and the bias-corrected step size
+    assert scalars.shape == () and len(scalars.outputs) == 2
+    for group in graph.groups[4:]:  # m, v and the parameter are written back
+        assert len(group.outputs) == 3
+
+
+def test_groups_are_consecutive_typed_and_checked():
+    graph, _ = traced_step(lambda: optimizers.Adam(0.01), classification_calls())
+    at = {id(n): i for i, n in enumerate(graph.nodes)}
+    for k, group in enumerate(graph.groups):
+        spots = [at[id(n)] for n in group.nodes]
+        assert group.name == f"k{k}" and spots == list(range(spots[0], spots[0] + len(spots)))
+        assert all(n.outputs[0].shape == group.shape for n in group.nodes)
+        for v in group.inputs:
+            assert np.broadcast_shapes(v.shape, group.shape) == group.shape
+    graph.check()
+    broken = graph.with_nodes(graph.nodes)
+    first = graph.groups[0]
+    broken.groups = [Group("k0", first.nodes[::-1], first.inputs, first.outputs, first.shape)]
+    with pytest.raises(GraphError, match="kernel k0 is not a run of consecutive nodes"):
+        broken.check()
+
+
+# =============================================================================
+# The pass: boundaries, shapes, paths that leave a group, order
+# =============================================================================
+
+
+def fused(fn, *inputs):
+    return dezero.trace(fn).lower(*inputs)
+
+
+def test_a_node_that_needs_a_reduction_of_its_group_starts_another():
+    x = np.arange(1.0, 7.0, dtype=np.float32)
+
+    def f(x):
+        y = F.exp(x) * 2.0
+        s = F.sum(y)       # a boundary that reads the group ...
+        z = F.tanh(y * s)  # ... and feeds this node: it cannot join y's group
+        return F.sin(z)
+
+    with dezero.static.debug(3):
+        graph = fused(f, x)
+    assert kernel_sizes(graph) == [2, 3]
+    assert [n.op for n in graph.groups[1].nodes] == ["mul", "tanh", "sin"]
+
+
+def test_fusion_decisions_are_logged_at_level_three(capsys):
+    x = np.arange(1.0, 7.0, dtype=np.float32)
+    with dezero.static.debug(3):
+        fused(lambda x: F.sin(F.exp(x) * F.sum(F.exp(x) * 2.0)), x)
+    err = capsys.readouterr().err
+    assert "boundary " in err and "= sum(" in err and "not elementwise" in err
+    assert "starts a kernel: joining its inputs' would make a path leave" in err
+    assert "kernels of" in err
+
+
+def test_broadcast_inputs_join_and_other_shapes_start_apart():
+    W = Variable(np.ones((3, 4), np.float32), name="W")
+    b = Variable(np.ones(4, np.float32), name="b")
+    c = Variable(np.ones((3, 1), np.float32), name="c")
+    s = Variable(np.array(2.0, np.float32), name="s")
+
+    def f(x):
+        scale = F.exp(s) + 1.0                   # shape (): its own group
+        return F.tanh(x * W + b) * c * scale     # (3, 4): rows, columns and scalars join
+
+    graph = fused(f, np.ones((3, 4), np.float32))
+    assert [(g.shape, len(g.nodes)) for g in graph.groups] == [((), 2), ((3, 4), 5)]
+    assert {v.name for v in graph.groups[1].inputs} >= {"W", "b", "c"}
+
+
+def test_nodes_are_reordered_so_that_each_group_is_consecutive():
+    W = Variable(np.ones((4, 4), np.float32), name="W")
+
+    def f(x):
+        y = F.exp(x)
+        m = F.matmul(x, W)       # between y and its reader, independent of both
+        return F.tanh(y) + F.sum(m)
+
+    graph = fused(f, np.ones((2, 4), np.float32))
+    # the sum that add reads must run first: the matmul and the sum move up
+    assert [n.op for n in graph.of_kind("op")] == ["matmul", "sum", "exp", "tanh", "add"]
+    assert [n.op for n in graph.groups[0].nodes] == ["exp", "tanh", "add"]
+    graph.check()
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    np.testing.assert_allclose(graph(x).data, f(x).data, rtol=1e-6)
+
+
+def test_random_ops_integers_and_non_finite_attrs_stay_out_of_kernels(capsys):
+    x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    with dezero.static.debug(3):
+        graph = fused(lambda x: F.exp(F.dropout(F.sin(x) * 2.0)), x)
+        clipped = fused(lambda x: F.exp(F.clip(F.sin(x), -1.0, np.inf)), x)
+        ints = fused(lambda x: F.exp(F.exp(x)) * 2.0, np.arange(3))
+    err = capsys.readouterr().err
+    assert all(n.op != "dropout_mask" for g in graph.groups for n in g.nodes)
+    assert "a random op" in err
+    assert [n.op for g in clipped.groups for n in g.nodes] == []
+    assert "attr x_max=inf is no finite float32 number" in err
+    assert ints.groups[0].nodes[0].inputs[0].dtype == np.float64  # exp(int) stays apart
+    assert "dtypes int64 -> float64" in err
+
+
+def test_a_user_op_that_changes_forward_does_not_inherit_cpp():
+    class Scale(F.Mul):
+        def forward(self, x0, x1):
+            return x0 * x1 + 1
+
+    graph = fused(lambda x: F.exp(Scale()(F.sin(x), x)), np.ones(3, np.float32))
+    assert graph.groups == []  # sin | scale (its own forward) | exp
+
+
+def test_fuse_leaves_the_old_graph_as_it_was_and_the_loaded_graph_has_the_kernels(tmp_path):
+    graph = fused(chain, np.ones(10, np.float32))
+    unfused = graph.with_nodes(graph.nodes)
+    again = passes.fuse(unfused)
+    assert unfused.groups == [] and str(again) == str(graph)
+    graph.save(str(tmp_path / "chain"))
+    assert str(dezero.static.load(str(tmp_path / "chain.json"))) == str(graph)
+
+
+def test_the_trace_log_counts_kernels(capsys):
+    with dezero.static.debug(1):
+        dezero.trace(chain)(np.ones(10, np.float32))
+    assert "1 kernels;" in capsys.readouterr().err
+
+
+def test_kernel_sources_are_logged_at_level_four(capsys):
+    with dezero.static.debug(4):
+        dezero.trace(chain)(np.ones(10, np.float32))
+    assert "kernel k0 of chain:\n// kernel k0: mul, add" in capsys.readouterr().err
+
+
+def test_the_drawing_frames_each_kernel():
+    dot = fused(chain, np.ones(10, np.float32)).to_dot()
+    assert 'subgraph cluster_k0 { label="k0";' in dot and '"op4"; "op5";' in dot
+
+
+# =============================================================================
+# Kernel specs: the C++ body
+# =============================================================================
+
+
+def test_the_chain_kernel_body_binds_a_local_per_node_with_float_literals():
+    graph = fused(chain, np.ones(10, np.float32))
+    spec = kernel_spec(graph.groups[0])
+    assert spec.inputs[:2] == (Param("x", "float", "float32", (10,)),
+                               Param("a", "float", "float32", ()))
+    assert spec.outputs == (Param("l", "float", "float32", (10,)),)
+    assert spec.body == (
+        "// kernel k0: mul, add, mul, neg, exp, mul, sub, tanh, add\n"
+        "const float d = x * a;\n"
+        "const float e = d + b;\n"
+        "const float f = e * e;\n"
+        "const float g = -f;\n"
+        "const float h = exp(g);\n"
+        "const float v_i = h * x;\n"  # i is cupy's loop index
+        "const float j = v_i - c;\n"
+        "const float k = tanh(j);\n"
+        "const float l_ = k + x;\n"
+        "l = l_;\n")
+
+
+def test_the_same_graph_gives_the_same_bytes_and_key():
+    specs = [kernel_spec(fused(chain, np.ones(10, np.float32)).groups[0]) for _ in range(2)]
+    assert specs[0] == specs[1] and specs[0].key() == specs[1].key()
+    assert len(specs[0].key()) == 64
+    other = kernel_spec(fused(chain, np.ones(11, np.float32)).groups[0])
+    assert other.key() != specs[0].key()  # the shape is part of the key
+
+
+def test_float64_kernels_write_double_literals_and_attrs_in_the_kernel_type():
+    def f(x):
+        return F.leaky_relu(F.sigmoid(x) ** 3, slope=0.1) - 1
+
+    spec = kernel_spec(fused(f, np.ones(5)).groups[0])
+    assert spec.inputs[0].ctype == "double"
+    assert "const double b = tanh(x * 0.5) * 0.5 + 0.5;" in spec.body
+    assert "pow(b, 3.0);" in spec.body and "c * 0.1;" in spec.body
+    spec32 = kernel_spec(fused(f, np.ones(5, np.float32)).groups[0])
+    assert "pow(b, 3.0f);" in spec32.body and "c * 0.1f;" in spec32.body
+
+
+def test_literals_of_each_type():
+    assert c_literal(0.1, np.float32) == "0.1f" and c_literal(0.1, np.float64) == "0.1"
+    assert c_literal(2, np.float32) == "2.0f" and c_literal(-0.25, np.float64) == "(-0.25)"
+    assert c_literal(1e-8, np.float32) == "1e-08f"
+    assert c_literal(1 / 3, np.float32) == "0.33333334f"  # the float32 the forward uses
+    with pytest.raises(GraphError, match="no finite float32"):
+        c_literal(1e39, np.float32)
+
+
+def test_comparisons_are_cast_to_the_kernel_type():
+    W = Variable(np.ones((4, 3), np.float32), name="W")
+
+    def f(x):
+        y = F.sum(F.relu(F.matmul(x, W)) * 2.0)
+        y.backward()  # relu's backward: gy * (x > 0)
+        return y
+
+    graph = fused(f, np.ones((2, 4), np.float32))
+    bodies = [kernel_spec(g).body for g in graph.groups]
+    assert any("= (float)(" in b and " > 0.0f);" in b for b in bodies), bodies
+
+
+def test_names_that_are_cpp_words_or_math_functions_are_prefixed():
+    do = Variable(np.ones(3, np.float32), name="do")
+    exp = Variable(np.ones(3, np.float32), name="exp")
+    spec = kernel_spec(fused(lambda x: F.exp(x * do + exp), np.ones(3, np.float32)).groups[0])
+    assert [p.name for p in spec.inputs] == ["v_do", "x", "v_exp"]  # do * x, by __rmul__
+    assert "v_do * x" in spec.body and "+ v_exp" in spec.body
+
+
+def test_a_spec_is_a_frozen_record():
+    spec = KernelSpec("k0", (), (), (2,), "")
+    with pytest.raises(AttributeError):
+        spec.body = "x"
+
+
+# =============================================================================
+# Fused replay: one call per kernel, like the interpreter
+# =============================================================================
+
+
+def state_of(graph, model):
+    data = [(n.payload, n.payload.read().copy()) for n in graph.of_kind("state")]
+    grads = [(p, None if p.grad is None else p.grad.data.copy()) for p in model.params()] \
+        if model is not None else []
+    return data, grads
+
+
+def put_back(state):
+    data, grads = state
+    for slot, array in data:
+        slot.write(array.copy())
+    for p, g in grads:
+        p.grad = None if g is None else Variable(g.copy())
+
+
+def assert_same_state(a, b):
+    for (_, x), (_, y) in zip(a[0] + a[1], b[0] + b[1]):
+        np.testing.assert_array_equal(x, y)
+
+
+def assert_fused_replay_is_the_interpreter(graph, model, calls):
+    specs = []
+    plan = Compiled(graph, reference_factory(graph, specs))
+    assert [s.name for s in specs] == [g.name for g in graph.groups]
+    assert plan.source.count("  # kernel k") == len(graph.groups)
+    for args in calls:
+        before = state_of(graph, model)
+        expected = graph.interpret(*args)
+        after = state_of(graph, model)
+        put_back(before)
+        got = plan.run(args)
+        np.testing.assert_array_equal(got.data, expected.data)
+        assert_same_state(state_of(graph, model), after)
+
+
+@pytest.mark.parametrize("make_optimizer", [
+    lambda: optimizers.SGD(lr=0.1),
+    lambda: optimizers.MomentumSGD(lr=0.1),
+    lambda: optimizers.Adam(alpha=0.01),
+    lambda: optimizers.AdamW(alpha=0.01, weight_decay=0.1),
+], ids=["SGD", "MomentumSGD", "Adam", "AdamW"])
+def test_fused_replay_of_a_sigmoid_mlp_step_matches_the_interpreter(make_optimizer):
+    calls = classification_calls()
+    graph, model = traced_step(make_optimizer, calls)
+    assert graph.groups
+    assert_fused_replay_is_the_interpreter(graph, model, calls)
+
+
+def test_fused_replay_of_the_tanh_chain_matches_the_interpreter():
+    graph = fused(chain, np.ones(10, np.float32))
+    rng = np.random.default_rng(1)
+    calls = [(rng.standard_normal(10).astype(np.float32),) for _ in range(3)]
+    assert_fused_replay_is_the_interpreter(graph, None, calls)
+    code = Compiled(graph, reference_factory(graph)).source
+    assert "    l, = _k0(x, a, b, c)  # kernel k0: 9 ops\n" in code
+
+
+def test_a_kernel_failure_names_the_kernel():
+    graph = fused(chain, np.ones(10, np.float32))
+
+    def factory(spec):
+        def kernel(*arrays):
+            raise ValueError("boom")
+        return kernel
+
+    with pytest.raises(ValueError, match=r"boom\n  while replaying chain: l: f32\[10\] = k0"):
+        Compiled(graph, factory).run((np.ones(10, np.float32),))
