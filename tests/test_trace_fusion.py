@@ -368,3 +368,44 @@ def test_a_kernel_failure_names_the_kernel():
 
     with pytest.raises(ValueError, match=r"boom\n  while replaying chain: l: f32\[10\] = k0"):
         Compiled(graph, factory).run((np.ones(10, np.float32),))
+
+
+# =============================================================================
+# Property: random programs of elementwise ops and reductions
+# =============================================================================
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+UNARY = {"exp": lambda a: F.exp(a * 0.1), "tanh": F.tanh, "sin": F.sin, "neg": lambda a: -a,
+         "sum": F.sum,
+         "rowsum": lambda a: F.sum(F.broadcast_to(a, (3, 4)), axis=1, keepdims=True),
+         "matmul": lambda a: F.matmul(F.broadcast_to(a, (3, 4)), np.eye(4, dtype=np.float32))}
+BINARY = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b, "sub": lambda a, b: a - b}
+
+
+def program(steps):
+    def f(x, r):
+        values = [x, r]
+        for op, i, j in steps:
+            a, b = values[i % len(values)], values[j % len(values)]
+            values.append(UNARY[op](a) if op in UNARY else BINARY[op](a, b))
+        return values[-1] + F.sum(values[len(values) // 2])
+    return f
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(sorted(UNARY) + sorted(BINARY) * 2),
+                          st.integers(0, 50), st.integers(0, 50)), min_size=1, max_size=12))
+def test_fused_random_programs_run_like_the_interpreter(steps):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    r = rng.standard_normal((3, 1)).astype(np.float32)
+    graph = dezero.trace(program(steps)).lower(x, r)
+    graph.check()  # each group consecutive, in a topological order
+    for group in graph.groups:
+        assert len(group.nodes) >= 2 and group.outputs
+    plan = Compiled(graph, reference_factory(graph))
+    x2, r2 = x * 2 - 1, r + 0.5
+    np.testing.assert_array_equal(plan.run((x2, r2)).data, graph.interpret(x2, r2).data)
