@@ -125,7 +125,8 @@ def neg(x):
 
 class Pow(Function):
     """y = x ** c for a constant exponent c."""
-    cpp = "pow({x}, {c})"
+    # numpy computes x ** 0.5 as sqrt(x), which differs from pow at -0.0 and -inf.
+    cpp = "({c} == 0.5) ? sqrt({x}) : pow({x}, {c})"
     py = "{x} ** {c}"
     neutral_attrs = {"c": 1}  # x ** 1 == x
 
