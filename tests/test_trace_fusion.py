@@ -288,6 +288,10 @@ def test_names_that_are_cpp_words_or_math_functions_are_prefixed():
     spec = kernel_spec(fused(lambda x: F.exp(x * do + exp), np.ones(3, np.float32)).groups[0])
     assert [p.name for p in spec.inputs] == ["v_do", "x", "v_exp"]  # do * x, by __rmul__
     assert "v_do * x" in spec.body and "+ v_exp" in spec.body
+    NAN = Variable(np.ones(3, np.float32), name="NAN")
+    π = Variable(np.ones(3, np.float32), name="π")
+    spec = kernel_spec(fused(lambda x: F.exp(x * NAN + π), np.ones(3, np.float32)).groups[0])
+    assert [p.name for p in spec.inputs] == ["v_NAN", "x", "v2"]  # v<position> for π
 
 
 def test_a_spec_is_a_frozen_record():

@@ -60,7 +60,8 @@ class KernelSpec:
 # =============================================================================
 
 # Words a C++ or CUDA body cannot use as a variable: keywords, CUDA's built-in
-# variables, the math macros, and `i`, the index variable of cupy's loop.
+# variables and `i`, the index variable of cupy's loop. Names in capitals (two or
+# more characters) are kept clear too: headers spell their macros so (NAN, EOF).
 RESERVED = frozenset("""
     alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t
     char16_t char32_t class compl concept const consteval constexpr constinit const_cast
@@ -70,8 +71,9 @@ RESERVED = frozenset("""
     public register reinterpret_cast requires return short signed sizeof static
     static_assert static_cast struct switch template this thread_local throw true try
     typedef typeid typename union unsigned using virtual void volatile wchar_t while xor
-    xor_eq std i threadIdx blockIdx blockDim gridDim warpSize INFINITY NAN HUGE_VAL
+    xor_eq std i threadIdx blockIdx blockDim gridDim warpSize
     """.split())
+_MACRO_LIKE = re.compile(r"[A-Z][A-Z0-9_]+")
 
 _C_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _CALLED = re.compile(r"([A-Za-z_]\w*)\s*\(")
@@ -98,13 +100,15 @@ def c_literal(value, dtype) -> str:
 def c_names(group: Group) -> dict:
     """id(Value) -> its C name, for the inputs, then the outputs, then (as locals) the
     results of every node; outputs get a second name for their local. A Value's name
-    where it is a safe C name, else 'v_' + it; '_' is appended until each is unique."""
+    where it is a safe C name, else 'v_' + it (a word of RESERVED, a macro-like name,
+    a function the body calls) or 'v<k>' (a name C does not accept); '_' is appended
+    until each is unique."""
     reserved = RESERVED | {f for n in group.nodes for f in _CALLED.findall(_template(n))}
     used, names = set(), {}
 
     def fresh(value, k):
         name = value.name if _C_NAME.fullmatch(value.name) else f"v{k}"
-        name = f"v_{name}" if name in reserved else name
+        name = f"v_{name}" if name in reserved or _MACRO_LIKE.fullmatch(name) else name
         while name in used:
             name += "_"
         used.add(name)
