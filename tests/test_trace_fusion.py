@@ -190,6 +190,7 @@ def test_a_user_op_that_changes_forward_does_not_inherit_cpp():
 
 
 def test_fuse_leaves_the_old_graph_as_it_was_and_the_loaded_graph_has_the_kernels(tmp_path):
+    assert passes.PIPELINE[-1] is passes.fuse
     graph = fused(chain, np.ones(10, np.float32))
     unfused = graph.with_nodes(graph.nodes)
     again = passes.fuse(unfused)
