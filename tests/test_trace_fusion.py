@@ -61,7 +61,8 @@ def test_the_tanh_chain_is_one_kernel():
     assert (group.name, group.shape, len(group.nodes)) == ("k0", (10,), 9)
     assert [v.name for v in group.inputs] == ["x", "a", "b", "c"]  # x and 3 constants
     assert [v.name for v in group.outputs] == ["l"]
-    assert "  # kernel k0: 9 ops -> l\n  d: f32[10] = mul(x, a)\n" in str(graph)
+    assert "  # kernel k0: 9 ops -> l\n    d: f32[10] = mul(x, a)\n" in str(graph)
+    assert str(graph).endswith("\n    l: f32[10] = add(k, x)\n  return l")
 
 
 def test_a_sigmoid_mlp_sgd_step_has_seven_kernels():

@@ -390,7 +390,8 @@ def _origin(node: Node) -> str:
 
 
 def format_graph(graph: StaticGraph) -> str:
-    """The jaxpr-like text: a header with inputs and captured state, one line per node."""
+    """The jaxpr-like text: a header with inputs and captured state, one line per node;
+    the nodes of a kernel (graph.groups) under a comment that names it."""
     inputs = ", ".join(repr(v) for v in graph.input_values)
     header = f"trace {graph.name}({inputs})"
     states = [n for n in graph.nodes if n.kind == "state"]
@@ -399,12 +400,14 @@ def format_graph(graph: StaticGraph) -> str:
             f"{n.outputs[0].name}: {n.outputs[0].type}{_origin(n)}" for n in states)
     lines = [header]
     starts = {id(g.nodes[0]): g for g in graph.groups}
+    inside = {id(n) for g in graph.groups for n in g.nodes}
     for node in graph.nodes:
         if node.kind in ("input", "state"):
             continue
         if id(node) in starts:
             lines.append("  # " + starts[id(node)].header())
-        lines.append("  " + format_node(node))
+        # A kernel's nodes are indented under its header, so that its end shows.
+        lines.append(("    " if id(node) in inside else "  ") + format_node(node))
     return "\n".join(lines)
 
 
