@@ -7,7 +7,8 @@ facts from the Function classes (`random`, `commutative`, `neutral`,
 `neutral_attrs`, `cpp`), never from lists of op names. The last pass, fuse, lays
 kernel groups (ir.Group) over the node list for codegen.py and the kernel backends.
 
-    graph = optimize(graph)   # dce, cse, fold, simplify, cse, dce, fuse; each then check()
+    graph = optimize(graph)   # dce, cse, fold, simplify, cse, dce, rename, fuse;
+                              # each then check()
 """
 from __future__ import annotations
 
@@ -402,17 +403,22 @@ def _carry_groups(graph: StaticGraph, new: StaticGraph, nodes: dict, values: dic
     return new
 
 
-PIPELINE = (dce, cse, fold, simplify, cse, dce, fuse)
+# fuse comes after rename and nothing renames after it, so that the values its
+# debug output names are those of the final graph (a node that fusion moves keeps
+# its name: the names then say where it was computed before).
+PIPELINE = (dce, cse, fold, simplify, cse, dce, rename, fuse)
 
 
 def optimize(graph: StaticGraph, passes=PIPELINE) -> StaticGraph:
-    """Run the passes in order, checking the IR after each; then rename the values."""
+    """Run the passes in order, checking the IR after each; a pipeline without rename
+    is renamed at the end."""
     for p in passes:
         if debugging.LEVEL >= 5:
             debugging.log(5, f"before {p.__name__}:\n{graph}")
         graph = p(graph).check()
         debugging.log(3, f"check {graph.name} after {p.__name__}: ok")
-    graph = rename(graph).check()
+    if rename not in passes:
+        graph = rename(graph).check()
     if debugging.LEVEL >= 5:
         debugging.log(5, f"after all passes:\n{graph}")
     return graph
