@@ -296,6 +296,9 @@ def test_names_that_are_cpp_words_or_math_functions_are_prefixed():
     π = Variable(np.ones(3, np.float32), name="π")
     spec = kernel_spec(fused(lambda x: F.exp(x * NAN + π), np.ones(3, np.float32)).groups[0])
     assert [p.name for p in spec.inputs] == ["v_NAN", "x", "v2"]  # v<position> for π
+    W_1 = Variable(np.ones(3, np.float32), name="W_1")
+    spec = kernel_spec(fused(lambda x: F.exp(x * W_1), np.ones(3, np.float32)).groups[0])
+    assert [p.name for p in spec.inputs] == ["W_1", "x"]  # one capital: no macro
 
 
 def test_a_spec_is_a_frozen_record():

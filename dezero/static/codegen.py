@@ -60,8 +60,8 @@ class KernelSpec:
 # =============================================================================
 
 # Words a C++ or CUDA body cannot use as a variable: keywords, CUDA's built-in
-# variables and `i`, the index variable of cupy's loop. Names in capitals (two or
-# more characters) are kept clear too: headers spell their macros so (NAN, EOF).
+# variables and `i`, the index variable of cupy's loop. Names all in capitals (two
+# or more) are kept clear too: headers spell their macros so (NAN, EOF, M_PI).
 RESERVED = frozenset("""
     alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t
     char16_t char32_t class compl concept const consteval constexpr constinit const_cast
@@ -73,7 +73,7 @@ RESERVED = frozenset("""
     typedef typeid typename union unsigned using virtual void volatile wchar_t while xor
     xor_eq std i threadIdx blockIdx blockDim gridDim warpSize
     """.split())
-_MACRO_LIKE = re.compile(r"[A-Z][A-Z0-9_]+")
+_MACRO_LIKE = re.compile(r"(?=(?:.*[A-Z]){2})[A-Z][A-Z0-9_]*")  # two capitals or more
 
 _C_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _CALLED = re.compile(r"([A-Za-z_]\w*)\s*\(")
