@@ -84,6 +84,31 @@ def test_an_adam_step_has_one_scalar_kernel_and_one_kernel_per_parameter():
         assert len(group.outputs) == 3
 
 
+def test_the_adam_update_of_one_parameter_is_one_readable_kernel():
+    graph, _ = traced_step(lambda: optimizers.Adam(0.01), classification_calls())
+    spec = kernel_spec(graph.groups[4])
+    # the gradient w, the slots s (m) and s_1 (v), 1 - beta1, 1 - beta2, the step size
+    assert [p.name for p in spec.inputs] == ["w", "s", "bl", "s_1", "bm", "bk", "eps", "W"]
+    assert [p.name for p in spec.outputs] == ["bp", "bt", "by"]  # new m, v and W
+    assert spec.body == (
+        "// kernel k4: sub, mul, add, mul, sub, mul, add, mul, sqrt, add, div, sub\n"
+        "const float bn = w - s;\n"
+        "const float bo = bl * bn;\n"
+        "const float bp_ = s + bo;\n"
+        "const float bq = w * w;\n"
+        "const float br = bq - s_1;\n"
+        "const float bs = bm * br;\n"
+        "const float bt_ = s_1 + bs;\n"
+        "const float bu = bk * bp_;\n"
+        "const float bv = sqrt(bt_);\n"
+        "const float bw = bv + eps;\n"
+        "const float bx = bu / bw;\n"
+        "const float by_ = W - bx;\n"
+        "bp = bp_;\n"
+        "bt = bt_;\n"
+        "by = by_;\n")
+
+
 def test_groups_are_consecutive_typed_and_checked():
     graph, _ = traced_step(lambda: optimizers.Adam(0.01), classification_calls())
     at = {id(n): i for i, n in enumerate(graph.nodes)}
