@@ -1,26 +1,39 @@
 """Array-module selection: numpy on the CPU, cupy on a GPU when it is installed.
 
 Every part of dezero that allocates arrays asks `get_array_module(x)` which module
-owns `x`, so the same code runs on both devices.
+owns `x`, so the same code runs on both devices. cupy counts only where it finds a
+GPU: it also imports on machines without one (its compiler works there, see
+backends/gpu.py), and there dezero runs on numpy as if it were absent.
 
     xp = dezero.cuda.get_array_module(x)   # numpy or cupy
 """
 import numpy as np
 
-try:
-    import cupy as cp
-    cupy = cp
-    gpu_enable = True
-except ImportError:
-    cp = None
-    cupy = None
-    gpu_enable = False
+_NO_CUPY = ("CuPy is not installed, so dezero cannot use a GPU. "
+            "Install the extra: pip install 'dezero[gpu]' (needs CUDA).")
+
+
+def _find_gpu():
+    """(the cupy module, None) where cupy finds a GPU, else (None, why not)."""
+    try:
+        import cupy
+    except ImportError:
+        return None, _NO_CUPY
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as error:  # noqa: BLE001 - no driver raises cupy's CUDARuntimeError
+        return None, f"CuPy is installed but finds no GPU ({error}), so dezero runs on numpy."
+    if count == 0:
+        return None, "CuPy is installed but finds no GPU, so dezero runs on numpy."
+    return cupy, None
+
+
+cp, no_gpu_reason = _find_gpu()
+cupy = cp
+gpu_enable = cp is not None
 
 # The array types a Variable may hold.
 array_types = (np.ndarray,) if cp is None else (np.ndarray, cp.ndarray)
-
-_NO_CUPY = ("CuPy is not installed, so dezero cannot use a GPU. "
-            "Install the extra: pip install 'dezero[gpu]' (needs CUDA).")
 
 
 def get_array_module(x):
@@ -51,5 +64,5 @@ def as_cupy(x):
     if isinstance(x, Variable):
         x = x.data
     if cp is None:
-        raise RuntimeError(_NO_CUPY)
+        raise RuntimeError(no_gpu_reason)
     return cp.asarray(x)

@@ -90,7 +90,7 @@ def test_bad_batch_size(batch_size):
         DataLoader(Numbers(4), batch_size=batch_size)
 
 
-@pytest.mark.skipif(cuda.gpu_enable, reason='cupy is installed')
+@pytest.mark.skipif(cuda.gpu_enable, reason='cupy finds a GPU')
 def test_gpu_without_cupy_is_a_clear_error():
     loader = DataLoader(Numbers(4), batch_size=2)
     with pytest.raises(RuntimeError, match='cupy'):
