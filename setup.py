@@ -1,10 +1,19 @@
 """Packaging for dezero: the single source of metadata and extras."""
 from setuptools import find_packages, setup
 
+# cupy and NVRTC as wheels: with them the tests compile every generated CUDA kernel
+# to PTX on a machine without a GPU (tests/test_gpu_compile.py). cupy 14's private
+# kernel-source builder is what that test calls, hence the pin to one major version.
+GPU_COMPILE = [
+    'cupy-cuda12x>=14,<15; sys_platform == "linux" or sys_platform == "win32"',
+    'nvidia-cuda-nvrtc-cu12>=12.2,<13; sys_platform == "linux" or sys_platform == "win32"',
+]
+
 EXTRAS = {
     "gpu": ["cupy>=12"],
+    "gpu-compile": GPU_COMPILE,
     "viz": ["graphviz>=0.20", "matplotlib>=3.5", "graphviz-pure"],
-    "test": ["pytest>=7", "hypothesis>=6", "pillow>=9", "tqdm>=4"],
+    "test": ["pytest>=7", "hypothesis>=6", "pillow>=9", "tqdm>=4", *GPU_COMPILE],
     "reference": ["torch==2.13.0"],
     # The Jupyter kernel is ipykernel; graphviz-pure renders graphs where `dot` is missing.
     "notebooks": [

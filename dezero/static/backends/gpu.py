@@ -1,0 +1,94 @@
+"""The cupy backend: fused kernels as cupy.ElementwiseKernel, other nodes as cupy calls.
+
+backends/gpu.py is the GPU twin of the C++ backend: the replay code of pycode.py with
+a kernel factory that hands each kernel spec (codegen.py: typed params and a C++ body
+for one element) to cupy.ElementwiseKernel, which wraps the body in its index loop
+and compiles it with NVRTC on first call. Nodes outside kernels (matmul, reductions,
+reshapes) call their forwards on cupy arrays, as in the python backend. cupy is
+imported on first use, so dezero imports with numpy alone.
+
+    plan = graph.to_gpu().compile("cupy"); print(plan.kernel_sources["k0"])
+"""
+from __future__ import annotations
+
+import functools
+
+from dezero.static import debugging
+
+# =============================================================================
+# Spec -> ElementwiseKernel arguments: elementwise_params, kernel_source
+# =============================================================================
+
+# ElementwiseKernel declares its loop index `i` around the body and refuses a
+# parameter of that name. A value named `i` is passed as `_v_i` (value names never
+# start with '_') and bound to its own name in a block nested inside the loop's.
+_TAKEN_BY_CUPY = frozenset({"i"})
+
+
+def elementwise_params(spec) -> tuple[str, str, str]:
+    """(in_params, out_params, operation) of cupy.ElementwiseKernel for `spec`:
+    parameters typed by their numpy dtype names, the operation the spec's body."""
+    bindings = []
+
+    def declare(param, const: bool) -> str:
+        name = param.name
+        if name in _TAKEN_BY_CUPY:
+            name = f"_v_{name}"
+            bindings.append(f"{'const ' if const else ''}{param.ctype} &{param.name} = {name};")
+        return f"{param.dtype} {name}"
+
+    in_params = ", ".join(declare(p, True) for p in spec.inputs)
+    out_params = ", ".join(declare(p, False) for p in spec.outputs)
+    body = spec.body.rstrip("\n")
+    if bindings:
+        body = "{\n" + "\n".join(bindings) + "\n" + body + "\n}"
+    return in_params, out_params, body
+
+
+def kernel_source(spec) -> str:
+    """The kernel as cupy receives it, readable: its parameters, then the body."""
+    in_params, out_params, body = elementwise_params(spec)
+    return (f"// kernel {spec.name}: cupy.ElementwiseKernel, shape {spec.shape}\n"
+            f"// in_params:  {in_params}\n// out_params: {out_params}\n{body}\n")
+
+
+# =============================================================================
+# Kernels: elementwise_kernel (memoised), kernel_factory, compile_graph
+# =============================================================================
+
+
+@functools.cache
+def elementwise_kernel(in_params: str, out_params: str, body: str, name: str):
+    """One cupy.ElementwiseKernel per distinct kernel in the process: cupy compiles
+    it per device and argument layout on first call (and caches the binary on disk)."""
+    import cupy
+    return cupy.ElementwiseKernel(in_params, out_params, body, name, return_tuple=True)
+
+
+def kernel_factory(spec):
+    """The callable of a kernel line of the replay code: the input arrays (cupy, any
+    strides, broadcasting to spec.shape) in spec.inputs order -> a tuple of fresh
+    output arrays of spec.shape, one per spec.outputs."""
+    kernel = elementwise_kernel(*elementwise_params(spec), spec.name)
+
+    def run(*arrays):
+        if debugging.LEVEL >= 2:
+            return _timed(spec.name, kernel, arrays)
+        return kernel(*arrays)
+
+    run.__name__ = run.__qualname__ = spec.name
+    return run
+
+
+def _timed(name: str, kernel, arrays):
+    # Events on the stream time the kernel itself, not the work queued before it.
+    import cupy
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record()
+    outputs = kernel(*arrays)
+    end.record()
+    end.synchronize()
+    moved = sum(a.nbytes for a in (*arrays, *outputs))
+    debugging.log(2, f"  kernel {name}: {cupy.cuda.get_elapsed_time(start, end):.3f} ms, "
+                     f"{moved} bytes in/out")
+    return outputs
