@@ -1,4 +1,4 @@
-"""The cupy backend's kernels compile, checked without a GPU.
+"""The cupy backend checked without a GPU: its kernels compile, its code is generated.
 
 cupy imports on a machine without a GPU, and NVRTC (the nvidia-cuda-nvrtc-cu12
 wheel) compiles CUDA source to PTX there. For every kernel the test builds the
@@ -17,41 +17,32 @@ loaded copy.
     python -m pytest -q tests/test_gpu_compile.py
 """
 import ctypes
+import dataclasses
 import glob
-import hashlib
 import os
 import sys
-from dataclasses import dataclass
+import warnings
 
 import numpy as np
 import pytest
+from op_table import ROWS
 
+import dezero
+import dezero.functions as F
+from dezero import Variable, optimizers
+from dezero.models import MLP
+from dezero.static import ir, passes
 from dezero.static.backends import gpu
+from dezero.static.codegen import KernelSpec, Param, kernel_spec
+
+# The chains of the benchmarks (and of tests/gpu): x a matrix, a a row, b a scalar.
+CHAINS = {
+    "arithmetic": lambda x, a, b: ((x * a + b) * (x - a) + b * b) * x + a,
+    "transcendental": lambda x, a, b: F.tanh(x * a + b) * (1 / (1 + F.exp(-x))) + x ** 2,
+}
 
 # The arch of the GPUs the benchmarks run on (H100/H200); NVRTC 12.x knows it.
 ARCH = "compute_90"
-
-
-# A stand-in for codegen.Param and codegen.KernelSpec (FUSION.md), for the
-# hand-written specs below.
-@dataclass(frozen=True)
-class Param:
-    name: str
-    ctype: str
-    dtype: str
-    shape: tuple
-
-
-@dataclass(frozen=True)
-class KernelSpec:
-    name: str
-    inputs: tuple
-    outputs: tuple
-    shape: tuple
-    body: str
-
-    def key(self) -> str:
-        return hashlib.sha256(repr(self).encode()).hexdigest()
 
 
 def f32(name, shape=(4, 3)):
@@ -68,30 +59,37 @@ HAND_SPECS = [
                "const float c = x * a;\nconst float d = c + b;\nconst float e = tanh(d);\n"
                "const float f = exp(-x);\nconst float h = 1.0f / (1.0f + f);\n"
                "g = e * h + pow(x, 2.0f);\n"),
-    # Adam: three outputs, 0-d hyperparameters, a value named `i` (cupy's index)
-    KernelSpec("k1", (f32("p"), f32("gp"), f32("m"), f32("v"), f32("lr", ()), f32("i", ())),
+    # Adam: three outputs, 0-d hyperparameters
+    KernelSpec("k1", (f32("p"), f32("gp"), f32("m"), f32("v"), f32("lr", ()), f32("eps", ())),
                (f32("m2"), f32("v2"), f32("p2")), (4, 3),
                "const float t1 = m + (gp - m) * 0.1f;\nconst float t2 = v + (gp * gp - v)"
-               " * 0.001f;\nm2 = t1;\nv2 = t2;\np2 = p - lr * t1 / (sqrt(t2) + i);\n"),
+               " * 0.001f;\nm2 = t1;\nv2 = t2;\np2 = p - lr * t1 / (sqrt(t2) + eps);\n"),
     # float64 ReLU backward and sign: comparisons cast to the result type
     KernelSpec("k2", (f64("x"), f64("gy")), (f64("gx"), f64("s")), (4, 3),
                "const double m = (double)((x > 0) ? 1 : 0);\ngx = gy * m;\n"
                "s = (double)((x > 0) - (x < 0));\n"),
-    # an output named `i`, integer and bool parameters
+    # integer and bool parameters
     KernelSpec("k3", (Param("t", "long long", "int64", (4,)), f32("y", (4,))),
-               (f32("i", (4,)), Param("ok", "bool", "bool", (4,))), (4,),
-               "const float hit = (float)(t == 1);\ni = hit * y;\nok = (bool)(y > 0.0f);\n"),
+               (f32("z", (4,)), Param("ok", "bool", "bool", (4,))), (4,),
+               "const float hit = (float)(t == 1);\nz = hit * y;\nok = (bool)(y > 0.0f);\n"),
 ]
 
 
-def test_params_are_typed_by_dtype_and_cupys_index_is_renamed():
-    assert gpu.elementwise_params(HAND_SPECS[0])[:2] == (
-        "float32 x, float32 a, float32 b", "float32 g")
-    ins, outs, body = gpu.elementwise_params(HAND_SPECS[3])
-    assert (ins, outs) == ("int64 t, float32 y", "float32 _v_i, bool ok")
-    assert body.startswith("{\nfloat &i = _v_i;\n") and body.endswith("\n}")
-    assert "const float &i = _v_i;" in gpu.elementwise_params(HAND_SPECS[1])[2]
-    assert "// in_params:  float32 x, float32 a, float32 b" in gpu.kernel_source(HAND_SPECS[0])
+def test_params_are_typed_by_dtype_and_the_body_is_the_operation():
+    assert gpu.elementwise_params(HAND_SPECS[3]) == (
+        "int64 t, float32 y", "float32 z, bool ok", HAND_SPECS[3].body)
+    assert gpu.kernel_source(HAND_SPECS[0]).startswith(
+        "// kernel k0: cupy.ElementwiseKernel, shape (4, 3)\n"
+        "// in_params:  float32 x, float32 a, float32 b\n// out_params: float32 g\n"
+        "const float c = x * a;\n")
+
+
+def test_a_value_named_i_is_renamed_clear_of_cupys_loop_index():
+    graph = dezero.trace(CHAINS["transcendental"]).lower(
+        np.ones((4, 3), np.float32), np.ones(3, np.float32), np.ones((), np.float32))
+    assert "i" in {v.name for n in graph.nodes for v in n.outputs}
+    spec = kernel_spec(graph.groups[0])
+    assert "const float v_i = " in spec.body and "i" not in {p.name for p in spec.inputs}
 
 
 # =============================================================================
@@ -174,3 +172,132 @@ def test_a_bad_body_is_a_compile_error_with_the_source():
     bad = KernelSpec("k9", (f32("x"),), (f32("y"),), (4, 3), "y = undefined_function(x);\n")
     with pytest.raises(pytest.fail.Exception, match="(?s)undefined_function.*CUPY_FOR"):
         compile_to_ptx(cuda_source([bad]), "bad")
+
+
+# =============================================================================
+# Every kernel of the test graphs, and every elementwise op of them alone
+# =============================================================================
+
+
+def _step(model, optimizer):
+    def step(x, t):
+        loss = F.softmax_cross_entropy(model(x), t)
+        model.cleargrads()
+        loss.backward()
+        optimizer.update()
+        return loss
+    return step
+
+
+def _mlp_step(optimizer, activation, dtype):
+    x, t = dezero.datasets.get_spiral(train=True)
+    np.random.seed(0)
+    model = MLP((10, 3), activation=activation)
+    model(x[:1].astype(np.float32))  # make the lazily sized weights, then cast them
+    for p in model.params():
+        p.data = p.data.astype(dtype)
+    return dezero.trace(_step(model, optimizer().setup(model))).lower(x[:30].astype(dtype),
+                                                                     t[:30])
+
+
+def _forward_backward(fn, *arrays):
+    def run(*xs):
+        y = fn(*xs)
+        y.backward()
+        return y, *[x.grad for x in xs]
+    return dezero.trace(run).lower(*[Variable(a) for a in arrays])
+
+
+def _activations(x):
+    return F.sigmoid(x) * F.relu(x) + F.leaky_relu(x, 0.1) - F.softplus(x) / (F.sign(x) + 2)
+
+
+def _test_graphs():
+    """name -> graph recorded on the CPU and fused by the pipeline: the chains and
+    training steps the GPU tests and benchmarks replay, and forward + backward of
+    every row of the op table, in float32 and float64."""
+    rng = np.random.default_rng(0)
+    graphs = {}
+    for dtype in (np.float32, np.float64):
+        x, a, b = (rng.standard_normal(s).astype(dtype) for s in ((64, 33), (33,), ()))
+        for name, chain in CHAINS.items():
+            graphs[f"{name} {dtype.__name__}"] = dezero.trace(chain).lower(x, a, b)
+        graphs[f"activations {dtype.__name__}"] = _forward_backward(_activations, x)
+        graphs[f"sigmoid MLP SGD {dtype.__name__}"] = _mlp_step(optimizers.SGD, F.sigmoid,
+                                                                dtype)
+        graphs[f"ReLU MLP Adam {dtype.__name__}"] = _mlp_step(optimizers.Adam, F.relu, dtype)
+    with warnings.catch_warnings():  # some rows' gradients are constants
+        warnings.simplefilter("ignore")
+        for row in ROWS:
+            graphs[f"op {row.name}"] = _forward_backward(row.fn, *row.inputs(np.float32))
+    return graphs
+
+
+@pytest.fixture(scope="module")
+def graphs():
+    return _test_graphs()
+
+
+def _renamed_apart(graphs, specs_of) -> list:
+    # Kernel names are unique only in their graph: k0 of graph 3 becomes k0_g3, so
+    # that one program holds them all (NVRTC then parses cupy's headers once).
+    return [dataclasses.replace(spec, name=f"{spec.name}_g{g}")
+            for g, graph in enumerate(graphs.values()) for spec in specs_of(graph)]
+
+
+def _ops_alone(graph) -> list:
+    """A spec for each elementwise op node of the graph, as a kernel of its own."""
+    specs = []
+    for k, node in enumerate(n for n in graph.of_kind("op") if passes.fusion_refusal(n) is None):
+        inputs = list({id(v): v for v in node.inputs}.values())  # mul(b, b) reads b once
+        alone = ir.Group(f"op{k}", [node], inputs, list(node.outputs), node.outputs[0].shape)
+        specs.append(kernel_spec(alone))
+    return specs
+
+
+def test_the_test_graphs_have_kernels(graphs):
+    assert all(graphs[f"{name} {dtype}"].groups for name in [*CHAINS, "activations",
+               "sigmoid MLP SGD", "ReLU MLP Adam"] for dtype in ("float32", "float64"))
+    assert sum(len(g.groups) for g in graphs.values()) >= 30
+
+
+def test_every_kernel_of_the_test_graphs_compiles_to_ptx(graphs):
+    _load_nvrtc()
+    specs = _renamed_apart(graphs, lambda graph: [kernel_spec(g) for g in graph.groups])
+    ptx = compile_to_ptx(cuda_source(specs), "test_graphs")
+    assert [s.name for s in specs if f".entry {s.name}(" not in ptx] == []
+
+
+@pytest.mark.slow  # about 300 kernels: 3 s of NVRTC
+def test_every_elementwise_op_of_the_test_graphs_compiles_alone(graphs):
+    _load_nvrtc()
+    specs = _renamed_apart(graphs, _ops_alone)
+    ptx = compile_to_ptx(cuda_source(specs), "ops_alone")
+    assert [s.name for s in specs if f".entry {s.name}(" not in ptx] == []
+
+
+# =============================================================================
+# The backend without a GPU: what it generates, and a CPU graph refused
+# =============================================================================
+
+
+def _chain_graph():
+    x, a, b = np.ones((8, 3), np.float32), np.ones(3, np.float32), np.ones((), np.float32)
+    return dezero.trace(CHAINS["transcendental"]).lower(x, a, b)
+
+
+def test_gpu_graphs_compile_to_kernel_lines_with_readable_sources():
+    pytest.importorskip("cupy", reason="cupy-cuda12x is not installed")
+    unfused = _chain_graph().with_nodes(_chain_graph().nodes)
+    unfused.device = "gpu"  # as if traced on cupy arrays: compiled here, never run
+    graph = passes.fuse(unfused)
+    plan = graph.compile()  # the default backend for a graph on the GPU
+    assert "= _k0(x, a, b" in plan.source and "tanh" not in plan.source
+    source = plan.kernel_source
+    assert source.startswith("// kernel k0: cupy.ElementwiseKernel, shape (8, 3)\n")
+    assert "// in_params:  float32 x, float32 a, float32 b" in source and "tanh(" in source
+
+
+def test_the_cupy_backend_refuses_a_cpu_graph():
+    with pytest.raises(ValueError, match=r"graph <lambda> is on the CPU\n  fix: graph.to_gpu"):
+        _chain_graph().compile("cupy")

@@ -83,7 +83,8 @@ def test_backends_are_chosen_by_name_and_give_the_same_result():
     W = Variable(np.arange(6, dtype=np.float32).reshape(3, 2))
     graph = dezero.trace(lambda x: F.tanh(F.matmul(x, W))).lower(np.ones((4, 3), np.float32))
     x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
-    plans = {name: graph.compile(name) for name in backends.BACKENDS}
+    # Every backend for graphs on the CPU (cupy's, for the GPU, is tested in tests/gpu).
+    plans = {name: graph.compile(name) for name in backends.BACKENDS if name != "cupy"}
     assert set(plans) >= {"interpreter", "python"}
     assert graph.compile("python") is plans["python"]  # made once, kept
     for plan in plans.values():

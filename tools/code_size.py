@@ -33,7 +33,7 @@ BUDGETS = {
     "dezero/static/backends/interpreter.py": 70,
     "dezero/static/backends/plan.py": 90,
     "dezero/static/backends/pycode.py": 295,
-    "dezero/static/backends/gpu.py": 70,
+    "dezero/static/backends/gpu.py": 60,
 }
 
 

@@ -1,9 +1,10 @@
 """The debug ladder of trace mode: one knob, set by DEZERO_DEBUG or debug(level).
 
 Levels: 1 one line per trace or retrace (reason, node and kernel counts); 2 one line
-per replay (time, bytes moved); 3 what each pass did (fusion: why a node stays out
-of kernels, why kernels split) and the IR check; 4 the replay code and kernel
-sources; 5 the IR before and after every pass. Output goes to stderr.
+per replay (time, bytes moved), and on the GPU per kernel call; 3 what each pass did
+(fusion: why a node stays out of kernels, why kernels split) and the IR check; 4 the
+replay code and kernel sources; 5 the IR before and after every pass. Output goes
+to stderr.
 
     with dezero.static.debug(3): step(x, t)
 """

@@ -584,8 +584,9 @@ class StaticGraph:
         return render_dot(self.to_dot(), to_file)
 
     # ---- running ----------------------------------------------------------
-    def compile(self, backend: str = "python"):
-        """The plan of the named backend (see backends/), made on first use and kept."""
+    def compile(self, backend: str | None = None):
+        """The plan of the named backend (see backends/; None: the default for the
+        graph's device), made on first use and kept."""
         if backend not in self._compiled:
             from dezero.static.backends import compile
             self._compiled[backend] = compile(self, backend)

@@ -8,9 +8,9 @@ the captured state. BACKENDS names them:
     interpreter   interpreter.py walks the nodes one by one and checks every type:
                   the reference every other backend is tested against
     python        pycode.py turns the node list into Python source that calls each
-                  op's forward on arrays directly (the default)
-
-Fused-kernel backends (C++ on the CPU, cupy on the GPU) join the table the same way.
+                  op's forward on arrays directly (the default on the CPU)
+    cupy          gpu.py: the same replay code with each fused group one
+                  cupy.ElementwiseKernel (the default for graphs on the GPU)
 
     plan = compile(graph, "interpreter"); plan(x)   # or graph.compile("interpreter")
 """
@@ -22,13 +22,20 @@ import importlib
 BACKENDS = {
     "interpreter": "dezero.static.backends.interpreter",
     "python": "dezero.static.backends.pycode",
+    "cupy": "dezero.static.backends.gpu",
 }
 
 DEFAULT = "python"
 
 
-def compile(graph, backend: str = DEFAULT):  # noqa: A001 - the pipeline's word for it
-    """A plan that replays `graph` with the named backend."""
+def default_backend(graph) -> str:
+    """The backend a graph replays with unless one is named, by where its arrays are."""
+    return "cupy" if graph.device == "gpu" else DEFAULT
+
+
+def compile(graph, backend: str | None = None):  # noqa: A001 - the pipeline's word for it
+    """A plan that replays `graph` with the named backend (default_backend if None)."""
+    backend = backend or default_backend(graph)
     module = BACKENDS.get(backend)
     if module is None:
         raise ValueError(f"unknown backend {backend!r} for graph {graph.name}; "

@@ -7,7 +7,7 @@ and compiles it with NVRTC on first call. Nodes outside kernels (matmul, reducti
 reshapes) call their forwards on cupy arrays, as in the python backend. cupy is
 imported on first use, so dezero imports with numpy alone.
 
-    plan = graph.to_gpu().compile("cupy"); print(plan.kernel_sources["k0"])
+    plan = graph.to_gpu().compile("cupy"); print(plan.kernel_source)
 """
 from __future__ import annotations
 
@@ -19,37 +19,21 @@ from dezero.static import debugging
 # Spec -> ElementwiseKernel arguments: elementwise_params, kernel_source
 # =============================================================================
 
-# ElementwiseKernel declares its loop index `i` around the body and refuses a
-# parameter of that name. A value named `i` is passed as `_v_i` (value names never
-# start with '_') and bound to its own name in a block nested inside the loop's.
-_TAKEN_BY_CUPY = frozenset({"i"})
-
 
 def elementwise_params(spec) -> tuple[str, str, str]:
-    """(in_params, out_params, operation) of cupy.ElementwiseKernel for `spec`:
-    parameters typed by their numpy dtype names, the operation the spec's body."""
-    bindings = []
-
-    def declare(param, const: bool) -> str:
-        name = param.name
-        if name in _TAKEN_BY_CUPY:
-            name = f"_v_{name}"
-            bindings.append(f"{'const ' if const else ''}{param.ctype} &{param.name} = {name};")
-        return f"{param.dtype} {name}"
-
-    in_params = ", ".join(declare(p, True) for p in spec.inputs)
-    out_params = ", ".join(declare(p, False) for p in spec.outputs)
-    body = spec.body.rstrip("\n")
-    if bindings:
-        body = "{\n" + "\n".join(bindings) + "\n" + body + "\n}"
-    return in_params, out_params, body
+    """(in_params, out_params, operation) of cupy.ElementwiseKernel for `spec`: the
+    parameters typed by their numpy dtype names, the operation the spec's body (whose
+    names codegen keeps clear of cupy's loop index `i`)."""
+    in_params = ", ".join(f"{p.dtype} {p.name}" for p in spec.inputs)
+    out_params = ", ".join(f"{p.dtype} {p.name}" for p in spec.outputs)
+    return in_params, out_params, spec.body
 
 
 def kernel_source(spec) -> str:
     """The kernel as cupy receives it, readable: its parameters, then the body."""
     in_params, out_params, body = elementwise_params(spec)
     return (f"// kernel {spec.name}: cupy.ElementwiseKernel, shape {spec.shape}\n"
-            f"// in_params:  {in_params}\n// out_params: {out_params}\n{body}\n")
+            f"// in_params:  {in_params}\n// out_params: {out_params}\n{body.rstrip()}\n")
 
 
 # =============================================================================
@@ -92,3 +76,23 @@ def _timed(name: str, kernel, arrays):
     debugging.log(2, f"  kernel {name}: {cupy.cuda.get_elapsed_time(start, end):.3f} ms, "
                      f"{moved} bytes in/out")
     return outputs
+
+
+def compile_graph(graph):
+    """The replay code of a graph on the GPU, each of its groups one cupy kernel;
+    `plan.kernel_source` shows them all (kernel_source of each spec)."""
+    from dezero.static.backends.pycode import Compiled
+    if graph.device != "gpu":
+        raise ValueError(f"backend 'cupy' replays graphs whose arrays are on the GPU; graph "
+                         f"{graph.name} is on the CPU\n  fix: graph.to_gpu() (a traced graph: "
+                         f"trace it on cupy arrays, with the model moved by model.to_gpu()), "
+                         f"or a CPU backend")
+    sources = []
+
+    def factory(spec):
+        sources.append(kernel_source(spec))
+        return kernel_factory(spec)
+
+    plan = Compiled(graph, factory)
+    plan.kernel_source = "\n".join(sources)
+    return plan
