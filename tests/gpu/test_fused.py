@@ -1,0 +1,104 @@
+"""Fused replay on cupy against numpy: elementwise chains and training steps.
+
+Skipped where cupy finds no GPU. A traced function called on cupy arrays records a
+graph on the GPU, whose replay runs each fused group as one cupy.ElementwiseKernel
+(backends/gpu.py) and every other node as a cupy call; every replay must give what
+eager numpy gives for the same inputs and state, over several calls.
+
+    python -m pytest -q tests/gpu
+"""
+import re
+
+import numpy as np
+import pytest
+
+import dezero
+import dezero.functions as F
+from dezero import Variable, optimizers
+from dezero.models import MLP
+
+cp = pytest.importorskip("cupy")
+if not dezero.cuda.gpu_enable:
+    pytest.skip(dezero.cuda.no_gpu_reason, allow_module_level=True)
+
+CHAINS = {
+    "arithmetic": lambda x, a, b: ((x * a + b) * (x - a) + b * b) * x + a,
+    "transcendental": lambda x, a, b: F.tanh(x * a + b) * (1 / (1 + F.exp(-x))) + x ** 2,
+}
+TOLERANCE = {np.float32: 2e-5, np.float64: 1e-12}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", CHAINS)
+def test_chain_replays_as_kernels_and_matches_numpy(name, dtype):
+    fn = CHAINS[name]
+    traced = dezero.trace(fn)
+    rng = np.random.default_rng(0)
+    for _ in range(3):  # the first call records, the others replay
+        x = rng.standard_normal((64, 33)).astype(dtype)
+        a = rng.standard_normal(33).astype(dtype)  # a row: broadcast inside the kernel
+        b = np.asarray(rng.standard_normal(), dtype)
+        y = traced(*(cp.asarray(v) for v in (x, a, b)))
+        expected = fn(Variable(x), Variable(a), Variable(b)).data
+        assert isinstance(y.data, cp.ndarray) and y.dtype == dtype
+        np.testing.assert_allclose(cp.asnumpy(y.data), expected, rtol=TOLERANCE[dtype])
+    graph = traced.graph
+    plan = graph.compile()
+    assert graph.device == "gpu" and len(graph.groups) == 1
+    assert "_k0(" in plan.source  # the default backend on the GPU: cupy kernels
+    assert plan.kernel_source.startswith("// kernel k0: cupy.ElementwiseKernel")
+
+
+def test_kernels_take_strided_inputs():
+    traced = dezero.trace(CHAINS["transcendental"])
+    x = cp.asarray(np.random.default_rng(1).standard_normal((64, 66)), cp.float32)
+    a, b = cp.full(33, 0.5, cp.float32), cp.asarray(0.25, cp.float32)
+    traced(x[:, ::2], a, b)  # records
+    y = traced(x[:, 1::2], a, b)  # replays on a view with a stride of two elements
+    expected = CHAINS["transcendental"](Variable(cp.asnumpy(x[:, 1::2])), Variable(
+        cp.asnumpy(a)), Variable(cp.asnumpy(b))).data
+    np.testing.assert_allclose(cp.asnumpy(y.data), expected, rtol=2e-5)
+
+
+def _step(model, optimizer):
+    def step(x, t):
+        loss = F.softmax_cross_entropy(model(x), t)
+        model.cleargrads()
+        loss.backward()
+        optimizer.update()
+        return loss
+    return step
+
+
+@pytest.mark.parametrize("optimizer, activation", [
+    (optimizers.SGD, F.sigmoid), (optimizers.Adam, F.relu)])
+def test_training_step_replays_on_cupy_as_numpy_eager(optimizer, activation):
+    x, t = dezero.datasets.get_spiral(train=True)
+    x = x.astype(np.float32)
+    models = []
+    for _ in range(2):
+        np.random.seed(0)
+        model = MLP((10, 3), activation=activation)
+        model(x[:1])  # make the lazily sized weights
+        models.append(model)
+    cpu, gpu = models
+    cpu_step = _step(cpu, optimizer().setup(cpu))
+    gpu.to_gpu()
+    gpu_step = dezero.trace(_step(gpu, optimizer().setup(gpu)))
+    for i in range(5):
+        batch = slice(30 * i, 30 * i + 30)
+        loss_cpu = cpu_step(x[batch], t[batch])
+        loss_gpu = gpu_step(cp.asarray(x[batch]), cp.asarray(t[batch]))
+        np.testing.assert_allclose(cp.asnumpy(loss_gpu.data), loss_cpu.data, rtol=1e-4)
+    for p_cpu, p_gpu in zip(cpu.params(), gpu.params()):
+        np.testing.assert_allclose(cp.asnumpy(p_gpu.data), p_cpu.data, rtol=1e-4, atol=1e-6)
+    assert gpu_step.graph.groups and "kernel k0" in gpu_step.graph.compile().source
+
+
+def test_debug_level_2_times_each_kernel(capsys):
+    traced = dezero.trace(CHAINS["arithmetic"])
+    args = [cp.ones((8, 3), cp.float32), cp.ones(3, cp.float32), cp.asarray(2, cp.float32)]
+    traced(*args)
+    with dezero.static.debug(2):
+        traced(*args)
+    assert re.search(r"kernel k0: \d+\.\d{3} ms, \d+ bytes in/out", capsys.readouterr().err)
