@@ -1,0 +1,147 @@
+"""Fused replay on a GPU: cupy kernels against unfused replay, eager dezero and cupy.
+
+Chains on float32 vectors of 1e5, 1e6 and 1e7 elements, with the GPU's triad
+bandwidth (a = b + s * c, 12 bytes an element) measured alongside:
+    arithmetic      ((x * a + b) * (x - a) + b * b) * x + a
+    transcendental  tanh(x * a + b) * (1 / (1 + exp(-x))) + x ** 2
+and two training steps with Adam: the spiral 2-10-3 sigmoid MLP (batch 30) and a
+784-1000-10 ReLU MLP (batch 100). Columns: the fused replay (backend "cupy", one
+ElementwiseKernel per fused group), the unfused replay (backend "python" on cupy
+arrays: one cupy call per node), eager dezero, and the chain written with cupy by
+hand. Times are medians of calls with the device synchronised around each.
+
+    python benchmarks/bench_gpu.py [--repeat 50]
+    python benchmarks/bench_gpu.py --cpu    # the same on numpy (unfused): checks the script
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import dezero  # noqa: E402
+import dezero.functions as F  # noqa: E402
+from dezero import optimizers  # noqa: E402
+from dezero.models import MLP  # noqa: E402
+
+CHAINS = {
+    "arithmetic": (lambda x, a, b: ((x * a + b) * (x - a) + b * b) * x + a,
+                   lambda xp, x, a, b: ((x * a + b) * (x - a) + b * b) * x + a),
+    "transcendental": (lambda x, a, b: F.tanh(x * a + b) * (1 / (1 + F.exp(-x))) + x ** 2,
+                       lambda xp, x, a, b: xp.tanh(x * a + b) * (1 / (1 + xp.exp(-x))) + x ** 2),
+}
+
+
+def median_time(sync, repeat, fn, *args):
+    """Median seconds of fn(*args), the device synchronised after each call."""
+    fn(*args)  # the first call records the trace or compiles the kernels
+    sync()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn(*args)
+        sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def triad_bandwidth(xp, sync, n, repeat):
+    """Bytes per second of a = b + s * c on n float32 elements."""
+    b, c = xp.ones(n, xp.float32), xp.ones(n, xp.float32)
+    s = xp.asarray(0.5, xp.float32)
+    if xp is np:
+        out = np.empty_like(b)
+        seconds = median_time(sync, repeat, lambda: np.add(b, np.multiply(c, s, out=out),
+                                                          out=out))
+    else:
+        kernel = xp.ElementwiseKernel("float32 b, float32 c, float32 s", "float32 a",
+                                      "a = b + s * c", "triad")
+        seconds = median_time(sync, repeat, kernel, b, c, s)
+    return 12 * n / seconds
+
+
+def plans(graph, xp):
+    """(fused plan or None, unfused plan) of a traced graph."""
+    fused = graph.compile("cupy") if xp is not np else None
+    return fused, graph.compile("python")
+
+
+def bench_chains(xp, sync, repeat):
+    print("| chain | n | fused | unfused | eager dezero | by hand | fused GB/s "
+          "| of triad |\n|---|---|---|---|---|---|---|---|")
+    for n in (10 ** 5, 10 ** 6, 10 ** 7):
+        triad = triad_bandwidth(xp, sync, n, repeat)
+        x = xp.asarray(np.random.default_rng(0).standard_normal(n), xp.float32)
+        a, b = xp.asarray(0.5, xp.float32), xp.asarray(0.25, xp.float32)
+        for name, (chain, by_hand) in CHAINS.items():
+            traced = dezero.trace(chain)
+            traced(x, a, b)
+            fused, unfused = plans(traced.graph, xp)
+            times = [median_time(sync, repeat, p, x, a, b) if p else None
+                     for p in (fused, unfused)]
+            with dezero.no_grad():
+                times.append(median_time(sync, repeat, chain, x, a, b))
+            times.append(median_time(sync, repeat, by_hand, xp, x, a, b))
+            cells = [f"{t * 1e3:.3f} ms" if t else "-" for t in times]
+            rate = 8 * n / times[0] if times[0] else None  # read x, write y
+            print(f"| {name} | {n:.0e} | {' | '.join(cells)} | "
+                  + (f"{rate / 1e9:.0f} | {rate / triad:.0%} |" if rate else "- | - |"))
+        print(f"| triad | {n:.0e} | {triad / 1e9:.0f} GB/s | | | | | |")
+
+
+def step_function(model, optimizer):
+    def step(x, t):
+        loss = F.softmax_cross_entropy(model(x), t)
+        model.cleargrads()
+        loss.backward()
+        optimizer.update()
+        return loss
+    return step
+
+
+def bench_steps(xp, sync, repeat):
+    print("\n| Adam step | fused | unfused | eager dezero | kernels |\n|---|---|---|---|---|")
+    rng = np.random.default_rng(0)
+    problems = [("spiral 2-10-3 sigmoid, batch 30", (10, 3), F.sigmoid, 2, 30),
+                ("MLP 784-1000-10 ReLU, batch 100", (1000, 10), F.relu, 784, 100)]
+    for name, sizes, activation, features, batch in problems:
+        x = xp.asarray(rng.standard_normal((batch, features)), xp.float32)
+        t = xp.asarray(rng.integers(0, sizes[-1], batch))
+        model = MLP(sizes, activation=activation)
+        model(x[:1] if xp is np else dezero.cuda.as_numpy(x[:1]))
+        if xp is not np:
+            model.to_gpu()
+        step = step_function(model, optimizers.Adam().setup(model))
+        traced = dezero.trace(step)
+        traced(x, t)
+        fused, unfused = plans(traced.graph, xp)
+        times = [median_time(sync, repeat, p, x, t) if p else None for p in (fused, unfused)]
+        times.append(median_time(sync, repeat, step, x, t))
+        cells = [f"{s * 1e6:.0f} us" if s else "-" for s in times]
+        print(f"| {name} | {' | '.join(cells)} | {len(traced.graph.groups)} |")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--cpu", action="store_true", help="run on numpy, unfused")
+    args = parser.parse_args()
+    if args.cpu:
+        xp, sync = np, (lambda: None)
+    elif not dezero.cuda.gpu_enable:
+        sys.exit(f"no GPU: {dezero.cuda.no_gpu_reason} (--cpu runs the script on numpy)")
+    else:
+        xp = dezero.cuda.cupy
+        sync = xp.cuda.Device().synchronize
+        print(f"{xp.cuda.runtime.getDeviceProperties(0)['name'].decode()}, "
+              f"cupy {xp.__version__}")
+    bench_chains(xp, sync, args.repeat)
+    bench_steps(xp, sync, args.repeat)
+
+
+if __name__ == "__main__":
+    main()
