@@ -10,7 +10,7 @@ building Variables or a dynamic graph. The package reads as a pipeline:
     ir.py         StaticGraph, Node, Value: printing, check(), to_dot(), save/load
     passes.py     graph -> graph: dce, cse, fold, simplify, fuse (kernel groups)
     codegen.py    a fused group -> a kernel spec: typed params and a C++ body
-    backends/     the reference interpreter and the generated replay code
+    backends/     the reference interpreter, the generated replay code, cupy kernels
     saving.py     the JSON + .npz file format; drawing.py the DOT pictures
 
 A tour. One training step of a linear regression, traced::
