@@ -537,6 +537,41 @@ def test_in_place_into_an_array_shared_with_an_argument_raises():
         traced(W.data)
 
 
+def test_reading_a_variable_that_shares_an_array_written_in_place_raises():
+    online = Variable(np.array([1.0, 2.0]), name="online")
+    target = Variable(online.data)  # shares the array; eager reads the updated one
+
+    def step(x):
+        online.data -= 0.1 * x
+        return target * 1.0 + online
+
+    with pytest.raises(TraceError, match="shares"):
+        dezero.trace(step)(np.ones(2))
+
+
+def test_arrays_shared_after_the_recording_with_state_written_in_place_retrace():
+    def make(online, target):
+        def step(x):
+            y = x * 2.0
+            online.data -= 0.5 * x
+            return y + x * online + target * 1.0
+        return step
+
+    pairs = [(Variable(np.ones(2), name="online"), Variable(np.ones(2), name="target"))
+             for _ in range(2)]
+    traced, eager = dezero.trace(make(*pairs[0])), make(*pairs[1])
+    for i in range(2):
+        np.testing.assert_array_equal(traced(np.full(2, i + 1.0)).data,
+                                      eager(np.full(2, i + 1.0)).data)
+    for online, target in pairs:  # a target network synced by sharing the array
+        target.data = online.data
+    with pytest.raises(TraceError, match="shares"):
+        traced(np.ones(2))
+    pairs[0][1].data = pairs[0][1].data.copy()
+    with pytest.raises(TraceError, match="shares"):
+        traced(pairs[0][0].data)  # the state's own array as the argument
+
+
 def test_functions_receive_plain_arrays_when_given_guards():
     seen = []
 

@@ -224,6 +224,7 @@ class GuardedArray(TracedArray):
                     tracer.values[id(other)] = result.value
             tracer.assign(source, result.value)
             tracer.in_place.add(id(source))
+            tracer.overwritten.append(self.array)
             capture = tracer.captured.get(id(source))
             if capture is not None and capture.before_data is self.array:
                 capture.before_data = self.array.copy()  # to put back (check, lower)

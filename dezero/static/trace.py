@@ -134,6 +134,12 @@ class Entry:
                 continue  # initialised during the recording: this entry is not kept
             self.guards.append((node.outputs[0].name, node.payload, data.shape, data.dtype,
                                 type(data)))
+        # State written in place: the replay reads and writes its array as the
+        # recording did, which is eager's result only while no other state or
+        # argument shares that array.
+        in_place = {node.inputs[0].name for node in graph.of_kind("write")
+                    if node.attrs.get("in_place")}
+        self.in_place = [i for i, guard in enumerate(self.guards) if guard[0] in in_place]
         self.grad_none = [(c.node.outputs[0].name, c.var) for c in tracer.captures
                           if c.before_grad is None and c.var.grad is not None
                           and c.node.attrs["field"] != "attr" and id(c.var) not in fresh_grads]
@@ -146,11 +152,19 @@ class Entry:
             all(id(var) not in read for _, var in other.grad_none) and \
             other.type_failure() is None
 
-    def guard_failure(self) -> str | None:
-        """None if the graph may replay now, else why not."""
+    def guard_failure(self, leaves) -> str | None:
+        """None if the graph may replay now with these arguments, else why not."""
         reason = self.type_failure()
         if reason is not None:
             return reason
+        if self.in_place:
+            arrays = [slot.read() for _, slot, *_ in self.guards] + \
+                [getattr(leaf, "_data", leaf) for leaf in leaves]
+            ids = [id(a) for a in arrays]
+            for i in self.in_place if len(set(ids)) < len(ids) else ():
+                if ids.count(ids[i]) > 1:
+                    return f"state {self.guards[i][0]} shares its array with an argument " \
+                           f"or other state, and the graph writes into it in place"
         for name, var in self.grad_none:
             if var.grad is not None:
                 return f"state {name}.grad None -> set"
@@ -312,7 +326,7 @@ class TracedFunction:
         reason = None
         if entries:
             for entry in entries:
-                reason = entry.structure.changed() or entry.guard_failure()
+                reason = entry.structure.changed() or entry.guard_failure(leaves)
                 if reason is None:
                     if debugging.LEVEL >= 2:
                         return self._replay_logged(entry, leaves)

@@ -67,6 +67,7 @@ class Tracer(TracerHooks):
         self.captured: dict[int, Capture] = {}
         self.writes: dict[int, tuple[Capture, Value]] = {}
         self.in_place: set[int] = set()        # state whose array the run overwrote
+        self.overwritten: list = []            # the arrays it overwrote
         self.producer: dict[int, str] = {}     # id(Value) -> name of the op that made it
         self.uninitialised: list[str] = []     # state whose .data was None before the run
         self.computed: dict[int, Variable] = {}  # id -> each Variable made in the run
@@ -271,6 +272,12 @@ class Tracer(TracerHooks):
     def capture(self, var: Variable) -> Capture:
         """Read `var` by reference: at every replay its current .data is used."""
         data = var._data
+        if data is not None and any(a is data for a in self.overwritten):
+            raise TraceError(
+                f"{self.name} reads {self.label(var)} ({where()}), which shares an array "
+                f"that the run wrote into in place through another Variable; the replay "
+                f"could not know they still share it\n  fix: assign a new array instead "
+                f"(v.data = (v - ...).data), or give each its own copy")
         if data is None:
             self.uninitialised.append(self.label(var))
             value = Value(None, (), np.float32)  # typed by the first write
