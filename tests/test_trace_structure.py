@@ -183,8 +183,9 @@ def test_guards_are_cheap_for_a_small_step():
     x, t = batches(1)[0]
     traced(x, t), traced(x, t)
     structure = next(iter(traced._cache.values()))[0].structure
-    # The model, its two layers, the optimizer and the globals: one check each.
-    assert len(structure.namespaces) == 5 and structure.changed() is None
+    # The model, its class's methods, its two layers, the optimizer and the globals:
+    # one check each.
+    assert len(structure.namespaces) == 6 and structure.changed() is None
 
 
 activation_in_cell = F.sigmoid
@@ -226,3 +227,25 @@ def test_a_traced_function_called_inside_counts_with_what_it_reads():
     np.testing.assert_allclose(outer(x).data, 6.0)
     structure = next(iter(outer._cache.values()))[0].structure
     assert all("graph" not in label for *_, label, _ in structure.namespaces)
+
+
+class NetWithAMethod(models.Model):
+    def __init__(self):
+        super().__init__()
+        self.fc = L.Linear(3, in_size=4)
+
+    def forward(self, x):
+        return F.sigmoid(self.fc(x))
+
+
+def test_a_method_rebound_on_the_models_class_retraces():
+    model = NetWithAMethod()
+    traced = dezero.trace(lambda x: model(x))
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    original = NetWithAMethod.forward
+    try:
+        for act in (F.sigmoid, F.sigmoid, F.tanh, F.tanh):
+            NetWithAMethod.forward = lambda self, x, act=act: act(self.fc(x))  # patched
+            np.testing.assert_allclose(traced(x).data, act(model.fc(x)).data, rtol=1e-6)
+    finally:
+        NetWithAMethod.forward = original

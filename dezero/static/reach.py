@@ -296,7 +296,9 @@ class _Walk:
             sub = f"{label}.{name}" if holder is not None else f"{label}[{name!r}]"
             if self.carried_value(holder, name, value, sub):
                 continue
-            if self.visit(value, sub, inside):
+            # A class's methods count too: one rebound (Net.forward = f) is new code.
+            if self.visit(value, sub, inside) or (id(holder) in self.classes and
+                                                  isinstance(value, types.FunctionType)):
                 bound[name] = value
         # Modules and classes gain names without changing the model; an object or a
         # dict that gains an entry may have gained a layer, parameter or slot.
