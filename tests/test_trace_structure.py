@@ -238,9 +238,12 @@ class NetWithAMethod(models.Model):
         return F.sigmoid(self.fc(x))
 
 
-def test_a_method_rebound_on_the_models_class_retraces():
+@pytest.mark.parametrize("reach", ["global", "dict holding the class first"])
+def test_a_method_rebound_on_the_models_class_retraces(reach):
     model = NetWithAMethod()
-    traced = dezero.trace(lambda x: model(x))
+    cell = {"Net": NetWithAMethod, "model": model}  # the class is met before the model
+    traced = dezero.trace((lambda x: model(x)) if reach == "global" else
+                          (lambda x: cell["model"](x)))
     x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
     original = NetWithAMethod.forward
     try:
@@ -249,3 +252,41 @@ def test_a_method_rebound_on_the_models_class_retraces():
             np.testing.assert_allclose(traced(x).data, act(model.fc(x)).data, rtol=1e-6)
     finally:
         NetWithAMethod.forward = original
+
+
+class ScaledNet(models.Model):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.bn = L.Linear(3, in_size=4), L.BatchNorm()
+        self.scale = 1.0
+
+    def forward(self, x):
+        return self.bn(self.fc(x)) * self.scale
+
+
+def test_a_number_held_by_a_layer_or_model_changed_retraces():
+    a = ScaledNet()
+    b = copy.deepcopy(a)
+    eager, traced = (lambda x: a(x)), dezero.trace(lambda x: b(x))
+    rng = np.random.default_rng(3)
+    for i in range(6):
+        if i == 2:  # a hyperparameter of the model, and BatchNorm's momentum
+            a.scale = b.scale = 3.0
+        if i == 4:
+            a.bn.decay = b.bn.decay = 0.5
+        x = rng.standard_normal((5, 4)).astype(np.float32)
+        np.testing.assert_allclose(traced(x).data, eager(x).data, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(b.bn.avg_mean.data, a.bn.avg_mean.data, rtol=1e-5)
+    assert traced.entries == 1  # the old graphs are dropped
+
+
+def test_an_optimizers_hyperparameter_set_between_calls_replays_without_retracing():
+    model = Net()
+    optimizer = optimizers.Adam(0.01).setup(model)
+    traced = dezero.trace(make_step(model, optimizer))
+    x, t = batches(1)[0]
+    traced(x, t)
+    for i in range(4):
+        optimizer.alpha = 0.01 / (i + 1)  # read afresh from its Variable
+        traced(x, t)
+    assert traced.entries == 1 and len(traced._cache) == 1

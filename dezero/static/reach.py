@@ -25,7 +25,7 @@ import numpy as np
 from dezero import cuda
 from dezero.core import Variable
 from dezero.layers import Layer
-from dezero.optimizers import Optimizer
+from dezero.optimizers import Hyperparameter, Optimizer
 from dezero.static.ir import TraceError
 
 _GONE = object()
@@ -38,6 +38,9 @@ _LIBRARIES = tuple({os.path.join(os.path.abspath(sysconfig.get_paths()[key]), ""
 # the graph reads is an argument, state or a constant, guarded elsewhere).
 _ATOMS = (str, bytes, int, float, complex, bool, type(None), slice, range, np.generic,
           np.dtype, *cuda.array_types)
+# Numbers and names a layer or a user's object holds (self.scale, BatchNorm.decay):
+# the graph froze the ones it read, so a changed one retraces.
+_NUMBERS = (str, bytes, int, float, complex, bool, type(None), np.generic)
 _CALLABLES = (types.FunctionType, types.BuiltinFunctionType, types.MethodType,
               functools.partial)
 
@@ -206,6 +209,14 @@ def survey(fn, args, kwargs, captured: set, computed: dict, known: set):
     return walk.structure, walk.carried, walk.transient
 
 
+@functools.cache
+def _read_afresh(cls) -> frozenset:
+    """The attributes behind an optimizer's hyperparameters (opt.lr): every replay
+    reads them afresh from their Variables, so a new value needs no new graph."""
+    return frozenset(attr.value_key for klass in cls.__mro__ for attr in vars(klass).values()
+                     if isinstance(attr, Hyperparameter))
+
+
 def _names(code):
     """Global names a code object (and the functions defined inside it) uses."""
     names = list(code.co_names)
@@ -220,7 +231,6 @@ class _Walk:
         self.captured, self.computed, self.known = captured, computed, known
         self.structure, self.carried, self.transient = Structure(), [], []
         self.functions: list = []            # methods of the user's classes, for survey
-        self.classes: set[int] = set()
         self.relevant: dict[int, bool] = {}  # id -> whether it holds structure
         self.keep: list = []                 # keeps the ids above alive during the walk
 
@@ -247,8 +257,11 @@ class _Walk:
         if isinstance(obj, types.ModuleType):
             return is_user_module(obj) and self._mapping(obj.__dict__, obj, label, False)
         if isinstance(obj, type):
-            return is_user_module(sys.modules.get(obj.__module__)) and \
-                self._mapping(obj.__dict__, obj, label, False)
+            if not is_user_module(sys.modules.get(obj.__module__)):
+                return False
+            # The methods of the user's classes (a Model's forward) read globals too.
+            self.functions += [v for v in vars(obj).values() if isinstance(v, types.FunctionType)]
+            return self._mapping(obj.__dict__, obj, label, False)
         if isinstance(obj, dict):
             return self._mapping(obj, None, label, inside)
         if isinstance(obj, (list, tuple, set, frozenset)):
@@ -267,19 +280,14 @@ class _Walk:
                 self.functions.append(obj.fn)
             return False
         self._methods(type(obj))
+        numbers = isinstance(obj, Layer) or is_user_module(sys.modules.get(type(obj).__module__))
         return self._mapping(attributes, obj, label,
-                             inside or isinstance(obj, (Layer, Optimizer)))
+                             inside or isinstance(obj, (Layer, Optimizer)), numbers)
 
     def _methods(self, cls):
-        # The methods of the user's classes (a Model's forward) read globals too, and
-        # their class attributes may hold layers.
+        # The user's classes: their methods, and class attributes that may hold layers.
         for klass in cls.__mro__:
-            if id(klass) not in self.classes and is_user_module(sys.modules.get(
-                    klass.__module__)):
-                self.classes.add(id(klass))
-                self.visit(klass, klass.__name__, False)
-                self.functions += [v for v in vars(klass).values()
-                                   if isinstance(v, types.FunctionType)]
+            self.visit(klass, klass.__name__, False)
 
     def _item(self, item, label, inside) -> bool:
         if self.computed_here(item):
@@ -289,16 +297,18 @@ class _Walk:
                 f"it as an attribute of a Layer or object (self.h = h), or return it")
         return self.visit(item, label, inside)
 
-    def _mapping(self, mapping, holder, label, inside) -> bool:
-        """Walk a namespace (holder's attributes) or a plain dict (holder None)."""
-        bound = {}
+    def _mapping(self, mapping, holder, label, inside, numbers=False) -> bool:
+        """Walk a namespace (holder's attributes) or a plain dict (holder None);
+        numbers: the numbers and strings it holds count too."""
+        bound, afresh = {}, _read_afresh(type(holder)) if numbers else ()
         for name, value in list(mapping.items()):
             sub = f"{label}.{name}" if holder is not None else f"{label}[{name!r}]"
             if self.carried_value(holder, name, value, sub):
                 continue
             # A class's methods count too: one rebound (Net.forward = f) is new code.
-            if self.visit(value, sub, inside) or (id(holder) in self.classes and
-                                                  isinstance(value, types.FunctionType)):
+            if self.visit(value, sub, inside) or (isinstance(holder, type) and isinstance(
+                    value, types.FunctionType)) or (numbers and isinstance(value, _NUMBERS)
+                                                    and name not in afresh):
                 bound[name] = value
         # Modules and classes gain names without changing the model; an object or a
         # dict that gains an entry may have gained a layer, parameter or slot.
