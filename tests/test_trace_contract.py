@@ -328,6 +328,61 @@ def test_global_random_draws_inside_a_recording_raise():
     assert not np.array_equal(first.data, second.data)
 
 
+class CountingNet(dezero.models.Model):
+    def __init__(self):
+        super().__init__()
+        self.fc = dezero.layers.Linear(2, in_size=3)
+        self.calls, self.built = 0, False
+
+    def forward(self, x):
+        self.calls += 1  # Python state: a replay runs no Python
+        return self.fc(x)
+
+
+class LazyFlagNet(CountingNet):
+    def forward(self, x):
+        if not self.built:  # changes once, on the first call only
+            self.built = True
+        return self.fc(x)
+
+
+def test_python_state_a_run_changes_at_every_call_raises_naming_it():
+    model = CountingNet()
+    traced = dezero.trace(lambda x: model(x))
+    traced(np.ones((2, 3), np.float32))  # eager, not kept: it may be a one-time init
+    assert model.calls == 1
+    with pytest.raises(TraceError, match=r"model\.calls 1 -> 2") as info:
+        traced(np.ones((2, 3), np.float32))
+    assert "Variable" in str(info.value)  # the way out
+
+
+def test_python_state_a_run_changes_once_replays_after_a_second_recording():
+    np.random.seed(0)
+    model, eager = LazyFlagNet(), LazyFlagNet()
+    for a, b in zip(model.params(), eager.params()):
+        b.data = a.data.copy()
+    traced = side_by_side((lambda x: model(x), lambda x: eager(x)),
+                          lambda i: (np.full((2, 3), i, np.float32),))
+    assert model.built and traced.entries == 1
+
+
+def test_draws_from_a_random_generator_of_the_user_raise_naming_it():
+    rng = np.random.default_rng(0)
+    legacy = np.random.RandomState(0)
+
+    def noisy(x):
+        return F.exp(x) + rng.standard_normal(x.shape)
+
+    def legacy_noisy(x):
+        return F.exp(x) + legacy.randn(*x.shape)
+
+    for f, name in ((noisy, "rng"), (legacy_noisy, "legacy")):
+        traced = dezero.trace(f)
+        traced(np.ones(3))
+        with pytest.raises(TraceError, match=f"{name}"):
+            traced(np.ones(3))
+
+
 def test_lazy_layers_initialise_inside_a_recording_without_a_random_alarm():
     np.random.seed(0)
     model = dezero.models.MLP((4, 2))

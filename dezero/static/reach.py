@@ -16,6 +16,8 @@ from __future__ import annotations
 import functools
 import operator
 import os
+import pickle
+import random
 import sys
 import sysconfig
 import types
@@ -41,6 +43,7 @@ _ATOMS = (str, bytes, int, float, complex, bool, type(None), slice, range, np.ge
 # Numbers and names a layer or a user's object holds (self.scale, BatchNorm.decay):
 # the graph froze the ones it read, so a changed one retraces.
 _NUMBERS = (str, bytes, int, float, complex, bool, type(None), np.generic)
+_GENERATORS = (np.random.Generator, np.random.RandomState, random.Random)
 _CALLABLES = (types.FunctionType, types.BuiltinFunctionType, types.MethodType,
               functools.partial)
 
@@ -69,10 +72,12 @@ class Structure:
                 style ("global", "attribute" or "item") spells a key in a reason
     sequences   (list, snapshot, label): the list still holds the same objects
     cells       (cell, value, label): a closure variable still names value
+    generators  (generator, its state, label): the user's random generators reached
+                (not guarded: python_writes compares them across a recording)
     """
 
     def __init__(self):
-        self.namespaces, self.sequences, self.cells = [], [], []
+        self.namespaces, self.sequences, self.cells, self.generators = [], [], [], []
         self._fast = None
 
     def add(self, mapping, bound: dict, length, label, style):
@@ -117,9 +122,7 @@ class Structure:
         for mapping, keys, values, length, label, style in self.namespaces:
             for key, value in zip(keys, values):
                 if mapping.get(key, _GONE) is not value:
-                    where = {"global": f"global {key}", "attribute": f"{label}.{key}",
-                             "item": f"{label}[{key!r}]"}[style]
-                    return f"{where} was replaced or removed"
+                    return f"{_spell(label, key, style)} was replaced or removed"
             if length is not None and len(mapping) != length:
                 return f"{label} gained or lost an {style}"
         for items, snapshot, label in self.sequences:
@@ -129,6 +132,36 @@ class Structure:
             if _contents(cell) is not value:
                 return f"{label} was rebound"
         return "the structure changed"
+
+
+def python_writes(before: Structure) -> list[tuple[str, str]]:
+    """(where, what) such as ('model.calls', 'model.calls 0 -> 1') for each number
+    or string that `before` (the structure surveyed before a run) bound and the run
+    changed, and for each random generator of the user's that it drew from: a
+    replay runs no Python, so it would do neither again."""
+    found = []
+    for mapping, keys, values, _, label, style in before.namespaces:
+        for key, old in zip(keys, values):
+            new = mapping.get(key, _GONE)
+            if isinstance(old, _NUMBERS) and old is not None and new is not old and \
+                    new != old:
+                where = _spell(label, key, style)
+                found.append((where, f"{where} {old!r} -> {new!r}"))
+    found += [(label, f"random generator {label} drew numbers") for generator, state,
+              label in before.generators if _generator_state(generator) != state]
+    return found
+
+
+def _spell(label, key, style) -> str:
+    return {"global": f"global {key}", "attribute": f"{label}.{key}",
+            "item": f"{label}[{key!r}]"}[style]
+
+
+def _generator_state(generator) -> bytes:
+    state = generator.getstate() if isinstance(generator, random.Random) else \
+        generator.bit_generator.state if isinstance(generator, np.random.Generator) else \
+        generator.get_state(legacy=False)
+    return pickle.dumps(state)  # states hold arrays: compared as bytes
 
 
 def _contents(cell):
@@ -254,6 +287,9 @@ class _Walk:
         return self.relevant[key] or (inside and callable(obj) and not isinstance(obj, type))
 
     def _walk(self, obj, label, inside) -> bool:
+        if isinstance(obj, _GENERATORS):
+            self.structure.generators.append((obj, _generator_state(obj), label))
+            return False
         if isinstance(obj, types.ModuleType):
             return is_user_module(obj) and self._mapping(obj.__dict__, obj, label, False)
         if isinstance(obj, type):

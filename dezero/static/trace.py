@@ -25,7 +25,7 @@ from dezero.static.codegen import kernel_spec
 from dezero.static.guard import unguarded, with_leaves
 from dezero.static.ir import GradSlot, StaticGraph, TraceError, type_str
 from dezero.static.passes import optimize
-from dezero.static.reach import Structure, survey
+from dezero.static.reach import Structure, python_writes, survey
 from dezero.static.tracer import Tracer, restore
 from dezero.static.watch import Watch, escaped
 
@@ -223,6 +223,9 @@ class TracedFunction:
         # (object, name) of attributes that carry values between calls (LSTM.h):
         # found after a recording, then part of the signature and read as state.
         self._carried: list[tuple] = []
+        # Where a recording changed Python state (model.calls): once may be an
+        # initialisation, which the next recording shows; twice is every call.
+        self._python_writes: set[str] = set()
         self._last = None  # (key, labels) of the latest recording, to explain misses
         self._per_instance = weakref.WeakKeyDictionary()  # traced method: one per instance
         self._warned = False
@@ -391,6 +394,7 @@ class TracedFunction:
         attrs_before = [(h, n, getattr(h, n, None)) for h, n in self._carried]
         tracer.attr_before = {id(v): (h, n) for h, n, v in attrs_before
                               if isinstance(v, Variable)}
+        before = survey(self.fn, args, kwargs, set(), {}, set())[0]
         watch = Watch(tracer.computed)
         previous, observer = core.set_tracer(tracer), layers.set_observer(watch)
         try:
@@ -405,6 +409,16 @@ class TracedFunction:
             self.fn, args, kwargs, {id(c.var) for c in tracer.captures}, tracer.computed,
             {(id(h), n) for h, n in self._carried})
         attr_writes += watch.carried(attr_writes)
+        writes = python_writes(before)
+        again = [what for where, what in writes if where in self._python_writes]
+        if again:
+            raise TraceError(
+                f"{self.name} changes Python state at every call ({', '.join(again)}); a "
+                f"replay runs no Python, so it would change nothing\n  fix: keep a number "
+                f"that changes in a Variable (self.calls = Variable(np.array(0)), then "
+                f"self.calls.data += 1), draw random numbers with dezero's random ops or "
+                f"outside the traced function, or make the change outside it")
+        self._python_writes.update(where for where, _ in writes)
         computed = [weakref.ref(v) for v in tracer.computed.values()]
         alive_by_design = [result, *transient, *(v for _, _, v in attr_writes),
                            *(c.var.grad for c in tracer.captures),
@@ -424,7 +438,7 @@ class TracedFunction:
         # initialised in the run drew from it first, so the next call is checked.
         unchecked = self.check and watch.did_initialise and any(
             getattr(n.function_class, "random", False) for n in graph.of_kind("op"))
-        kept = not tracer.uninitialised and not new and not unchecked
+        kept = not tracer.uninitialised and not new and not unchecked and not writes
         entry = Entry(graph, tracer, structure, watch.fresh_grads)
         if debugging.LEVEL >= 4:
             debugging.log(4, f"replay code of {self.name}:\n{entry.compiled.source}\n"
@@ -452,6 +466,8 @@ class TracedFunction:
                             f"initialised in the run" if tracer.uninitialised else "")
                          + (f"; not kept: {', '.join(new)} carry values out of the run, "
                             f"the next call records them as state" if new else "")
+                         + (f"; not kept: the run changed {', '.join(w for _, w in writes)}"
+                            if writes else "")
                          + ("; not kept: check=True waits for a call that initialises "
                             "nothing before random ops" if unchecked else ""))
         values, made_by = tracer.values, {id(v): n for n in tracer.ops for v in n.outputs}
