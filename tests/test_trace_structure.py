@@ -290,3 +290,19 @@ def test_an_optimizers_hyperparameter_set_between_calls_replays_without_retracin
         optimizer.alpha = 0.01 / (i + 1)  # read afresh from its Variable
         traced(x, t)
     assert traced.entries == 1 and len(traced._cache) == 1
+
+
+offsets_in_cell = np.array([0.5, -1.0, 2.0], np.float32)
+
+
+def test_a_global_array_alone_replays_instead_of_recording_every_call(capsys):
+    def centre(x):
+        return x - offsets_in_cell  # the only global the function names
+
+    traced = dezero.trace(centre)
+    with dezero.static.debug(1):
+        for i in range(4):
+            np.testing.assert_array_equal(traced(np.full(3, i, np.float32)).data,
+                                          np.full(3, i, np.float32) - offsets_in_cell)
+    assert capsys.readouterr().err.count("trace") == 1
+

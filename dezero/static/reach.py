@@ -107,9 +107,12 @@ class Structure:
 
     def _compile(self):
         # itemgetter reads all the keys of a namespace in one call: a few times
-        # faster than a loop, and this runs before every replay.
-        namespaces = [(mapping, operator.itemgetter(*keys), values if len(keys) > 1 else
-                       values[0], length)
+        # faster than a loop, and this runs before every replay. A lone key is read
+        # twice, so that it too gives a tuple, compared by identity first (a lone
+        # array would be compared elementwise, and always look changed).
+        namespaces = [(mapping, operator.itemgetter(*keys) if len(keys) > 1 else
+                       operator.itemgetter(keys[0], keys[0]), values if len(keys) > 1 else
+                       values * 2, length)
                       for mapping, keys, values, length, _, _ in self.namespaces if keys]
         namespaces += [(mapping, len, length, None)
                        for mapping, keys, _, length, _, _ in self.namespaces
