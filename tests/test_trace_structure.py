@@ -306,3 +306,31 @@ def test_a_global_array_alone_replays_instead_of_recording_every_call(capsys):
                                           np.full(3, i, np.float32) - offsets_in_cell)
     assert capsys.readouterr().err.count("trace") == 1
 
+
+class MaskedNet(models.Model):
+    def __init__(self):
+        super().__init__()
+        self.fc = L.Linear(3, in_size=4)
+        self.mask = np.ones(3, np.float32)
+
+    def forward(self, x):
+        return self.fc(x) * self.mask - offsets_in_cell
+
+
+def test_arrays_read_as_constants_changed_in_place_or_replaced_retrace():
+    a = MaskedNet()
+    b = copy.deepcopy(a)
+    eager, traced = (lambda x: a(x)), dezero.trace(lambda x: b(x))
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    try:
+        for i in range(8):
+            if i in (2, 3):  # a mask set in place, as a notebook might
+                a.mask[i - 2] = b.mask[i - 2] = 0.0
+            if i == 5:
+                a.mask = np.full(3, 2.0, np.float32)
+                b.mask = np.full(3, 2.0, np.float32)
+            if i == 6:
+                offsets_in_cell[...] = 3.0  # a global, in place
+            np.testing.assert_array_equal(traced(x).data, eager(x).data, err_msg=f"call {i}")
+    finally:
+        offsets_in_cell[...] = [0.5, -1.0, 2.0]

@@ -72,12 +72,15 @@ class Structure:
                 style ("global", "attribute" or "item") spells a key in a reason
     sequences   (list, snapshot, label): the list still holds the same objects
     cells       (cell, value, label): a closure variable still names value
+    arrays      (array, copy, label): an array the graph copied as a constant (a
+                global mask) still holds the copy's values
     generators  (generator, its state, label): the user's random generators reached
                 (not guarded: python_writes compares them across a recording)
     """
 
     def __init__(self):
         self.namespaces, self.sequences, self.cells, self.generators = [], [], [], []
+        self.arrays = []
         self._fast = None
 
     def add(self, mapping, bound: dict, length, label, style):
@@ -88,7 +91,7 @@ class Structure:
         """None if every identity holds, else what changed (the reason to retrace)."""
         if self._fast is None:
             self._compile()
-        namespaces, sequences, cells, contents = self._fast
+        namespaces, sequences, cells, contents, arrays = self._fast
         # Tuples compare items by identity first, and the objects here (layers,
         # Variables, functions, lists) are equal only to themselves or to equal
         # contents, so a comparison is false exactly when something was replaced.
@@ -101,6 +104,9 @@ class Structure:
                     return self._explain()
             if tuple(map(_contents, cells)) != contents:
                 return self._explain()
+            for array, copy in arrays:
+                if not _same(array, copy):
+                    return self._explain()
         except (KeyError, ValueError):  # a key removed; an array compared by value
             return self._explain()
         return None
@@ -119,7 +125,8 @@ class Structure:
                        if not keys and length is not None]
         self._fast = (namespaces, [(items, snapshot) for items, snapshot, _ in self.sequences],
                       [cell for cell, _, _ in self.cells],
-                      tuple(value for _, value, _ in self.cells))
+                      tuple(value for _, value, _ in self.cells),
+                      [(array, copy) for array, copy, _ in self.arrays])
 
     def _explain(self) -> str:
         for mapping, keys, values, length, label, style in self.namespaces:
@@ -134,6 +141,9 @@ class Structure:
         for cell, value, label in self.cells:
             if _contents(cell) is not value:
                 return f"{label} was rebound"
+        for array, copy, label in self.arrays:
+            if not _same(array, copy):
+                return f"array {label}, read as a constant, was changed in place"
         return "the structure changed"
 
 
@@ -167,6 +177,11 @@ def _generator_state(generator) -> bytes:
     return pickle.dumps(state)  # states hold arrays: compared as bytes
 
 
+def _same(array, copy) -> bool:
+    xp = cuda.get_array_module(array)
+    return bool(xp.array_equal(array, copy, equal_nan=array.dtype.kind in "fc"))
+
+
 def _contents(cell):
     try:
         return cell.cell_contents
@@ -179,7 +194,7 @@ def _contents(cell):
 # =============================================================================
 
 
-def survey(fn, args, kwargs, captured: set, computed: dict, known: set):
+def survey(fn, args, kwargs, captured: set, computed: dict, known: set, constants=()):
     """(Structure, [(holder, name, Variable)], [Variable]) for a run of fn(*args,
     **kwargs): the guard, the carried attributes, and the per-update values that
     optimizers keep (alive after the run by design, not carried).
@@ -187,8 +202,10 @@ def survey(fn, args, kwargs, captured: set, computed: dict, known: set):
     captured  ids of the Variables the graph reads as state
     computed  id -> Variable for each Variable the run computed
     known     (id(holder), name) of attributes already read as carried state
+    constants the arrays the graph copied as constants: where the walk finds one,
+              a change to its values retraces
     """
-    walk = _Walk(captured, computed, known)
+    walk = _Walk(captured, computed, known, constants)
     for arg in list(args) + list(kwargs.values()):
         walk.visit(arg, type(arg).__name__, False)
     functions, seen, namespaces = walk.functions, set(), {}
@@ -263,8 +280,9 @@ def _names(code):
 
 
 class _Walk:
-    def __init__(self, captured, computed, known):
+    def __init__(self, captured, computed, known, constants):
         self.captured, self.computed, self.known = captured, computed, known
+        self.constants = {id(array): array for array in constants}  # alive: the tracer's
         self.structure, self.carried, self.transient = Structure(), [], []
         self.functions: list = []            # methods of the user's classes, for survey
         self.relevant: dict[int, bool] = {}  # id -> whether it holds structure
@@ -276,6 +294,9 @@ class _Walk:
         functions, hooks and containers count too."""
         if isinstance(obj, Variable):
             return id(obj) in self.captured
+        if self.constants.get(id(obj), _GONE) is obj:  # a global mask, model.mask
+            self.structure.arrays.append((obj, obj.copy(), label))
+            return True
         if isinstance(obj, _ATOMS):
             return False
         if isinstance(obj, _CALLABLES):

@@ -407,7 +407,7 @@ class TracedFunction:
             layers.set_observer(observer)
         structure, attr_writes, transient = survey(
             self.fn, args, kwargs, {id(c.var) for c in tracer.captures}, tracer.computed,
-            {(id(h), n) for h, n in self._carried})
+            {(id(h), n) for h, n in self._carried}, tracer.const_sources)
         attr_writes += watch.carried(attr_writes)
         writes = python_writes(before)
         again = [what for where, what in writes if where in self._python_writes]

@@ -64,6 +64,7 @@ class Tracer(TracerHooks):
         self.keep: list = []                   # keeps every id above alive during the run
         self.made: set[int] = set()            # Variable(array) made in the run: literals
         self.const_of: dict[int, Node] = {}    # id(Variable) -> its const node
+        self.const_sources: list = []          # the arrays the constants copy
         self.captured: dict[int, Capture] = {}
         self.writes: dict[int, tuple[Capture, Value]] = {}
         self.in_place: set[int] = set()        # state whose array the run overwrote
@@ -263,6 +264,7 @@ class Tracer(TracerHooks):
             data = var._data
             node = Node("const", outputs=[Value(None, data.shape, data.dtype)],
                         payload=data.copy())
+            self.const_sources.append(data)
             self.consts.append(node)
             self.const_of[id(var)] = node
             self.values[id(var)] = node.outputs[0]
