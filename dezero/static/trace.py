@@ -233,20 +233,29 @@ class TracedFunction:
 
     def __get__(self, obj, objtype=None):
         # Decorating a method: each instance gets its own TracedFunction (its own
-        # cache and bound on entries), held weakly so that `del obj` frees both.
+        # cache and bound on entries). The instance holds it, so that `del obj` frees
+        # both: its graphs' guards may refer back to obj (an optimizer's target),
+        # which would keep obj alive for good in a table keyed weakly by obj.
         if obj is None:
             return self
         try:
-            return self._per_instance[obj]
-        except KeyError:
-            pass
+            table = vars(obj)
+        except TypeError:  # __slots__ without a __dict__: a table keyed weakly by obj
+            methods, key = self._per_instance, obj
+        else:
+            methods, key = table.get(_TRACED_METHODS), self
+            if methods is None:
+                methods = table[_TRACED_METHODS] = _TracedMethods()
+        try:
+            traced = methods.get(key)
         except TypeError as e:
             raise TypeError(f"trace({self.name}): a traced method needs instances that "
-                            f"are hashable and weakly referable; "
+                            f"have a __dict__, or are hashable and weakly referable; "
                             f"{type(obj).__name__} is not") from e
-        traced = TracedFunction(_bind_weakly(self.fn, obj), self.static_argnames,
-                                self.check, self.max_entries)
-        self._per_instance[obj] = traced
+        if traced is None:
+            traced = methods[key] = TracedFunction(
+                _bind_weakly(self.fn, obj), self.static_argnames, self.check,
+                self.max_entries)
         return traced
 
     def __repr__(self):
@@ -518,6 +527,19 @@ def _explain_dtypes(tracer, labels, leaves, error):
                 f"would turn that state into {dtype}, which a graph cannot do\n  fix: "
                 f"pass {label}.astype(np.{other.before_data.dtype}), or convert the model "
                 f"to {dtype} before tracing\n  (while recording: {error})") from error
+
+
+# The attribute under which an instance keeps its traced methods.
+_TRACED_METHODS = "_dezero_traced_methods"
+
+
+class _TracedMethods(dict):
+    """An instance's traced methods (descriptor -> TracedFunction). A copy of the
+    instance (copy.deepcopy, pickle) starts with none: graphs bound to the original
+    would replay the original's state."""
+
+    def __reduce__(self):
+        return _TracedMethods, ()
 
 
 def _bind_weakly(fn, obj):
