@@ -627,6 +627,18 @@ def test_arrays_shared_after_the_recording_with_state_written_in_place_retrace()
         traced(pairs[0][0].data)  # the state's own array as the argument
 
 
+def test_an_array_result_with_a_state_update_from_an_array_argument_replays():
+    def make(W):
+        def step(x):
+            W.data = (W - x * 0.1).data  # W - (a guard): the guard becomes a Constant
+            return x * 2.0  # an array result: a guard until the call returns
+        return step
+
+    W, W_eager = Variable(np.array([1.0, 2.0, 3.0])), Variable(np.array([1.0, 2.0, 3.0]))
+    side_by_side((make(W), make(W_eager)), lambda i: (np.full(3, i + 1.0),),
+                 state=[(W, W_eager)])
+
+
 def test_functions_receive_plain_arrays_when_given_guards():
     seen = []
 

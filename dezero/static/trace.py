@@ -484,6 +484,7 @@ class TracedFunction:
         # the recording leads to the tracer, so the tracer lets go of them too).
         tracer.keep.clear()
         tracer.computed.clear()
+        tracer.recorded.clear()  # the Functions hold their inputs (a Constant of a guard)
         del tracer, watch, seen, call_args, call_kwargs
         for var, kinds in escaped(computed, alive_by_design)[:1]:
             node = made_by.get(id(values.get(id(var))))
