@@ -627,6 +627,21 @@ def test_arrays_shared_after_the_recording_with_state_written_in_place_retrace()
         traced(pairs[0][0].data)  # the state's own array as the argument
 
 
+def test_a_view_of_state_written_in_place_passed_as_the_argument_raises():
+    W = Variable(np.array([1.0, 2.0, 3.0]), name="W")
+
+    def step(x):
+        W.data -= 0.1 * x
+        return x * 2.0  # eager: x is a view of W's array, already updated
+
+    traced = dezero.trace(step)
+    traced(np.ones(3)), traced(np.ones(3))
+    with pytest.raises(TraceError, match="shares"):
+        traced(W.data[::-1])  # a replay would read x before the write
+    with pytest.raises(TraceError, match="shares"):
+        dezero.trace(step)(W.data[::-1])  # and so would a recording's graph
+
+
 def test_an_array_result_with_a_state_update_from_an_array_argument_replays():
     def make(W):
         def step(x):

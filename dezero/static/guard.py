@@ -209,9 +209,9 @@ class GuardedArray(TracedArray):
                 f"(a new array), or return the new value")
         if isinstance(source, Variable) and source._data is self.array:
             shared = [arg for _, arg in tracer.inputs if arg is not source and
-                      getattr(arg, "_data", arg) is self.array] + \
+                      overlap(getattr(arg, "_data", arg), self.array)] + \
                 [c.var for c in tracer.captures if c.var is not source and
-                 c.var._data is self.array]
+                 overlap(c.var._data, self.array)]
             if shared:
                 raise TraceError(
                     f"{tracer.name} writes in place ({where()}) into an array that "
@@ -268,6 +268,19 @@ for _name, _symbol in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="), ("e
                        ("ne", "!="), ("floordiv", "//"), ("mod", "%"), ("abs", "abs()")):
     setattr(GuardedArray, f"__{_name}__",
             lambda self, *other, s=_symbol: self._refuse(f"`{s}`"))
+
+
+def root(array):
+    """The array whose memory `array` views (itself if it owns its memory)."""
+    while isinstance(array.base, cuda.array_types):
+        array = array.base
+    return array
+
+
+def overlap(a, b) -> bool:
+    """Whether arrays a and b may share memory: one array, or views of one buffer."""
+    return a is b or (a is not None and b is not None and root(a) is root(b) and
+                      cuda.get_array_module(a).may_share_memory(a, b))
 
 
 # =============================================================================

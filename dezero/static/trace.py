@@ -22,7 +22,7 @@ from dezero.core import Config, Variable
 from dezero.static import debugging
 from dezero.static.checking import check_replay, set_attributes, source_text
 from dezero.static.codegen import kernel_spec
-from dezero.static.guard import unguarded, with_leaves
+from dezero.static.guard import overlap, root, unguarded, with_leaves
 from dezero.static.ir import GradSlot, StaticGraph, TraceError, type_str
 from dezero.static.passes import optimize
 from dezero.static.reach import Structure, python_writes, survey
@@ -158,11 +158,17 @@ class Entry:
         if reason is not None:
             return reason
         if self.in_place:
-            arrays = [slot.read() for _, slot, *_ in self.guards] + \
-                [getattr(leaf, "_data", leaf) for leaf in leaves]
+            states = [slot.read() for _, slot, *_ in self.guards]
+            arrays = states + [getattr(leaf, "_data", leaf) for leaf in leaves]
             ids = [id(a) for a in arrays]
-            for i in self.in_place if len(set(ids)) < len(ids) else ():
-                if ids.count(ids[i]) > 1:
+            # Arguments that view another array's memory (a slice of the data set,
+            # or of the state itself): compared by what they view.
+            views = {id(root(a)): a for a in arrays[len(states):] if a.base is not None}
+            duplicated = len(set(ids)) < len(ids)
+            for i in self.in_place:
+                view = views.get(id(root(states[i]))) if views else None
+                if (duplicated and ids.count(ids[i]) > 1) or (
+                        view is not None and overlap(view, states[i])):
                     return f"state {self.guards[i][0]} shares its array with an argument " \
                            f"or other state, and the graph writes into it in place"
         for name, var in self.grad_none:

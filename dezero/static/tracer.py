@@ -17,7 +17,7 @@ import numpy as np
 
 from dezero import cuda
 from dezero.core import TracerHooks, Variable
-from dezero.static.guard import GuardedArray, RandomWatch, user_frame, where
+from dezero.static.guard import GuardedArray, RandomWatch, overlap, user_frame, where
 from dezero.static.ir import (
     AttrSlot,
     DataSlot,
@@ -274,7 +274,7 @@ class Tracer(TracerHooks):
     def capture(self, var: Variable) -> Capture:
         """Read `var` by reference: at every replay its current .data is used."""
         data = var._data
-        if data is not None and any(a is data for a in self.overwritten):
+        if data is not None and any(overlap(a, data) for a in self.overwritten):
             raise TraceError(
                 f"{self.name} reads {self.label(var)} ({where()}), which shares an array "
                 f"that the run wrote into in place through another Variable; the replay "
