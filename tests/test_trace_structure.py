@@ -334,3 +334,21 @@ def test_arrays_read_as_constants_changed_in_place_or_replaced_retrace():
             np.testing.assert_array_equal(traced(x).data, eager(x).data, err_msg=f"call {i}")
     finally:
         offsets_in_cell[...] = [0.5, -1.0, 2.0]
+
+
+settings_in_cell = {"scale": 2.0, "mode": "tanh"}
+
+
+def test_a_number_or_name_in_a_dict_the_function_reads_changed_retraces():
+    def f(x):
+        act = F.tanh if settings_in_cell["mode"] == "tanh" else F.sigmoid
+        return act(x) * settings_in_cell["scale"]
+
+    traced = dezero.trace(f)
+    x = np.linspace(-1, 1, 6, dtype=np.float32)
+    try:
+        for scale, mode in ((2.0, "tanh"), (2.0, "tanh"), (3.0, "tanh"), (3.0, "sigmoid")):
+            settings_in_cell.update(scale=scale, mode=mode)  # a config cell run again
+            np.testing.assert_allclose(traced(x).data, f(x).data, rtol=1e-6)
+    finally:
+        settings_in_cell.update(scale=2.0, mode="tanh")

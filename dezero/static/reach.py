@@ -40,9 +40,10 @@ _LIBRARIES = tuple({os.path.join(os.path.abspath(sysconfig.get_paths()[key]), ""
 # the graph reads is an argument, state or a constant, guarded elsewhere).
 _ATOMS = (str, bytes, int, float, complex, bool, type(None), slice, range, np.generic,
           np.dtype, *cuda.array_types)
-# Numbers and names a layer or a user's object holds (self.scale, BatchNorm.decay):
-# the graph froze the ones it read, so a changed one retraces.
-_NUMBERS = (str, bytes, int, float, complex, bool, type(None), np.generic)
+# Numbers and names a layer, a user's object or a dict holds (self.scale,
+# BatchNorm.decay, settings["scale"]): the graph froze the ones it read, so a
+# changed one retraces.
+_NUMBERS = (str, bytes, int, float, complex, bool, np.generic, type(None))
 _GENERATORS = (np.random.Generator, np.random.RandomState, random.Random)
 _CALLABLES = (types.FunctionType, types.BuiltinFunctionType, types.MethodType,
               functools.partial)
@@ -322,8 +323,8 @@ class _Walk:
             # The methods of the user's classes (a Model's forward) read globals too.
             self.functions += [v for v in vars(obj).values() if isinstance(v, types.FunctionType)]
             return self._mapping(obj.__dict__, obj, label, False)
-        if isinstance(obj, dict):
-            return self._mapping(obj, None, label, inside)
+        if isinstance(obj, dict):  # settings = {"scale": 2.0}: its numbers count
+            return self._mapping(obj, None, label, inside, _NUMBERS[:-1])
         if isinstance(obj, (list, tuple, set, frozenset)):
             found = [self._item(item, f"{label}[{i}]", inside) for i, item in enumerate(obj)]
             if isinstance(obj, list) and (any(found) or (inside and not obj)):
@@ -340,7 +341,8 @@ class _Walk:
                 self.functions.append(obj.fn)
             return False
         self._methods(type(obj))
-        numbers = isinstance(obj, Layer) or is_user_module(sys.modules.get(type(obj).__module__))
+        numbers = _NUMBERS if isinstance(obj, Layer) or is_user_module(sys.modules.get(
+            type(obj).__module__)) else ()
         return self._mapping(attributes, obj, label,
                              inside or isinstance(obj, (Layer, Optimizer)), numbers)
 
@@ -357,9 +359,10 @@ class _Walk:
                 f"it as an attribute of a Layer or object (self.h = h), or return it")
         return self.visit(item, label, inside)
 
-    def _mapping(self, mapping, holder, label, inside, numbers=False) -> bool:
+    def _mapping(self, mapping, holder, label, inside, numbers=()) -> bool:
         """Walk a namespace (holder's attributes) or a plain dict (holder None);
-        numbers: the numbers and strings it holds count too."""
+        numbers: the types of numbers and strings it holds that count too (None
+        only for attributes: a dict of None is a layer's registry of names)."""
         bound, afresh = {}, _read_afresh(type(holder)) if numbers else ()
         for name, value in list(mapping.items()):
             sub = f"{label}.{name}" if holder is not None else f"{label}[{name!r}]"
@@ -367,7 +370,7 @@ class _Walk:
                 continue
             # A class's methods count too: one rebound (Net.forward = f) is new code.
             if self.visit(value, sub, inside) or (isinstance(holder, type) and isinstance(
-                    value, types.FunctionType)) or (numbers and isinstance(value, _NUMBERS)
+                    value, types.FunctionType)) or (isinstance(value, numbers)
                                                     and name not in afresh):
                 bound[name] = value
         # Modules and classes gain names without changing the model; an object or a
