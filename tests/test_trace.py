@@ -361,6 +361,17 @@ def test_lower_returns_the_graph_without_stepping_state_and_caches_it():
     np.testing.assert_allclose(W.data, 2.0)
 
 
+def test_lower_puts_back_state_a_layer_carries_to_the_next_call():
+    import dezero.layers as L
+
+    np.random.seed(0)
+    rnn = L.RNN(3, in_size=2)
+    x = np.ones((1, 2), np.float32)
+    graph = dezero.trace(lambda x: rnn(x) * 1.0).lower(x)
+    assert rnn.h is None  # as before lowering: the next call starts afresh
+    assert "h" in str(graph)
+
+
 def test_graph_call_checks_its_inputs():
     graph = dezero.trace(lambda x: F.exp(x)).lower(np.ones(3, np.float32))
     with pytest.raises(TypeError, match=r"input x must be f32\[3\], got f32\[4\]"):

@@ -467,6 +467,7 @@ class TracedFunction:
         if restore_state:
             restore(tracer.state_before())
             set_attributes(attrs_before)
+            set_attributes(watch.before.values())  # LSTM.h found by this recording
             np.random.set_state(random_state)
         self.graph = graph
         self._last = (key, labels)

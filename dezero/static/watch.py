@@ -122,12 +122,14 @@ class Watch:
     def __init__(self, computed: dict):
         self.computed = computed       # id -> each Variable the run computed (grows)
         self.attributes = {}           # (id(holder), name) -> (holder, name)
+        self.before = {}               # (id(holder), name) -> (holder, name, old value)
         self.fresh_grads = set()       # ids of Variables whose old .grad was dropped unread
         self.updated = False
         self.did_initialise = False     # a layer or optimizer initialised state in the run
 
     def assigned(self, holder, name, value):
         self.attributes[(id(holder), name)] = (holder, name)
+        self.before.setdefault((id(holder), name), (holder, name, holder.__dict__.get(name)))
 
     def cleared(self, params):
         # An old gradient cleared before any update() and before backward() added to
