@@ -383,6 +383,17 @@ def test_draws_from_a_random_generator_of_the_user_raise_naming_it():
             traced(np.ones(3))
 
 
+def test_a_draw_after_the_last_op_is_not_blamed_on_the_callers_line():
+    def f(x):
+        y = F.exp(x)
+        np.random.rand()  # after the last recorded op
+        return y
+
+    with pytest.raises(TraceError, match="after the last recorded op") as info:
+        dezero.trace(f)(np.ones(3))  # this line is the caller's, not the draw's
+    assert "this line" not in str(info.value)
+
+
 def test_lazy_layers_initialise_inside_a_recording_without_a_random_alarm():
     np.random.seed(0)
     model = dezero.models.MLP((4, 2))

@@ -357,7 +357,8 @@ class RandomWatch:
         self.mark, self.drew = mark, self.drew or drawing_op
 
     def finish(self, name: str) -> None:
-        self.look(name)
+        if self._mark() != self.mark:  # the user's line has returned: say when instead
+            self._refuse(name, "seen after the last recorded op")
         numpy_state, python_state = self.start
         now = np.random.get_state()
         moved = not self.drew and not (numpy_state[2:] == now[2:] and
