@@ -352,3 +352,21 @@ def test_a_number_or_name_in_a_dict_the_function_reads_changed_retraces():
             np.testing.assert_allclose(traced(x).data, f(x).data, rtol=1e-6)
     finally:
         settings_in_cell.update(scale=2.0, mode="tanh")
+
+
+class Settings:  # a class used as a namespace of settings
+    scale = 2.0
+
+
+def test_a_number_on_a_settings_class_changed_retraces():
+    def f(x):
+        return F.tanh(x) * Settings.scale
+
+    traced = dezero.trace(f)
+    x = np.linspace(-1, 1, 6, dtype=np.float32)
+    try:
+        for scale in (2.0, 2.0, 5.0, 5.0):
+            Settings.scale = scale
+            np.testing.assert_allclose(traced(x).data, f(x).data, rtol=1e-6)
+    finally:
+        Settings.scale = 2.0

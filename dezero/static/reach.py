@@ -320,9 +320,10 @@ class _Walk:
         if isinstance(obj, type):
             if not is_user_module(sys.modules.get(obj.__module__)):
                 return False
-            # The methods of the user's classes (a Model's forward) read globals too.
+            # The methods of the user's classes (a Model's forward) read globals too;
+            # their numbers (class Settings: scale = 2.0) count like an object's.
             self.functions += [v for v in vars(obj).values() if isinstance(v, types.FunctionType)]
-            return self._mapping(obj.__dict__, obj, label, False)
+            return self._mapping(obj.__dict__, obj, label, False, _NUMBERS)
         if isinstance(obj, dict):  # settings = {"scale": 2.0}: its numbers count
             return self._mapping(obj, None, label, inside, _NUMBERS[:-1])
         if isinstance(obj, (list, tuple, set, frozenset)):
