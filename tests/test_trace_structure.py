@@ -370,3 +370,21 @@ def test_a_number_on_a_settings_class_changed_retraces():
             np.testing.assert_allclose(traced(x).data, f(x).data, rtol=1e-6)
     finally:
         Settings.scale = 2.0
+
+
+def test_a_number_of_a_users_config_module_changed_retraces(monkeypatch):
+    import sys
+    import types
+
+    config = types.ModuleType("trace_test_config")  # as `import config` would give
+    config.scale = 2.0
+    monkeypatch.setitem(sys.modules, config.__name__, config)
+
+    def f(x):
+        return F.tanh(x) * config.scale
+
+    traced = dezero.trace(f)
+    x = np.linspace(-1, 1, 6, dtype=np.float32)
+    for scale in (2.0, 2.0, 5.0, 5.0):
+        config.scale = scale
+        np.testing.assert_allclose(traced(x).data, f(x).data, rtol=1e-6)

@@ -209,7 +209,7 @@ def survey(fn, args, kwargs, captured: set, computed: dict, known: set, constant
     walk = _Walk(captured, computed, known, constants)
     for arg in list(args) + list(kwargs.values()):
         walk.visit(arg, type(arg).__name__, False)
-    functions, seen, namespaces = walk.functions, set(), {}
+    functions, seen, namespaces, used = walk.functions, set(), {}, set()
     functions.append(fn)
     while functions:
         f = functions.pop()
@@ -245,6 +245,7 @@ def survey(fn, args, kwargs, captured: set, computed: dict, known: set, constant
         module = sys.modules.get(f.__globals__.get("__name__"))
         holder = module if module is not None and module.__dict__ is f.__globals__ else None
         bound = namespaces.setdefault(id(f.__globals__), (f.__globals__, {}))[1]
+        used.update(_names(f.__code__))
         for name in dict.fromkeys(_names(f.__code__)):
             if name not in f.__globals__:
                 continue  # an attribute name, or a builtin
@@ -260,6 +261,11 @@ def survey(fn, args, kwargs, captured: set, computed: dict, known: set, constant
                 walk.visit(value, name, False)
     for mapping, bound in namespaces.values():
         walk.structure.add(mapping, bound, None, "globals", "global")
+    for module in walk.modules:  # config.scale: the numbers of a module the code names
+        numbers = {k: v for k, v in vars(module).items() if k in used and
+                   isinstance(v, _NUMBERS)}
+        if numbers:
+            walk.structure.add(module.__dict__, numbers, None, module.__name__, "attribute")
     return walk.structure, walk.carried, walk.transient
 
 
@@ -286,6 +292,7 @@ class _Walk:
         self.constants = {id(array): array for array in constants}  # alive: the tracer's
         self.structure, self.carried, self.transient = Structure(), [], []
         self.functions: list = []            # methods of the user's classes, for survey
+        self.modules: list = []              # the user's modules reached
         self.relevant: dict[int, bool] = {}  # id -> whether it holds structure
         self.keep: list = []                 # keeps the ids above alive during the walk
 
@@ -316,6 +323,8 @@ class _Walk:
             self.structure.generators.append((obj, _generator_state(obj), label))
             return False
         if isinstance(obj, types.ModuleType):
+            if is_user_module(obj):
+                self.modules.append(obj)
             return is_user_module(obj) and self._mapping(obj.__dict__, obj, label, False)
         if isinstance(obj, type):
             if not is_user_module(sys.modules.get(obj.__module__)):
