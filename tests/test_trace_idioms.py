@@ -345,3 +345,30 @@ def test_the_layers_observer_belongs_to_the_recording_thread():
         assert L.observer() == "recording" and seen == [None]
     finally:
         L.set_observer(previous)
+
+
+class RunningSum(L.Layer):
+    """Carries a Variable it computed to the next call, and updates it there."""
+
+    def __init__(self, in_place):
+        super().__init__()
+        self.in_place, self.total = in_place, None
+
+    def forward(self, x):
+        if self.total is None:
+            self.total = x * 1.0
+        elif self.in_place:
+            self.total.data += x.data  # the book's idiom, on carried state
+        else:
+            self.total.data = (self.total + x).data
+        return self.total * 2.0
+
+
+@pytest.mark.parametrize("in_place", [True, False], ids=["+=", "= new"])
+def test_carried_state_updated_through_data_replays_like_eager(in_place):
+    a, b = RunningSum(in_place), RunningSum(in_place)
+    traced = dezero.trace(lambda x: a(x))
+    for i in range(5):
+        x = Variable(np.full(3, i + 1.0, np.float32))
+        np.testing.assert_array_equal(traced(x).data, b(x).data)
+        np.testing.assert_array_equal(a.total.data, b.total.data)

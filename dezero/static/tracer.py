@@ -313,11 +313,20 @@ class Tracer(TracerHooks):
         self._bind_grads()
         self._name_values()
         self.finished = True
+        changed = [(key, capture, source) for key, (capture, source) in self.writes.items()
+                   if source is not capture.node.outputs[0]]
         writes = [Node("write", inputs=[capture.node.outputs[0], source],
                        attrs={"field": "data", "in_place": True} if key in self.in_place
                        else {"field": "data"})
-                  for key, (capture, source) in self.writes.items()
-                  if source is not capture.node.outputs[0]]
+                  for key, capture, source in changed if capture.node.attrs["field"] != "attr"]
+        # State read through an attribute (self.s.data += x.data on carried state):
+        # the replay gives the attribute the new value, as for any carried value.
+        set_later = {(id(holder), name) for holder, name, _ in attr_sources}
+        for _, capture, source in changed:
+            slot = capture.node.payload
+            if capture.node.attrs["field"] == "attr" and \
+                    (id(slot.holder), slot.name) not in set_later:
+                attr_sources.append((slot.holder, slot.name, source))
         writes += [Node("write", inputs=[target] + ([source] if source else []),
                         attrs={"field": "grad"}) for target, source in grad_writes]
         writes += [Node("write", inputs=[source], payload=AttrSlot(holder, name),
