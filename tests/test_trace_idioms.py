@@ -364,10 +364,11 @@ class RunningSum(L.Layer):
         return self.total * 2.0
 
 
+@pytest.mark.parametrize("check", [False, True], ids=["", "check"])
 @pytest.mark.parametrize("in_place", [True, False], ids=["+=", "= new"])
-def test_carried_state_updated_through_data_replays_like_eager(in_place):
+def test_carried_state_updated_through_data_replays_like_eager(in_place, check):
     a, b = RunningSum(in_place), RunningSum(in_place)
-    traced = dezero.trace(lambda x: a(x))
+    traced = dezero.trace(lambda x: a(x), check=check)
     for i in range(5):
         x = Variable(np.full(3, i + 1.0, np.float32))
         np.testing.assert_array_equal(traced(x).data, b(x).data)

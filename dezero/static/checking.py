@@ -31,6 +31,10 @@ def check_replay(name, tracer, recorded, entry, leaves, result, random_state,
     before = tracer.state_before()
     eager_state = [(var, var._data, var.grad) for var, _, _ in before]
     eager_attrs = [(h, n, getattr(h, n, None)) for h, n, _ in attrs_before + attr_writes]
+    # Carried state is compared through its attribute, which eager code may have
+    # updated in place (self.s.data += x) where a replay gives it a new Variable.
+    carried = [(c.node.payload, c.node.payload.read(), c.node.outputs[0].name)
+               for c in tracer.captures if c.node.attrs["field"] == "attr"]
     eager_random = np.random.get_state()
     restore(before)
     set_attributes(attrs_before)
@@ -39,10 +43,11 @@ def check_replay(name, tracer, recorded, entry, leaves, result, random_state,
         replayed = entry.compiled.run(leaves)
         pairs = list(zip(_arrays(result), _arrays(replayed),
                          (f"output {v.name}" for v in entry.graph.output_values)))
+        pairs += [(data, slot.read(), f"state {name}") for slot, data, name in carried]
         for (var, data, grad), (node, with_grad) in zip(eager_state, tracer.state_names()):
-            pairs.append((data, var._data, f"state {node}"))
             if not with_grad:
-                continue
+                continue  # carried state: compared above
+            pairs.append((data, var._data, f"state {node}"))
             if grad is not None and var.grad is not None:
                 pairs.append((grad._data, var.grad._data, f"state {node}.grad"))
             elif (grad is None) != (var.grad is None):
