@@ -388,3 +388,17 @@ def test_a_number_of_a_users_config_module_changed_retraces(monkeypatch):
     for scale in (2.0, 2.0, 5.0, 5.0):
         config.scale = scale
         np.testing.assert_allclose(traced(x).data, f(x).data, rtol=1e-6)
+
+
+def test_a_number_a_data_loader_holds_read_in_the_step_retraces():
+    from dezero import DataLoader
+
+    loader = DataLoader(dezero.datasets.Spiral(train=True), 100, shuffle=False)
+    W = dezero.Variable(np.ones((2, 3), np.float32))
+
+    def step(x):  # a schedule read from the loader
+        return F.matmul(x, W) * (1.0 - loader.iteration / loader.max_iter)
+
+    traced = dezero.trace(step)
+    for x, _ in loader:
+        np.testing.assert_allclose(traced(x).data, step(x).data, rtol=1e-6)

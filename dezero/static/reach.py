@@ -351,8 +351,10 @@ class _Walk:
                 self.functions.append(obj.fn)
             return False
         self._methods(type(obj))
-        numbers = _NUMBERS if isinstance(obj, Layer) or is_user_module(sys.modules.get(
-            type(obj).__module__)) else ()
+        # dezero's objects (a layer, a DataLoader's iteration) and the user's: not
+        # other libraries' internals (a WeakKeyDictionary's flags).
+        numbers = _NUMBERS if type(obj).__module__.split(".")[0] == "dezero" or \
+            is_user_module(sys.modules.get(type(obj).__module__)) else ()
         return self._mapping(attributes, obj, label,
                              inside or isinstance(obj, (Layer, Optimizer)), numbers)
 
