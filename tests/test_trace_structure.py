@@ -402,3 +402,23 @@ def test_a_number_a_data_loader_holds_read_in_the_step_retraces():
     traced = dezero.trace(step)
     for x, _ in loader:
         np.testing.assert_allclose(traced(x).data, step(x).data, rtol=1e-6)
+
+
+calls_in_cell = 0
+
+
+def test_a_structure_that_changes_at_every_call_runs_eagerly_with_one_warning(capsys):
+    global calls_in_cell
+
+    def f(x):
+        return F.tanh(x) * (calls_in_cell + 1)  # a number changed before every call
+
+    traced = dezero.trace(f, max_entries=3)
+    x = np.linspace(-1, 1, 6, dtype=np.float32)
+    with dezero.static.debug(1), pytest.warns(UserWarning, match="calls_in_cell") as caught:
+        for i in range(10):
+            calls_in_cell = i
+            np.testing.assert_allclose(traced(x).data, f(x).data, rtol=1e-6)
+    calls_in_cell = 0
+    assert len(caught) == 1  # said once, then eager without recording
+    assert capsys.readouterr().err.count("trace f") <= 4

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Module (relative to the repository) -> most code lines it may have.
 BUDGETS = {
     "dezero/core.py": 355,
-    "dezero/static/trace.py": 440,
+    "dezero/static/trace.py": 445,
     "dezero/static/tracer.py": 370,
     "dezero/static/guard.py": 245,
     "dezero/static/ir.py": 400,

@@ -235,6 +235,7 @@ class TracedFunction:
         self._last = None  # (key, labels) of the latest recording, to explain misses
         self._per_instance = weakref.WeakKeyDictionary()  # traced method: one per instance
         self._warned = False
+        self._stale_streak = 0  # recordings dropped as stale since the last replay
         self.graph: StaticGraph | None = None
 
     def __get__(self, obj, objtype=None):
@@ -346,18 +347,24 @@ class TracedFunction:
             for entry in entries:
                 reason = entry.structure.changed() or entry.guard_failure(leaves)
                 if reason is None:
+                    self._stale_streak = 0
                     if debugging.LEVEL >= 2:
                         return self._replay_logged(entry, leaves)
                     return entry.compiled.run(leaves)
         else:
             reason = self._miss_reason(key, args, kwargs)
         self._drop_stale()
-        if self.entries >= self.max_entries:
+        if self.entries >= self.max_entries or self._stale_streak > self.max_entries:
             if not self._warned:
                 self._warned = True
                 warnings.warn(f"{self.name} has been traced {self.entries} times (the "
                               f"limit, max_entries); new signatures now run eagerly. Last "
-                              f"change: {reason}", stacklevel=2)
+                              f"change: {reason}" if self.entries >= self.max_entries else
+                              f"{self.name} was recorded {self._stale_streak} times in a "
+                              f"row, what it reads changing before each call (last: "
+                              f"{reason}); it now runs eagerly\n  fix: keep a number that "
+                              f"changes between calls in a Variable, or pass it as an "
+                              f"argument", stacklevel=2)
             return self.fn(*args, **kwargs)
         return self._record(key, leaves, args, kwargs, reason)[0]
 
@@ -373,6 +380,7 @@ class TracedFunction:
                 del self._cache[key]
         if stale:
             self._carried = []  # found again on the new structure
+            self._stale_streak += 1
 
     def lower(self, *args, **kwargs) -> StaticGraph:
         """Record the graph for these example arguments and return it (also cached).
