@@ -422,3 +422,26 @@ def test_a_structure_that_changes_at_every_call_runs_eagerly_with_one_warning(ca
     calls_in_cell = 0
     assert len(caught) == 1  # said once, then eager without recording
     assert capsys.readouterr().err.count("trace f") <= 4
+
+
+clip_in_cell = 1.0
+
+
+def scale_gradients(params):  # a user's optimizer hook reading a global
+    for param in params:
+        param.grad.data = (param.grad * clip_in_cell).data
+
+
+def test_a_global_read_by_a_users_hook_rebound_retraces():
+    global clip_in_cell
+    a = Net()
+    b = copy.deepcopy(a)
+    opt_a, opt_b = optimizers.SGD(0.5).setup(a), optimizers.SGD(0.5).setup(b)
+    opt_a.add_hook(scale_gradients), opt_b.add_hook(scale_gradients)
+    eager, traced = make_step(a, opt_a), dezero.trace(make_step(b, opt_b))
+    try:
+        for i, (x, t) in enumerate(batches(6)):
+            clip_in_cell = 1.0 if i < 3 else 10.0
+            np.testing.assert_allclose(traced(x, t).data, eager(x, t).data, rtol=1e-5)
+    finally:
+        clip_in_cell = 1.0

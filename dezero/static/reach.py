@@ -308,6 +308,10 @@ class _Walk:
         if isinstance(obj, _ATOMS):
             return False
         if isinstance(obj, _CALLABLES):
+            code = getattr(obj, "__func__", obj)  # a user's hook or activation: its code
+            if inside and isinstance(code, types.FunctionType) and is_user_module(
+                    sys.modules.get(code.__module__)):  # reads globals too
+                self.functions.append(obj)
             return inside  # its identity is checked by whoever holds it
         key = id(obj)
         if key not in self.relevant:
