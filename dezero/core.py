@@ -23,9 +23,16 @@ from dezero import cuda
 # =============================================================================
 
 
-class Config:
+class _Config(threading.local):
+    """Per thread, as the tracer is: a no_grad() or test_mode() in one thread
+    changes nothing for another (a recording in another thread included). The
+    class attributes are each new thread's defaults."""
+
     enable_backprop = True
     train = True
+
+
+Config = _Config()
 
 
 @contextlib.contextmanager

@@ -150,6 +150,38 @@ def test_two_threads_trace_at_once():
     assert results == {"a": ["mul", "tanh"], "b": ["exp", "add", "mul"]}
 
 
+def test_no_grad_in_another_thread_leaves_a_recording_as_it_is():
+    W = Variable(np.array([1.0, 2.0]), name="W")
+    inside, release = threading.Event(), threading.Event()
+
+    def eval_loop():
+        with dezero.no_grad():  # held while the main thread records
+            inside.set()
+            release.wait(5)
+
+    def step(x):
+        loss = F.sum(x * W)
+        W.cleargrad()
+        loss.backward()
+        W.data = (W - 0.1 * W.grad).data
+        return loss
+
+    thread = threading.Thread(target=eval_loop)
+    thread.start()
+    try:
+        inside.wait(5)
+        assert dezero.Config.enable_backprop  # this thread's setting
+        traced = dezero.trace(step)
+        x = np.array([0.5, -1.0])
+        for _ in range(3):
+            traced(x)
+    finally:
+        release.set()
+        thread.join()
+    np.testing.assert_allclose(W.data, [1.0, 2.0] - 3 * 0.1 * x)
+    assert traced.graph.of_kind("write")  # the update is part of the graph
+
+
 # =============================================================================
 # Identity: values are known by the Variable or argument they came from
 # =============================================================================

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Module (relative to the repository) -> most code lines it may have.
 BUDGETS = {
-    "dezero/core.py": 355,
+    "dezero/core.py": 360,
     "dezero/static/trace.py": 445,
     "dezero/static/tracer.py": 370,
     "dezero/static/guard.py": 245,
