@@ -248,6 +248,10 @@ def op_node(d, op):
     (lambda d: op_node(d, "sum")["attrs"].pop("keepdims"), r"nodes\[8\]\.attrs: missing key "
      r"'keepdims'"),
     (lambda d: op_node(d, "sum")["attrs"].update(forward=1), r"unexpected key 'forward'"),
+    (lambda d: op_node(d, "sum")["inputs"].append(d["nodes"][0]["outputs"][0]["name"]),
+     r"nodes\[8\]\.inputs: expected 1 inputs for sum, got int 2"),
+    (lambda d: op_node(d, "sum").update(inputs=[]),
+     r"nodes\[8\]\.inputs: expected 1 inputs for sum, got int 0"),
     (lambda d: op_node(d, "clip")["attrs"].update(x_min={"$float": "1e999"}),
      r"nodes\[6\]\.attrs\.x_min\.\$float: expected one of inf, -inf, nan, got str '1e999'"),
     (lambda d: op_node(d, "clip")["attrs"].update(x_min={"$array": [[1], [2, 3]],

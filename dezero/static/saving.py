@@ -325,6 +325,14 @@ def _attr_names(cls) -> tuple | None:
                                                       p.KEYWORD_ONLY))
 
 
+def _input_counts(cls) -> tuple:
+    """(fewest, most) inputs the op's forward takes."""
+    params = list(inspect.signature(cls.forward).parameters.values())[1:]
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return 0, math.inf
+    return sum(p.default is p.empty for p in params), len(params)
+
+
 def _read_op_attrs(cls, attrs, at) -> dict:
     names = _attr_names(cls)
     if names is None:  # any keyword: an identifier that names nothing on the class
@@ -511,6 +519,10 @@ def _read_node(entry, at, values, owned, arrays) -> Node:
             at["op"].fail("a registered op (import the module that defines it before "
                           "loading)", entry["op"])
         attrs = _read_op_attrs(cls, entry["attrs"], at["attrs"])
+        low, high = _input_counts(cls)
+        takes = low if low == high else f"{low}..{high}"
+        at["inputs"].expect(len(inputs), low <= len(inputs) <= high,
+                            f"{takes} inputs for {cls.op_name}")
     elif kind in ("state", "write"):
         attrs = _read_slot_attrs(entry["attrs"], at, kind, len(inputs), owned)
     defined = at["outputs"].items(entry["outputs"])
