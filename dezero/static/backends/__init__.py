@@ -9,6 +9,8 @@ the captured state. BACKENDS names them:
                   the reference every other backend is tested against
     python        pycode.py turns the node list into Python source that calls each
                   op's forward on arrays directly (the default on the CPU)
+    cpu           cpu.py: the python backend's code with each fused group run as a
+                  C++ kernel, compiled with the system compiler and cached on disk
     cupy          gpu.py: the same replay code with each fused group one
                   cupy.ElementwiseKernel (the default for graphs on the GPU)
 
@@ -22,6 +24,7 @@ import importlib
 BACKENDS = {
     "interpreter": "dezero.static.backends.interpreter",
     "python": "dezero.static.backends.pycode",
+    "cpu": "dezero.static.backends.cpu",
     "cupy": "dezero.static.backends.gpu",
 }
 

@@ -1,0 +1,433 @@
+"""The "cpu" backend: a graph's fused groups as C++ kernels, the rest as replay code.
+
+backends/ stage (see backends/__init__.py). Every kernel spec of a graph (codegen.py)
+is wrapped in a loop, and all of them are compiled with the system C++ compiler
+into ONE shared library, loaded with ctypes; pycode.py's replay code calls them
+in place of the groups' nodes. Libraries are cached on disk by a sha256 of source,
+flags, compiler, Python, numpy and CPU, in DEZERO_CACHE_DIR (default
+~/.cache/dezero/kernels). Without a compiler (CXX, or c++/g++/clang++ on PATH) or
+Python's C headers, graphs replay unfused with one warning.
+
+    plan = graph.compile("cpu"); print(plan.kernel_source)
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from dezero.static.backends import pycode
+
+# =============================================================================
+# Toolchain: compiler, FLAGS, cache_dir
+# =============================================================================
+
+# No -ffast-math: inf and NaN keep their meaning. -fno-math-errno lets sqrt and
+# the vector math library run without setting errno; -march=native is why the
+# CPU's identity is part of the cache key.
+FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-fPIC", "-shared",
+         "-std=c++17")
+
+# Below this many elements a kernel runs on one thread: starting OpenMP's team
+# costs more than it saves.
+PARALLEL_MIN = 1 << 18
+
+
+class CompileError(RuntimeError):
+    """The C++ compiler refused a generated library."""
+
+
+@functools.cache
+def compiler() -> tuple | None:
+    """(path, version line) of the C++ compiler (CXX, else c++, g++, clang++), or
+    None with the reason in `missing_reason()`."""
+    names = [os.environ["CXX"]] if os.environ.get("CXX") else ["c++", "g++", "clang++"]
+    for name in names:
+        path = shutil.which(name)
+        if path:
+            run = subprocess.run([path, "--version"], capture_output=True, text=True)
+            if run.returncode == 0:
+                return path, run.stdout.splitlines()[0]
+    return None
+
+
+def missing_reason() -> str | None:
+    """Why no kernel can be built here (no compiler, no Python headers), or None."""
+    if compiler() is None:
+        where = f"CXX={os.environ['CXX']!r}" if os.environ.get("CXX") else \
+            "c++, g++ or clang++ on PATH"
+        return f"no C++ compiler found ({where})"
+    header = Path(sysconfig.get_paths()["include"], "Python.h")
+    if not header.exists():
+        return f"Python's C headers are missing ({header}; install the python3-dev package)"
+    return None
+
+
+def cache_dir() -> Path:
+    """Where compiled libraries live: $DEZERO_CACHE_DIR or ~/.cache/dezero/kernels."""
+    return Path(os.environ.get("DEZERO_CACHE_DIR") or
+                Path.home() / ".cache" / "dezero" / "kernels")
+
+
+@functools.cache
+def _cpu_identity() -> str:
+    """The CPU's feature flags (what -march=native compiles for)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        return re.search(r"^flags\s*:(.*)$", text, re.M).group(1).strip()
+    except (OSError, AttributeError):
+        return platform.processor() or platform.machine()
+
+
+# =============================================================================
+# Vector math: which <cmath> functions have SIMD versions (glibc's libmvec)
+# =============================================================================
+
+# Functions with float and double vector versions in glibc >= 2.35 on x86-64.
+# glibc declares them SIMD-callable only under -ffast-math; declaring them here
+# lets `#pragma omp simd` loops call e.g. _ZGVeN16v_tanhf, 16 floats at a time.
+LIBMVEC = ("acos acosh asin asinh atan atanh cbrt cos cosh erf erfc exp exp10 exp2 expm1 "
+           "log log10 log1p log2 sin sinh tan tanh").split()
+LIBMVEC2 = ("atan2", "hypot", "pow")
+
+
+def _glibc_version() -> tuple:
+    name, _, version = (os.confstr("CS_GNU_LIBC_VERSION") or "").partition(" ")
+    if name != "glibc" or platform.machine() != "x86_64":
+        return ()
+    return tuple(int(part) for part in version.split(".")[:2])
+
+
+def vector_math_declarations() -> str:
+    if _glibc_version() < (2, 35):
+        return "// no vector math library known here: math calls stay scalar\n"
+    lines = ['extern "C" {  // glibc libmvec: SIMD versions of these exist']
+    for name in LIBMVEC + list(LIBMVEC2):
+        args = "x, y" if name in LIBMVEC2 else "x"
+        for ctype, suffix in (("float", "f"), ("double", "")):
+            params = ", ".join(f"{ctype} {a}" for a in args.split(", "))
+            lines.append(f"#pragma omp declare simd notinbranch\n{ctype} {name}{suffix}({params});")
+    return "\n".join(lines) + "\n}\n"
+
+
+# =============================================================================
+# Source: library_source (prelude + one extern "C" function per kernel)
+# =============================================================================
+
+PRELUDE = r"""// Generated by dezero's cpu backend: fused elementwise kernels of one graph.
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <Python.h>
+#include <numpy/ndarraytypes.h>
+#include <cmath>
+#include <omp.h>
+%(vector_math)s
+namespace dezero_kernels {
+using namespace std;  // tanh(x) on a float calls the float overload, not the double one
+
+// fmax/fmin as comparisons (the libm calls do not vectorise); a NaN argument
+// yields the other one, as C's fmax does.
+template <class T> inline T max_num(T a, T b) { return (a > b || b != b) ? a : b; }
+template <class T> inline T min_num(T a, T b) { return (a < b || b != b) ? a : b; }
+template <class A, class B> inline auto fmax(A a, B b) -> decltype(a + b) {
+  return max_num<decltype(a + b)>(a, b); }
+template <class A, class B> inline auto fmin(A a, B b) -> decltype(a + b) {
+  return min_num<decltype(a + b)>(a, b); }
+
+static PyTypeObject* ndarray_type = nullptr;  // numpy.ndarray, set by dezero_init
+
+// How an argument meets a kernel: -1 refused (the Python side converts it or
+// explains), else its strides in elements broadcast to `shape` (0 on broadcast
+// axes) and whether it is C-contiguous of the full shape (1) or one element (2).
+static int arg_layout(PyObject* o, int type_num, npy_intp item, int nd,
+                      const npy_intp* shape, npy_intp* st) {
+  if (Py_TYPE(o) != ndarray_type) return -1;
+  PyArrayObject* a = (PyArrayObject*)o;
+  if (PyArray_DESCR(a)->type_num != type_num || PyArray_DESCR(a)->byteorder == '>' ||
+      !(PyArray_FLAGS(a) & NPY_ARRAY_ALIGNED) || PyArray_NDIM(a) > nd) return -1;
+  const int lead = nd - PyArray_NDIM(a);
+  bool full = true, one = true;
+  for (int k = 0; k < nd; ++k) {
+    const npy_intp dim = k < lead ? 1 : PyArray_DIMS(a)[k - lead];
+    if (dim != shape[k] && dim != 1) return -1;
+    full = full && dim == shape[k];
+    one = one && dim == 1;
+    st[k] = dim == 1 ? 0 : PyArray_STRIDES(a)[k - lead] / item;
+  }
+  return one ? 2 : (full && (PyArray_FLAGS(a) & NPY_ARRAY_C_CONTIGUOUS)) ? 1 : 0;
+}
+
+// [lo, hi) of n for this OpenMP thread, in blocks of 64 elements.
+static inline void thread_range(npy_intp n, npy_intp* lo, npy_intp* hi) {
+  const npy_intp parts = omp_get_num_threads(), me = omp_get_thread_num();
+  const npy_intp chunk = ((n + parts - 1) / parts + 63) / 64 * 64;
+  *lo = me * chunk < n ? me * chunk : n;
+  *hi = *lo + chunk < n ? *lo + chunk : n;
+}
+}  // namespace dezero_kernels
+
+extern "C" void dezero_init(PyObject* ndarray) {
+  dezero_kernels::ndarray_type = (PyTypeObject*)ndarray;
+}
+"""
+
+
+def _size(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def kernel_source(spec) -> str:
+    """The C++ of one kernel: `int <name>(PyObject* arrays)` over the tuple of inputs
+    then outputs; 0 when done, k + 1 when input k must be converted first."""
+    ins, outs, nd = spec.inputs, spec.outputs, len(spec.shape)
+    n, params = _size(spec.shape), list(ins) + list(outs)
+    dims = ", ".join(str(d) for d in spec.shape) or "1"
+    # Fast loop: inputs of one element are read once, full ones indexed by i.
+    # Strided loop: rows of the last axis, every input at its broadcast strides.
+    fast_loads, strided_loads, fast_args = [], [], []
+    for k, p in enumerate(ins):
+        ptr = f"(const {p.ctype}*)_ptr[{k}]"
+        if _size(p.shape) == 1 and n != 1:
+            fast_args.append(f"      const {p.ctype} {p.name} = *{ptr};")
+        else:
+            fast_args.append(f"      const {p.ctype}* __restrict _in{k} = {ptr};")
+            fast_loads.append(f"        const {p.ctype} {p.name} = _in{k}[_i];")
+        strided_loads.append(f"        const {p.ctype} {p.name} = "
+                             f"({ptr} + _off[{k}])[_i * _st[{k}][{max(nd - 1, 0)}]];")
+    out_ptrs = [f"      {p.ctype}* __restrict _out{j} = ({p.ctype}*)_ptr[{len(ins) + j}];"
+                for j, p in enumerate(outs)]
+    declare = [f"        {p.ctype} {p.name};" for p in outs]
+    body = ["        " + line for line in spec.body.strip().splitlines()]
+    store = [f"        _out{j}[_base + _i] = {p.name};" for j, p in enumerate(outs)]
+    expected = [tuple(p.shape) == tuple(spec.shape) for p in ins]
+    fast_ok = " && ".join(f"_kind[{k}] == {2 if _size(p.shape) == 1 else 1}"
+                          for k, (p, full) in enumerate(zip(ins, expected))
+                          if _size(p.shape) == 1 or full)
+    if not all(_size(p.shape) == 1 or full for p, full in zip(ins, expected)):
+        fast_ok = "false"  # an input broadcasts along some axes: always strided
+    checks = "\n".join(
+        f"  if ((_kind[{k}] = arg_layout(_arg[{k}], {np.dtype(p.dtype).num}, "
+        f"sizeof({p.ctype}), {nd}, _shape, _st[{k}])) < 0) return {k + 1};"
+        for k, p in enumerate(ins))
+    signature = ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in ins) + " -> " + \
+        ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in outs)
+    n_in = max(len(ins), 1)
+    return f"""
+// kernel {spec.name}: {signature}
+extern "C" int {spec.name}(PyObject* _arrays) {{
+  static const npy_intp _shape[{max(nd, 1)}] = {{{dims}}};
+  const npy_intp _n = {n}, _inner = {spec.shape[-1] if nd else 1};
+  PyObject** _arg = &PyTuple_GET_ITEM(_arrays, 0);
+  char* _ptr[{len(params)}];
+  npy_intp _st[{n_in}][{max(nd, 1)}] = {{}};
+  int _kind[{n_in}] = {{}};
+{checks}
+  if (_n == 0) return 0;
+  for (int _k = 0; _k < {len(params)}; ++_k) _ptr[_k] = PyArray_BYTES((PyArrayObject*)_arg[_k]);
+  if ({fast_ok or "true"}) {{
+    #pragma omp parallel if (_n >= {PARALLEL_MIN})
+    {{
+      npy_intp _lo, _hi;
+      thread_range(_n, &_lo, &_hi);
+      const npy_intp _base = 0;
+{chr(10).join(fast_args + out_ptrs)}
+      #pragma omp simd
+      for (npy_intp _i = _lo; _i < _hi; ++_i) {{
+{chr(10).join(fast_loads + declare + body + store)}
+      }}
+    }}
+    return 0;
+  }}
+  #pragma omp parallel for if (_n >= {PARALLEL_MIN} && _n > _inner)
+  for (npy_intp _row = 0; _row < _n / _inner; ++_row) {{
+    npy_intp _off[{n_in}] = {{}};
+    for (int _k = 0; _k < {len(ins)}; ++_k) {{
+      for (npy_intp _d = {nd - 2}, _rest = _row; _d >= 0; _rest /= _shape[_d], --_d)
+        _off[_k] += (_rest % _shape[_d]) * _st[_k][_d];
+    }}
+    const npy_intp _base = _row * _inner;
+{chr(10).join(out_ptrs)}
+    #pragma omp simd
+    for (npy_intp _i = 0; _i < _inner; ++_i) {{
+{chr(10).join(strided_loads + declare + body + store)}
+    }}
+  }}
+  return 0;
+}}
+"""
+
+
+def library_source(specs) -> str:
+    # Inside the namespace, fmax and fmin mean the prelude's own.
+    return (PRELUDE % {"vector_math": vector_math_declarations()}
+            + "namespace dezero_kernels {\n" + "".join(kernel_source(s) for s in specs)
+            + "}  // namespace dezero_kernels\n")
+
+
+# =============================================================================
+# Building: build_library (compile once, cache on disk, rename into place)
+# =============================================================================
+
+
+def _cache_key(source: str) -> str:
+    path, version = compiler()
+    parts = [source, " ".join(FLAGS), path, version, sys.version, np.__version__,
+             _cpu_identity()]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def build_library(source: str) -> Path:
+    """The shared library for `source`: from the cache, or compiled into it. The
+    library is written under a temporary name and renamed, so a process that
+    finds it finds it whole, and two processes compiling at once both succeed."""
+    folder = cache_dir()
+    target = folder / f"{_cache_key(source)[:32]}.so"
+    if target.exists():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
+        src, lib = Path(tmp, "kernels.cpp"), Path(tmp, "kernels.so")
+        src.write_text(source)
+        includes = ["-I", sysconfig.get_paths()["include"], "-I", np.get_include()]
+        command = [compiler()[0], *FLAGS, *includes, str(src), "-o", str(lib)]
+        run = subprocess.run(command, capture_output=True, text=True)
+        if run.returncode != 0:
+            numbered = "\n".join(f"{i:4d}  {line}"
+                                 for i, line in enumerate(source.splitlines(), 1))
+            raise CompileError(f"the C++ compiler refused the generated kernels\n"
+                               f"  command: {' '.join(command)}\n{run.stderr}\n"
+                               f"  source ({src.name}):\n{numbered}")
+        os.replace(src, target.with_suffix(".cpp"))  # kept beside it, for reading
+        os.replace(lib, target)
+    return target
+
+
+# =============================================================================
+# Buffers: BufferPool (outputs reused once nobody else holds them)
+# =============================================================================
+
+
+class BufferPool:
+    """Output arrays for a graph's kernels, reused across replays. A buffer is
+    handed out again only when the pool holds its only reference: an array the
+    caller received, stored into state or viewed (a view holds its base) is never
+    written again. Each (shape, dtype) keeps at most `per_key` buffers."""
+
+    def __init__(self, per_key: int = 8):
+        self.per_key, self.free, self.lock = per_key, {}, threading.Lock()
+
+    def take(self, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        refcount = sys.getrefcount
+        with self.lock:
+            buffers = self.free.setdefault((shape, dtype), [])
+            for buf in buffers:
+                if refcount(buf) == 3:  # the list, `buf` and getrefcount's argument
+                    return buf
+            buf = np.empty(shape, dtype)
+            if len(buffers) >= self.per_key:
+                buffers.pop(0)  # the oldest, held elsewhere: forget it
+            buffers.append(buf)
+            return buf
+
+
+# =============================================================================
+# Library: KernelLibrary, kernel callables, compile_graph
+# =============================================================================
+
+
+class KernelLibrary:
+    """The compiled kernels of one graph. `library.kernel(spec)` is the callable
+    pycode's replay code calls: input arrays in, a tuple of output arrays out."""
+
+    def __init__(self, specs):
+        self.specs = {s.name: s for s in specs}
+        self.source = library_source(specs)
+        self.path = build_library(self.source)
+        # Idle OpenMP threads sleep rather than spin (unless the user chose): spinning
+        # threads steal the cores that numpy, BLAS and other processes need.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        self.dll = ctypes.CDLL(str(self.path))  # releases the GIL while a kernel runs
+        init = self.dll.dezero_init
+        init.argtypes, init.restype = [ctypes.py_object], None
+        init(np.ndarray)
+        self.pool = BufferPool()
+
+    def kernel(self, spec):
+        compiled = self.specs.get(spec.name)
+        if compiled is None or compiled.key() != spec.key():
+            raise KeyError(f"kernel {spec.name} is not the one compiled into {self.path}")
+        fn = getattr(self.dll, spec.name)
+        fn.argtypes, fn.restype = [ctypes.py_object], ctypes.c_int
+        take, outs = self.pool.take, [(spec.shape, np.dtype(p.dtype)) for p in spec.outputs]
+
+        def run_kernel(*arrays):
+            results = tuple([take(shape, dtype) for shape, dtype in outs])
+            refused = fn(arrays + results)
+            while refused:  # each pass conforms one more input
+                arrays = _conform(spec, refused - 1, arrays)
+                again = fn(arrays + results)
+                if again == refused:
+                    raise RuntimeError(f"kernel {spec.name} refused its conformed input "
+                                       f"{spec.inputs[refused - 1].name}")
+                refused = again
+            return results
+        run_kernel.__name__ = run_kernel.__qualname__ = f"kernel_{spec.name}"
+        return run_kernel
+
+
+def _conform(spec, k: int, arrays: tuple) -> tuple:
+    """`arrays` with input k as the kernel needs it (an aligned, native-order
+    ndarray of its dtype), or an error naming the kernel, input and fix."""
+    p, x = spec.inputs[k], arrays[k]
+    if not isinstance(x, np.ndarray) and hasattr(x, "__array__") and \
+            type(x).__module__.startswith("cupy"):
+        raise TypeError(f"kernel {spec.name}: input {p.name} is a cupy array; the cpu "
+                        f"backend runs numpy arrays (use the cupy backend on a GPU)")
+    if not isinstance(x, np.ndarray):
+        x = np.asarray(x, dtype=p.dtype)  # a Python number takes the kernel's dtype
+    elif not np.can_cast(x.dtype, p.dtype, "equiv"):
+        raise TypeError(f"kernel {spec.name}: input {p.name} is {x.dtype}, the kernel was "
+                        f"compiled for {p.dtype}; retrace with inputs of that dtype")
+    try:
+        np.broadcast_shapes(x.shape, spec.shape)
+    except ValueError:
+        raise ValueError(f"kernel {spec.name}: input {p.name} has shape {x.shape}, which "
+                         f"does not broadcast to the kernel's shape {spec.shape}") from None
+    if x.ndim > len(spec.shape):
+        x = x.reshape(x.shape[x.ndim - len(spec.shape):])  # leading axes of size 1
+    fixed = np.array(x, dtype=np.dtype(p.dtype).newbyteorder("="), order="C")
+    return arrays[:k] + (fixed,) + arrays[k + 1:]
+
+
+@functools.cache
+def _warn_unfused(reason: str) -> None:
+    warnings.warn(f"dezero: fused kernels are off, graphs replay unfused (python backend): "
+                  f"{reason}", RuntimeWarning, stacklevel=3)
+
+
+def compile_graph(graph) -> pycode.Compiled:
+    """The replay code of `graph` with its groups run as compiled kernels."""
+    groups = getattr(graph, "groups", [])
+    if not groups or graph.device == "gpu":  # the cupy backend fuses on the GPU
+        return pycode.Compiled(graph)
+    from dezero.static.codegen import kernel_spec  # noqa: PLC0415 - codegen imports ir
+    reason = missing_reason()
+    if reason is not None:
+        _warn_unfused(reason)
+        return pycode.Compiled(graph)
+    library = KernelLibrary([kernel_spec(g) for g in groups])
+    plan = pycode.Compiled(graph, factory=library.kernel)
+    plan.kernel_source, plan.library = library.source, library
+    return plan

@@ -1,0 +1,241 @@
+"""The cpu backend's kernels (dezero/static/backends/cpu.py) on specs written by
+hand: broadcasting by strides, odd inputs, buffer reuse that never overwrites what
+a caller holds, the disk cache, compile errors and the missing-compiler fallback."""
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+
+from dezero.static.backends import cpu
+from tests.kernel_specs import spec
+
+pytestmark = pytest.mark.skipif(cpu.missing_reason() is not None,
+                                reason=str(cpu.missing_reason()))
+
+BODY = "const float t1 = x * a;\nconst float t2 = tanh(t1 + b);\ny = t2;\nz = fmax(t2, 0) * x;"
+
+
+def reference(x, a, b):
+    y = np.tanh(x * a + b)
+    return y, np.maximum(y, 0) * x
+
+
+SPECS = {
+    "k_full": spec("k_full", [("x", "float32", (3, 4)), ("a", "float32", ()),
+                              ("b", "float32", (3, 4))],
+                   [("y", "float32", (3, 4)), ("z", "float32", (3, 4))], (3, 4), BODY),
+    "k_row": spec("k_row", [("x", "float32", (3, 4)), ("a", "float32", (3, 1)),
+                            ("b", "float32", (4,))],
+                  [("y", "float32", (3, 4)), ("z", "float32", (3, 4))], (3, 4), BODY),
+    "k_f64": spec("k_f64", [("x", "float64", (5,)), ("a", "float64", ())],
+                  [("y", "float64", (5,)), ("m", "bool", (5,))], (5,),
+                  "const double t = x * a;\ny = t - 1.0;\nm = (bool)(t > 0.0);"),
+    "k_0d": spec("k_0d", [("x", "float32", ()), ("a", "float32", ())],
+                 [("y", "float32", ())], (), "y = x * a + 1.0f;"),
+    "k_big": spec("k_big", [("x", "float32", (600, 500)), ("b", "float32", (500,))],
+                  [("y", "float32", (600, 500))], (600, 500), "y = exp(x) + b;"),
+    "k_empty": spec("k_empty", [("x", "float32", (0, 3))], [("y", "float32", (0, 3))],
+                    (0, 3), "y = x + 1.0f;"),
+}
+
+
+@pytest.fixture(scope="module")
+def library():
+    return cpu.KernelLibrary(list(SPECS.values()))
+
+
+def kernel(library, name):
+    return library.kernel(SPECS[name])
+
+
+def randn(*shape, dtype=np.float32, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+# ---- results against numpy ---------------------------------------------------
+
+
+def test_contiguous_inputs_and_a_scalar_match_numpy(library):
+    x, b = randn(3, 4), randn(3, 4, seed=1)
+    a = np.array(0.7, np.float32)
+    y, z = kernel(library, "k_full")(x, a, b)
+    for got, want in zip((y, z), reference(x, a, b)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+        assert got.dtype == np.float32 and got.shape == (3, 4)
+
+
+@pytest.mark.parametrize("layout", ["transposed", "sliced", "broadcast view", "row/column"])
+def test_strided_and_broadcast_inputs_match_numpy(library, layout):
+    x = randn(3, 4)
+    a, b = np.array(0.7, np.float32), randn(3, 4, seed=1)
+    name = "k_full"
+    if layout == "transposed":
+        x = np.ascontiguousarray(x.T).T
+    elif layout == "sliced":
+        x = randn(6, 8)[::2, 1::2]
+    elif layout == "broadcast view":
+        b = np.broadcast_to(randn(4, seed=2), (3, 4))
+    else:
+        name, a, b = "k_row", randn(3, 1, seed=3), randn(4, seed=4)
+    y, z = kernel(library, name)(x, a, b)
+    for got, want in zip((y, z), reference(x, a, b)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_float64_and_bool_outputs(library):
+    x = randn(5, dtype=np.float64)
+    y, m = kernel(library, "k_f64")(x, np.array(2.0))
+    np.testing.assert_array_equal(y, x * 2.0 - 1.0)
+    assert m.dtype == np.bool_
+    np.testing.assert_array_equal(m, x * 2.0 > 0)
+
+
+def test_zero_dim_and_empty_kernels(library):
+    y, = kernel(library, "k_0d")(np.array(2.0, np.float32), np.array(3.0, np.float32))
+    assert y.shape == () and y == 7.0
+    y, = kernel(library, "k_empty")(np.zeros((0, 3), np.float32))
+    assert y.shape == (0, 3)
+
+
+def test_large_kernel_runs_on_threads_and_matches(library):
+    x, b = randn(600, 500), randn(500, seed=1)
+    y, = kernel(library, "k_big")(x, b)
+    np.testing.assert_allclose(y, np.exp(x) + b, rtol=1e-6, atol=1e-6)
+    y, = kernel(library, "k_big")(np.asfortranarray(x), b)  # the strided loop
+    np.testing.assert_allclose(y, np.exp(x) + b, rtol=1e-6, atol=1e-6)
+
+
+def test_odd_inputs_are_converted(library):
+    """Python numbers, numpy scalars, byte-swapped and unaligned arrays and an
+    ndarray subclass are converted before the kernel reads them."""
+    x, b = randn(3, 4), randn(3, 4, seed=1)
+    want = reference(x, np.float32(0.5), b)
+    swapped = b.astype(b.dtype.newbyteorder(">"))
+    raw = np.zeros(3 * 4 * 4 + 1, np.uint8)[1:].view(np.float32).reshape(3, 4)
+    raw[...] = x
+    assert not raw.flags.aligned
+    y, z = kernel(library, "k_full")(raw, 0.5, swapped)
+    np.testing.assert_allclose(y, want[0], rtol=1e-6)
+    y, z = kernel(library, "k_full")(x.view(np.matrix), np.float32(0.5), b)
+    np.testing.assert_allclose(y, want[0], rtol=1e-6)
+
+
+def test_wrong_dtype_or_shape_is_an_error_naming_the_kernel(library):
+    x, b = randn(3, 4), randn(3, 4, seed=1)
+    with pytest.raises(TypeError, match=r"kernel k_full: input x is float64.*float32"):
+        kernel(library, "k_full")(x.astype(np.float64), np.float32(1), b)
+    with pytest.raises(ValueError, match=r"kernel k_full: input b has shape \(2, 4\)"):
+        kernel(library, "k_full")(x, np.float32(1), b[:2])
+
+
+# ---- buffers -----------------------------------------------------------------
+
+
+def test_free_buffers_are_reused_across_calls(library):
+    run = kernel(library, "k_big")
+    x, b = randn(600, 500), randn(500, seed=1)
+    first = id(run(x, b)[0])  # dropped at once
+    assert id(run(x, b)[0]) == first
+
+
+def test_nothing_a_caller_holds_is_ever_overwritten(library):
+    """Results kept whole, as a view, inside a list or dict, or as another
+    kernel's input keep their values through later calls of every kernel."""
+    run = kernel(library, "k_big")
+    x, b = randn(600, 500), randn(500, seed=1)
+    kept, view, box = run(x, b)[0], run(x, b)[0][10:20], {"y": run(x, b)[0]}
+    snapshots = [kept.copy(), view.copy(), box["y"].copy()]
+    for k in range(12):  # more calls than the pool keeps buffers per shape
+        y, = run(x * k, b)
+        chained, = run(y, b)  # y is both held and an input here
+        assert not np.shares_memory(chained, y)
+    for held, snap in zip((kept, view, box["y"]), snapshots):
+        np.testing.assert_array_equal(held, snap)
+
+
+def test_outputs_of_one_call_are_distinct_buffers(library):
+    y, z = kernel(library, "k_full")(randn(3, 4), np.float32(1), randn(3, 4, seed=1))
+    assert not np.shares_memory(y, z)
+
+
+# ---- the library: source, cache, errors --------------------------------------
+
+
+def test_source_is_readable_and_deterministic(library):
+    assert cpu.library_source(list(SPECS.values())) == library.source
+    assert "// kernel k_full: x: float32[3, 4], a: float32[], b: float32[3, 4] -> " \
+           "y: float32[3, 4], z: float32[3, 4]" in library.source
+    assert 'extern "C" int k_row(PyObject* _arrays)' in library.source
+
+
+def test_vector_math_is_declared_where_glibc_has_it():
+    text = cpu.vector_math_declarations()
+    if cpu._glibc_version() >= (2, 35):
+        assert "float tanhf(float x);" in text and "double exp(double x);" in text
+    else:
+        assert "stay scalar" in text
+
+
+def test_cache_hit_skips_the_compiler(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
+    source = cpu.library_source([SPECS["k_0d"]])
+    path = cpu.build_library(source)
+    assert path.parent == tmp_path and path.with_suffix(".cpp").read_text() == source
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".build")] == []
+
+    def no_compiler(*args, **kwargs):
+        raise AssertionError("compiled again")
+    monkeypatch.setattr(cpu.subprocess, "run", no_compiler)
+    assert cpu.build_library(source) == path
+
+
+def test_two_processes_compiling_at_once_both_load(tmp_path):
+    code = textwrap.dedent("""
+        import numpy as np
+        from dezero.static.backends import cpu
+        from tests.kernel_specs import spec
+        s = spec("k_twice", [("x", "float32", (4,))], [("y", "float32", (4,))], (4,),
+                 "y = x * 2.0f;")
+        y, = cpu.KernelLibrary([s]).kernel(s)(np.arange(4, dtype=np.float32))
+        print(y.tolist())
+    """)
+    env = dict(os.environ, DEZERO_CACHE_DIR=str(tmp_path),
+               PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    runs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for run in runs:
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 0, err
+        assert out.strip() == "[0.0, 2.0, 4.0, 6.0]"
+    assert len(list(tmp_path.glob("*.so"))) == 1
+
+
+def test_compile_error_shows_source_and_compiler_message(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
+    bad = spec("k_bad", [("x", "float32", (2,))], [("y", "float32", (2,))], (2,),
+               "y = undefined_function(x);")
+    with pytest.raises(cpu.CompileError) as info:
+        cpu.KernelLibrary([bad])
+    text = str(info.value)
+    assert "undefined_function" in text and "was not declared" in text
+    assert "y = undefined_function(x);" in text and "// kernel k_bad" in text
+
+
+def test_no_compiler_warns_once_and_replays_unfused(monkeypatch):
+    monkeypatch.setenv("CXX", "no-such-compiler-here")
+    cpu.compiler.cache_clear()
+    cpu._warn_unfused.cache_clear()
+    try:
+        assert "no C++ compiler found (CXX='no-such-compiler-here')" in cpu.missing_reason()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                cpu._warn_unfused(cpu.missing_reason())
+        assert len(caught) == 1 and "replay unfused" in str(caught[0].message)
+    finally:
+        monkeypatch.delenv("CXX")
+        cpu.compiler.cache_clear()
