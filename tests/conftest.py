@@ -4,7 +4,14 @@ Whole-program tests (steps, notebooks, the docs build, the demo and other
 subprocess runs) are marked slow. `python -m pytest -q` runs everything;
 `python -m pytest -q -m "not slow"` is the quick inner loop.
 """
+import os
+
 import pytest
+
+# The replay backend of the suite: the python backend's results are bit-exact
+# with eager numpy, which many trace tests assert; `DEZERO_BACKEND=cpu pytest`
+# runs them all with fused kernels (a few-ulp difference fails those asserts).
+os.environ.setdefault("DEZERO_BACKEND", "python")
 
 # Modules whose every test runs a program end to end.
 SLOW_MODULES = {"test_steps", "test_notebooks", "test_docs", "test_demo"}
@@ -20,12 +27,11 @@ def pytest_collection_modifyitems(config, items):
 def kernel_cache(request, tmp_path_factory):
     """One compiled-kernel cache for the whole test run, kept between runs in
     pytest's cache folder (a test that checks caching itself uses its own)."""
-    import os
     if "DEZERO_CACHE_DIR" in os.environ:  # the caller chose one
         yield os.environ["DEZERO_CACHE_DIR"]
         return
-    folder = request.config.cache.mkdir("dezero_kernels") if request.config.cache \
-        else tmp_path_factory.mktemp("dezero_kernels")
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
+    folder = cache.mkdir("dezero_kernels") if cache else tmp_path_factory.mktemp("kernels")
     os.environ["DEZERO_CACHE_DIR"] = str(folder)
     yield str(folder)
     del os.environ["DEZERO_CACHE_DIR"]

@@ -1,6 +1,7 @@
 """The cpu backend's kernels (dezero/static/backends/cpu.py) on specs written by
-hand: broadcasting by strides, odd inputs, buffer reuse that never overwrites what
-a caller holds, the disk cache, compile errors and the missing-compiler fallback."""
+hand (codegen's Param and KernelSpec): broadcasting by strides, odd inputs, buffer
+reuse that never overwrites what a caller holds, the disk cache, compile errors
+and the missing-compiler fallback."""
 import os
 import subprocess
 import sys
@@ -11,10 +12,19 @@ import numpy as np
 import pytest
 
 from dezero.static.backends import cpu
-from tests.kernel_specs import spec
+from dezero.static.codegen import CTYPES, KernelSpec, Param
 
 pytestmark = pytest.mark.skipif(cpu.missing_reason() is not None,
                                 reason=str(cpu.missing_reason()))
+
+
+
+def spec(name, inputs, outputs, shape, body):
+    """A KernelSpec written by hand, params given as (name, dtype, shape)."""
+    def params(triples):
+        return tuple(Param(n, CTYPES[dtype], dtype, tuple(s)) for n, dtype, s in triples)
+    return KernelSpec(name, params(inputs), params(outputs), tuple(shape), body)
+
 
 BODY = "const float t1 = x * a;\nconst float t2 = tanh(t1 + b);\ny = t2;\nz = fmax(t2, 0) * x;"
 
@@ -197,9 +207,9 @@ def test_two_processes_compiling_at_once_both_load(tmp_path):
     code = textwrap.dedent("""
         import numpy as np
         from dezero.static.backends import cpu
-        from tests.kernel_specs import spec
-        s = spec("k_twice", [("x", "float32", (4,))], [("y", "float32", (4,))], (4,),
-                 "y = x * 2.0f;")
+        from dezero.static.codegen import KernelSpec, Param
+        x, y = Param("x", "float", "float32", (4,)), Param("y", "float", "float32", (4,))
+        s = KernelSpec("k_twice", (x,), (y,), (4,), "y = x * 2.0f;")
         y, = cpu.KernelLibrary([s]).kernel(s)(np.arange(4, dtype=np.float32))
         print(y.tolist())
     """)
@@ -239,3 +249,46 @@ def test_no_compiler_warns_once_and_replays_unfused(monkeypatch):
     finally:
         monkeypatch.delenv("CXX")
         cpu.compiler.cache_clear()
+
+
+# ---- whole graphs: fused replay against the python backend ---------------------
+
+
+def test_a_fused_adam_step_replays_like_the_python_backend_and_keeps_what_it_returns():
+    import dezero
+    import dezero.functions as F
+    from dezero import models, optimizers
+
+    def make_step():
+        np.random.seed(0)
+        model, optimizer = models.MLP((10, 3)), optimizers.Adam(0.01)
+        optimizer.setup(model)
+
+        def step(x, t):
+            y = model(x)
+            loss = F.softmax_cross_entropy(y, t)
+            model.cleargrads()
+            loss.backward()
+            optimizer.update()
+            return loss, F.tanh(y) * 2.0
+        return dezero.trace(step), model
+    rng = np.random.default_rng(0)
+    calls = [(randn(8, 4, seed=k), rng.integers(0, 3, 8)) for k in range(6)]
+    fused, fused_model = make_step()
+    fused(*calls[0])
+    plain, plain_model = make_step()
+    plain(*calls[0])
+    assert len(fused.graph.groups) >= 5
+    fused_plan, plain_plan = fused.graph.compile("cpu"), plain.graph.compile("python")
+    assert "_k0(" in fused_plan.source and "kernel k0" in fused_plan.kernel_source
+    kept = []
+    for x, t in calls[1:]:
+        got, want = fused_plan(x, t), plain_plan(x, t)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g.data, w.data, rtol=1e-5, atol=1e-6)
+        weights = fused_model.l0.W.data  # a kernel's output, stored into state
+        kept += [(got[1].data, got[1].data.copy()), (weights, weights.copy())]
+    for array, snapshot in kept:  # later replays wrote none of them
+        np.testing.assert_array_equal(array, snapshot)
+    for p, q in zip(fused_model.params(), plain_model.params()):
+        np.testing.assert_allclose(p.data, q.data, rtol=1e-5, atol=1e-6)

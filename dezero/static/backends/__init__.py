@@ -8,17 +8,23 @@ the captured state. BACKENDS names them:
     interpreter   interpreter.py walks the nodes one by one and checks every type:
                   the reference every other backend is tested against
     python        pycode.py turns the node list into Python source that calls each
-                  op's forward on arrays directly (the default on the CPU)
+                  op's forward on arrays directly
     cpu           cpu.py: the python backend's code with each fused group run as a
                   C++ kernel, compiled with the system compiler and cached on disk
+                  (the default on the CPU; with no compiler it warns once and runs
+                  unfused)
     cupy          gpu.py: the same replay code with each fused group one
                   cupy.ElementwiseKernel (the default for graphs on the GPU)
+
+DEZERO_BACKEND=<name> sets the default on the CPU (the test suite sets python
+unless told otherwise; DEZERO_BACKEND=cpu runs it with fused kernels).
 
     plan = compile(graph, "interpreter"); plan(x)   # or graph.compile("interpreter")
 """
 from __future__ import annotations
 
 import importlib
+import os
 
 # backend name -> the module that defines compile_graph(graph).
 BACKENDS = {
@@ -28,7 +34,7 @@ BACKENDS = {
     "cupy": "dezero.static.backends.gpu",
 }
 
-DEFAULT = "python"
+DEFAULT = os.environ.get("DEZERO_BACKEND") or "cpu"
 
 
 def default_backend(graph) -> str:

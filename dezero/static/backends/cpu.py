@@ -34,11 +34,12 @@ from dezero.static.backends import pycode
 # Toolchain: compiler, FLAGS, cache_dir
 # =============================================================================
 
-# No -ffast-math: inf and NaN keep their meaning. -fno-math-errno lets sqrt and
-# the vector math library run without setting errno; -march=native is why the
-# CPU's identity is part of the cache key.
-FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-fPIC", "-shared",
-         "-std=c++17")
+# No -ffast-math: inf and NaN keep their meaning. -ffp-contract=off: a * b + c is
+# rounded twice, as numpy rounds it (an FMA would differ in the last bit).
+# -fno-math-errno lets sqrt and the vector math library run without setting
+# errno; -march=native is why the CPU's identity is part of the cache key.
+FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fopenmp",
+         "-fPIC", "-shared", "-std=c++17")
 
 # Below this many elements a kernel runs on one thread: starting OpenMP's team
 # costs more than it saves.
@@ -213,6 +214,8 @@ def kernel_source(spec) -> str:
     # Strided loop: rows of the last axis, every input at its broadcast strides.
     fast_loads, strided_loads, fast_args = [], [], []
     for k, p in enumerate(ins):
+        if p.name in (q.name for q in ins[:k]):
+            continue  # one value passed twice: read it once
         ptr = f"(const {p.ctype}*)_ptr[{k}]"
         if _size(p.shape) == 1 and n != 1:
             fast_args.append(f"      const {p.ctype} {p.name} = *{ptr};")

@@ -1,0 +1,207 @@
+"""Fused kernels (the "cpu" backend) against unfused replay, numpy eager and others.
+
+Run by hand: python benchmarks/bench_fusion.py [--quick]. Prints, in one run:
+- two elementwise chains on float32 arrays of 1e5, 1e6 and 1e7 elements, with the
+  machine's triad bandwidth (a[i] = b[i] + s * c[i], compiled the same way)
+  measured alongside: arithmetic ((x*a+b)*(x-a)+b*b)*x+a and transcendental
+  tanh(x*a+b)*(1/(1+exp(-x)))+x**2; fused, unfused replay, numpy eager, and
+  numexpr, PyTorch eager and JAX jit where installed;
+- the spiral 2-10-3 and the 784-1000-10 ReLU MLP training steps with Adam: fused
+  replay, unfused replay and eager;
+- the first call (record, passes, compile) of the chains and steps with a cold
+  and a warm kernel cache.
+Times are the best wall time of interleaved rounds (kernels may use OpenMP threads).
+"""
+# ruff: noqa: B023 - every closure below runs within its own loop iteration
+import os
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # matrix products: one thread
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ["DEZERO_CACHE_DIR"] = tempfile.mkdtemp(prefix="dezero-bench-")  # cold
+
+import numpy as np  # noqa: E402
+
+import dezero  # noqa: E402
+import dezero.functions as F  # noqa: E402
+from dezero import models, optimizers  # noqa: E402
+from dezero.static import backends  # noqa: E402
+from dezero.static.backends import cpu  # noqa: E402
+from dezero.static.codegen import KernelSpec, Param  # noqa: E402
+
+
+def best_time(*fns, rounds=7, budget=1.0):
+    """Best wall time per call (seconds) of each function, the functions taking turns."""
+    counts = []
+    for fn in fns:
+        fn()
+        start, n = time.perf_counter(), 0
+        while time.perf_counter() - start < budget / rounds / len(fns):
+            fn()
+            n += 1
+        counts.append(max(n, 1))
+    best = [float("inf")] * len(fns)
+    for _ in range(rounds):
+        for i, (fn, n) in enumerate(zip(fns, counts)):
+            start = time.perf_counter()
+            for _ in range(n):
+                fn()
+            best[i] = min(best[i], (time.perf_counter() - start) / n)
+    return best
+
+
+def optional(name):
+    try:
+        return __import__(name)
+    except ImportError:
+        return None
+
+
+# =============================================================================
+# Chains
+# =============================================================================
+
+
+def arithmetic(x, a, b):
+    return ((x * a + b) * (x - a) + b * b) * x + a
+
+
+def transcendental(x, a, b):
+    return F.tanh(x * a + b) * (1 / (1 + F.exp(-x))) + x ** 2
+
+
+def numpy_transcendental(x, a, b):
+    return np.tanh(x * a + b) * (1 / (1 + np.exp(-x))) + x ** 2
+
+
+def triad_kernel(n):
+    p = [Param(name, "float", "float32", shape) for name, shape in
+         (("b", (n,)), ("s", ()), ("c", (n,)), ("y", (n,)))]
+    spec = KernelSpec("triad", tuple(p[:3]), (p[3],), (n,), "y = b + s * c;\n")
+    return cpu.KernelLibrary([spec]).kernel(spec)
+
+
+def bench_chains(sizes):
+    torch, numexpr, jax = optional("torch"), optional("numexpr"), optional("jax")
+    print("chains on float32; GB/s counts 8 bytes an element (x read, y written), triad "
+          "12 (b, c read, y written); times in ms")
+    a, b = np.float32(0.5), np.float32(0.25)
+    for n in sizes:
+        rng = np.random.default_rng(0)
+        x, c = rng.standard_normal(n, np.float32), rng.standard_normal(n, np.float32)
+        triad, s = triad_kernel(n), np.asarray(a)
+        for name, fn, by_hand in (("arithmetic", arithmetic, arithmetic),
+                                  ("transcendental", transcendental, numpy_transcendental)):
+            traced = dezero.trace(lambda x, fn=fn: fn(x, a, b))
+            graph = traced.lower(x)
+            fused, unfused = graph.compile("cpu"), graph.compile("python")
+            rows = {"fused": lambda: fused(x), "unfused": lambda: unfused(x),
+                    "numpy": lambda: by_hand(x, a, b), "triad": lambda: triad(x, s, c)}
+            if torch is not None:
+                tx = torch.from_numpy(x)
+                rows["torch"] = (lambda: arithmetic(tx, 0.5, 0.25)) if name == "arithmetic" \
+                    else (lambda: torch.tanh(tx * 0.5 + 0.25) * (1 / (1 + torch.exp(-tx)))
+                          + tx ** 2)
+            if numexpr is not None:
+                expr = "((x*a+b)*(x-a)+b*b)*x+a" if name == "arithmetic" else \
+                    "tanh(x*a+b)*(1/(1+exp(-x)))+x**2"
+                rows["numexpr"] = lambda expr=expr: numexpr.evaluate(expr)
+            if jax is not None:
+                jx = jax.device_put(x)
+                jnp = jax.numpy
+                jfn = jax.jit((lambda v: arithmetic(v, a, b)) if name == "arithmetic" else
+                              (lambda v: jnp.tanh(v * a + b) / (1 + jnp.exp(-v)) + v ** 2))
+                rows["jax jit"] = lambda: jfn(jx).block_until_ready()
+            times = dict(zip(rows, best_time(*rows.values())))
+            bw, triad_bw = 8 * n / times["fused"] / 1e9, 12 * n / times["triad"] / 1e9
+            others = "  ".join(f"{k} {t * 1e3:.3f}" for k, t in times.items())
+            print(f"  {name:14s} n={n:.0e}  {others}  | fused {bw:5.1f} GB/s = "
+                  f"{bw / triad_bw:4.0%} of triad ({triad_bw:.1f} GB/s)  numpy/fused "
+                  f"{times['numpy'] / times['fused']:4.1f}x  unfused/fused "
+                  f"{times['unfused'] / times['fused']:4.1f}x")
+
+
+# =============================================================================
+# Training steps
+# =============================================================================
+
+
+def training_step(model, optimizer):
+    optimizer.setup(model)
+
+    def step(x, t):
+        loss = F.softmax_cross_entropy(model(x), t)
+        model.cleargrads()
+        loss.backward()
+        optimizer.update()
+        return loss
+    return step
+
+
+def problems():
+    x, t = dezero.datasets.get_spiral(train=True)
+    rng = np.random.default_rng(0)
+    yield "spiral 2-10-3 sigmoid", (10, 3), F.sigmoid, x[:30], t[:30]
+    yield "784-1000-10 ReLU", (1000, 10), F.relu, \
+        rng.random((100, 784), np.float32), rng.integers(0, 10, 100)
+
+
+def bench_steps():
+    print("training steps with Adam (one step, ms)")
+    for name, sizes, activation, x, t in problems():
+        plans = {}
+        for kind in ("cpu", "python", "eager"):
+            np.random.seed(0)
+            model = models.MLP(sizes, activation=activation)
+            step = training_step(model, optimizers.Adam(0.001))
+            if kind == "eager":
+                plans[kind] = lambda step=step: step(x, t)
+                continue
+            traced = dezero.trace(step)
+            traced(x, t)
+            plan = traced.graph.compile(kind)
+            plans[kind] = lambda plan=plan: plan(x, t)
+        times = dict(zip(plans, best_time(*plans.values(), budget=2.0)))
+        kernels = len(traced.graph.groups)
+        print(f"  {name:22s} fused {times['cpu'] * 1e3:.3f} ({kernels} kernels)  unfused "
+              f"{times['python'] * 1e3:.3f}  eager {times['eager'] * 1e3:.3f}  | eager/fused "
+              f"{times['eager'] / times['cpu']:.1f}x  unfused/fused "
+              f"{times['python'] / times['cpu']:.2f}x")
+
+
+def bench_first_calls():
+    """Record + passes + compile: the first call of a new trace, kernel cache cold
+    (a fresh DEZERO_CACHE_DIR) and warm (the same graph traced again)."""
+    print("first call (record, passes, compile), ms")
+    x = np.random.default_rng(0).standard_normal(1000, np.float32)
+    cases = [("transcendental chain", lambda: (transcendental, (x,)))]
+    for name, sizes, activation, bx, bt in problems():
+        cases.append((name, lambda s=sizes, a=activation, bx=bx, bt=bt: (
+            training_step(models.MLP(s, activation=a), optimizers.Adam()), (bx, bt))))
+    for name, make in cases:
+        times = []
+        for _ in range(2):
+            fn, args = make()
+            if fn is transcendental:
+                fn = lambda x: transcendental(x, np.float32(0.5), np.float32(0.25))  # noqa: E731
+            traced = dezero.trace(fn)
+            start = time.perf_counter()
+            traced(*args)
+            times.append(time.perf_counter() - start)
+        print(f"  {name:22s} cold {times[0] * 1e3:7.1f}  warm {times[1] * 1e3:7.1f}")
+
+
+def main():
+    quick = "--quick" in sys.argv
+    print(f"compiler: {cpu.compiler()[1]}; OpenMP threads: "
+          f"{os.environ.get('OMP_NUM_THREADS', os.cpu_count())}; default backend "
+          f"{backends.DEFAULT}")
+    bench_first_calls()
+    bench_chains((10**5, 10**6) if quick else (10**5, 10**6, 10**7))
+    bench_steps()
+
+
+if __name__ == "__main__":
+    main()
