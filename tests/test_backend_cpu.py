@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 
 import numpy as np
@@ -117,6 +118,30 @@ def test_large_kernel_runs_on_threads_and_matches(library):
     np.testing.assert_allclose(y, np.exp(x) + b, rtol=1e-6, atol=1e-6)
     y, = kernel(library, "k_big")(np.asfortranarray(x), b)  # the strided loop
     np.testing.assert_allclose(y, np.exp(x) + b, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_process_forked_after_threaded_kernels_runs_them(library):
+    """GNU OpenMP's threads do not survive fork(): the child runs kernels on one
+    thread instead of waiting for them forever."""
+    x, b = randn(600, 500), randn(500, seed=1)
+    kernel(library, "k_big")(x, b)  # OpenMP threads start in this process
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then leave without pytest's cleanup
+        try:
+            y, = kernel(library, "k_big")(x, b)
+            os.write(write, b"ok" if np.allclose(y, np.exp(x) + b, atol=1e-6) else b"wrong")
+        finally:
+            os._exit(0)
+    os.close(write)
+    deadline = time.monotonic() + 60
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            pytest.fail("the forked child hung in a kernel")
+        time.sleep(0.01)
+    assert os.read(read, 10) == b"ok"
 
 
 def test_odd_inputs_are_converted(library):

@@ -156,6 +156,9 @@ struct Array {
 };
 enum { C_CONTIGUOUS = 0x1, ALIGNED = 0x100 };
 static void* ndarray_type = nullptr;  // numpy.ndarray, set by dezero_init
+// 0 in a child process forked after OpenMP ran: GNU OpenMP's threads did not
+// survive the fork, and a parallel region there would wait for them forever.
+static int threads_ok = 1;
 
 // How an argument meets a kernel: -1 refused (the Python side converts it or
 // explains), else its strides in elements broadcast to `shape` (0 on broadcast
@@ -190,6 +193,8 @@ static inline void thread_range(npy_intp n, npy_intp* lo, npy_intp* hi) {
 extern "C" void dezero_init(dezero_kernels::Object* ndarray) {
   dezero_kernels::ndarray_type = ndarray;
 }
+
+extern "C" void dezero_serial() { dezero_kernels::threads_ok = 0; }
 
 // What this library reads from an array: data, ndim, dims[0], type_num, flags.
 extern "C" void dezero_layout(dezero_kernels::Object* o, intptr_t* out) {
@@ -255,7 +260,7 @@ extern "C" int {spec.name}({", ".join(f"Object* _a{k}" for k in range(len(params
   if (_n == 0) return 0;
   for (int _k = 0; _k < {len(params)}; ++_k) _ptr[_k] = ((Array*)_arg[_k])->data;
   if ({fast_ok or "true"}) {{
-    #pragma omp parallel if (_n >= {PARALLEL_MIN})
+    #pragma omp parallel if (_n >= {PARALLEL_MIN} && threads_ok)
     {{
       npy_intp _lo, _hi;
       thread_range(_n, &_lo, &_hi);
@@ -268,7 +273,7 @@ extern "C" int {spec.name}({", ".join(f"Object* _a{k}" for k in range(len(params
     }}
     return 0;
   }}
-  #pragma omp parallel for if (_n >= {PARALLEL_MIN} && _n > _inner)
+  #pragma omp parallel for if (_n >= {PARALLEL_MIN} && _n > _inner && threads_ok)
   for (npy_intp _row = 0; _row < _n / _inner; ++_row) {{
     npy_intp _off[{n_in}] = {{}};
     for (int _k = 0; _k < {len(ins)}; ++_k) {{
@@ -381,6 +386,7 @@ class KernelLibrary:
         init.argtypes, init.restype = [ctypes.py_object], None
         init(np.ndarray)
         _check_layout(self.dll)
+        _LOADED.append(self.dll)
         self.pool = BufferPool()
 
     def kernel(self, spec):
@@ -414,6 +420,15 @@ class KernelLibrary:
 
 
 _layout_checked = False
+_LOADED: list = []  # every library loaded in this process
+
+
+def _serial_after_fork() -> None:
+    for dll in _LOADED:
+        dll.dezero_serial()
+
+
+os.register_at_fork(after_in_child=_serial_after_fork)
 
 
 def _check_layout(dll) -> None:
