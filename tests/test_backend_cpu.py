@@ -317,3 +317,11 @@ def test_a_fused_adam_step_replays_like_the_python_backend_and_keeps_what_it_ret
         np.testing.assert_array_equal(array, snapshot)
     for p, q in zip(fused_model.params(), plain_model.params()):
         np.testing.assert_allclose(p.data, q.data, rtol=1e-5, atol=1e-6)
+
+
+def test_debug_level_2_prints_a_line_per_kernel_call(library, capsys):
+    from dezero.static import debug
+    with debug(2):
+        kernel(library, "k_0d")(np.array(2.0, np.float32), np.array(3.0, np.float32))
+    err = capsys.readouterr().err
+    assert err.startswith("  kernel k_0d: ") and err.endswith(" ms, 12 bytes in/out\n")

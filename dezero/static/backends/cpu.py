@@ -23,11 +23,13 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 
+from dezero.static import debugging
 from dezero.static.backends import pycode
 
 # =============================================================================
@@ -403,6 +405,7 @@ class KernelLibrary:
                 for p in spec.outputs]
 
         def run_kernel(*arrays):
+            start = time.perf_counter() if debugging.LEVEL >= 2 else None
             results = []  # a list, so that take() sees the buffers taken already
             for buffers, shape, dtype in outs:
                 results.append(take(buffers, shape, dtype))
@@ -414,6 +417,10 @@ class KernelLibrary:
                     raise RuntimeError(f"kernel {spec.name} refused its conformed input "
                                        f"{spec.inputs[refused - 1].name}")
                 refused = again
+            if start is not None:
+                ms = (time.perf_counter() - start) * 1e3
+                moved = sum(getattr(a, "nbytes", 8) for a in (*arrays, *results))
+                debugging.log(2, f"  kernel {spec.name}: {ms:.3f} ms, {moved} bytes in/out")
             return tuple(results)
         run_kernel.__name__ = run_kernel.__qualname__ = f"kernel_{spec.name}"
         return run_kernel
