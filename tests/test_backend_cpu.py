@@ -261,19 +261,40 @@ def test_compile_error_shows_source_and_compiler_message(tmp_path, monkeypatch):
 
 
 def test_no_compiler_warns_once_and_replays_unfused(monkeypatch):
+    import dezero
+    import dezero.functions as F
+    from dezero.static import backends
+
+    def chain(x):
+        return F.tanh(x * 2.0 + 1.0) * x
+    x = randn(5)
     monkeypatch.setenv("CXX", "no-such-compiler-here")
     cpu.compiler.cache_clear()
     cpu._warn_unfused.cache_clear()
     try:
-        assert "no C++ compiler found (CXX='no-such-compiler-here')" in cpu.missing_reason()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            for _ in range(3):
-                cpu._warn_unfused(cpu.missing_reason())
-        assert len(caught) == 1 and "replay unfused" in str(caught[0].message)
+            plans = [backends.compile(dezero.trace(chain).lower(x), "cpu") for _ in range(3)]
+        assert len(caught) == 1
+        assert "replay unfused" in str(caught[0].message)
+        assert "no C++ compiler found (CXX='no-such-compiler-here')" in str(caught[0].message)
+        assert "_k0" not in plans[0].source and not hasattr(plans[0], "kernel_source")
+        np.testing.assert_array_equal(plans[0](x).data, chain(x).data)
     finally:
         monkeypatch.delenv("CXX")
         cpu.compiler.cache_clear()
+        cpu._warn_unfused.cache_clear()
+
+
+def test_cache_key_covers_flags_and_compiler(monkeypatch):
+    source = cpu.library_source([SPECS["k_0d"]])
+    key = cpu._cache_key(source)
+    assert cpu._cache_key(source) == key and cpu._cache_key(source + " ") != key
+    monkeypatch.setattr(cpu, "FLAGS", cpu.FLAGS + ("-O2",))
+    assert cpu._cache_key(source) != key
+    monkeypatch.undo()
+    monkeypatch.setattr(cpu, "compiler", lambda: ("/usr/bin/c++", "c++ (other) 99.1"))
+    assert cpu._cache_key(source) != key
 
 
 # ---- whole graphs: fused replay against the python backend ---------------------
