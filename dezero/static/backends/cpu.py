@@ -218,17 +218,23 @@ def kernel_source(spec) -> str:
     n, params = _size(spec.shape), list(ins) + list(outs)
     dims = ", ".join(str(d) for d in spec.shape) or "1"
     # Fast loop: inputs of one element are read once, full ones indexed by i.
-    # Strided loop: rows of the last axis, every input at its broadcast strides.
-    fast_loads, strided_loads, fast_args = [], [], []
+    # Strided loop: rows of the last axis, every input at its broadcast strides;
+    # when each row is contiguous in every input (a bias row, a scalar), a copy of
+    # it that indexes by i, which GCC vectorises (a runtime stride it does not).
+    fast_loads, strided_loads, fast_args, row_args, row_loads, unit = [], [], [], [], [], []
     for k, p in enumerate(ins):
         if p.name in (q.name for q in ins[:k]):
             continue  # one value passed twice: read it once
         ptr = f"(const {p.ctype}*)_ptr[{k}]"
         if _size(p.shape) == 1 and n != 1:
             fast_args.append(f"      const {p.ctype} {p.name} = *{ptr};")
+            row_args.append(f"    const {p.ctype} {p.name} = *{ptr};")
+            unit.append(f"_kind[{k}] == 2")
         else:
             fast_args.append(f"      const {p.ctype}* __restrict _in{k} = {ptr};")
             fast_loads.append(f"        const {p.ctype} {p.name} = _in{k}[_i];")
+            row_loads.append(f"        const {p.ctype} {p.name} = ({ptr} + _off[{k}])[_i];")
+            unit.append(f"_st[{k}][{max(nd - 1, 0)}] == 1")
         strided_loads.append(f"        const {p.ctype} {p.name} = "
                              f"({ptr} + _off[{k}])[_i * _st[{k}][{max(nd - 1, 0)}]];")
     out_ptrs = [f"      {p.ctype}* __restrict _out{j} = ({p.ctype}*)_ptr[{len(ins) + j}];"
@@ -275,6 +281,7 @@ extern "C" int {spec.name}({", ".join(f"Object* _a{k}" for k in range(len(params
     }}
     return 0;
   }}
+  const bool _unit = {" && ".join(unit) or "true"};
   #pragma omp parallel for if (_n >= {PARALLEL_MIN} && _n > _inner && threads_ok)
   for (npy_intp _row = 0; _row < _n / _inner; ++_row) {{
     npy_intp _off[{n_in}] = {{}};
@@ -284,6 +291,14 @@ extern "C" int {spec.name}({", ".join(f"Object* _a{k}" for k in range(len(params
     }}
     const npy_intp _base = _row * _inner;
 {chr(10).join(out_ptrs)}
+    if (_unit) {{
+{chr(10).join(row_args)}
+      #pragma omp simd
+      for (npy_intp _i = 0; _i < _inner; ++_i) {{
+{chr(10).join(row_loads + declare + body + store)}
+      }}
+      continue;
+    }}
     #pragma omp simd
     for (npy_intp _i = 0; _i < _inner; ++_i) {{
 {chr(10).join(strided_loads + declare + body + store)}
