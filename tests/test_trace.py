@@ -3,6 +3,7 @@ import warnings
 
 import numpy as np
 import pytest
+from backend_helpers import FUSED, assert_replay_equal, python_code
 
 import dezero
 import dezero.functions as F
@@ -275,7 +276,7 @@ def test_printed_graph_and_replay_code_are_deterministic_text():
         "    d: f32[32,10] = tanh(c)\n"
         "  e: f32[32] = sum(d) [axis=1, keepdims=False]\n"
         "  return e")
-    assert graph.code == (
+    assert python_code(graph) == (
         "def lambda_(x, W, b):  # generated from trace <lambda>: 4 ops\n"
         "    a = x @ W\n"
         "    c = a + b\n"
@@ -338,10 +339,10 @@ def test_interpreter_is_the_reference_for_the_replay_code():
     traced = dezero.trace(lambda x: mlp_like(x, W, b))
     x = f32(rng, 2, 4)
     graph = traced.lower(x)
-    np.testing.assert_array_equal(graph.interpret(x).data, graph(x).data)
+    assert_replay_equal(graph.interpret(x).data, graph(x).data)
     state = [W.data, b.data]
     flat = Interpreter(graph).execute(x, *state)
-    np.testing.assert_array_equal(flat[0], graph.compile().fn(x, *state)[0])
+    assert_replay_equal(flat[0], graph.compile().fn(x, *state)[0])
 
 
 def test_lower_returns_the_graph_without_stepping_state_and_caches_it():
@@ -433,9 +434,9 @@ def test_inline_spellings_equal_the_forwards(x_shape, y_shape):
         return F.reshape(F.transpose(F.broadcast_to(y, (2,) + y_shape)), (-1,))
 
     graph = dezero.trace(f).lower(x)
-    assert "_xp.exp(" in graph.code  # spelled inline, not a call of forward
-    np.testing.assert_array_equal(graph(x).data, graph.interpret(x).data)
-    np.testing.assert_array_equal(graph(x).data, f(Variable(x)).data)
+    assert "_xp.exp(" in python_code(graph)  # spelled inline, not a call of forward
+    assert_replay_equal(graph(x).data, graph.interpret(x).data)
+    assert_replay_equal(graph(x).data, f(Variable(x)).data)
 
 
 def test_simplify_drops_multiplications_by_one_and_powers_of_one():
@@ -557,7 +558,8 @@ def test_replay_equals_eager_on_random_programs():
             np.testing.assert_allclose(yt.data, ye.data, rtol=1e-5, atol=1e-6)
             for e, t in ((xe, xt), (we, wt)):
                 if e.grad is not None:
-                    np.testing.assert_allclose(t.grad.data, e.grad.data, rtol=1e-5, atol=1e-5)
+                    np.testing.assert_allclose(t.grad.data, e.grad.data, rtol=1e-5,
+                                               atol=1e-4 if FUSED else 1e-5)
         traced.graph.check()
         assert traced.entries == 1
 
@@ -569,7 +571,7 @@ def test_arithmetic_on_array_arguments_is_recorded():
     traced = dezero.trace(f)
     for i in range(3):
         x = np.full(2, i, np.float32)
-        np.testing.assert_array_equal(traced(x).data, np.exp(x * 2.0))
+        assert_replay_equal(traced(x).data, np.exp(x * 2.0))
     assert traced.entries == 1
 
 

@@ -5,6 +5,7 @@ import threading
 
 import numpy as np
 import pytest
+from backend_helpers import assert_replay_equal
 
 import dezero
 import dezero.functions as F
@@ -24,9 +25,9 @@ def side_by_side(fn, make_args, calls=4, state=()):
         args = make_args(i)
         got, want = traced(*args), fn[1](*args)
         for g, w in zip(_leaves(got), _leaves(want)):
-            np.testing.assert_array_equal(g, w, err_msg=f"call {i}")
+            assert_replay_equal(g, w, err_msg=f"call {i}")
         for a, b in state:
-            np.testing.assert_array_equal(a.data, b.data, err_msg=f"state after call {i}")
+            assert_replay_equal(a.data, b.data, err_msg=f"state after call {i}")
     return traced
 
 
@@ -216,7 +217,7 @@ def test_the_same_zeros_as_h0_and_c0_of_an_lstm_like_cell():
         x = f32(rng, 2, 3)
         h, c = (zeros, zeros) if i == 0 else (f32(rng, 2, 3), f32(rng, 2, 3))
         for got, want in zip(traced(x, h, c), cell(x, h, c)):
-            np.testing.assert_array_equal(got.data, want.data)
+            assert_replay_equal(got.data, want.data)
     assert traced.entries == 1
 
 
