@@ -326,7 +326,9 @@ def test_a_fused_adam_step_replays_like_the_python_backend_and_keeps_what_it_ret
     plain(*calls[0])
     assert len(fused.graph.groups) >= 5
     fused_plan, plain_plan = fused.graph.compile("cpu"), plain.graph.compile("python")
-    assert "_k0(" in fused_plan.source and "kernel k0" in fused_plan.kernel_source
+    # k0 (2 ops on 8x3) runs as numpy calls; the 12-op Adam updates are kernels
+    assert "_k0(" not in fused_plan.source and "kernel k0" not in fused_plan.kernel_source
+    assert "= _k3(" in fused_plan.source and "kernel k3" in fused_plan.kernel_source
     kept = []
     for x, t in calls[1:]:
         got, want = fused_plan(x, t), plain_plan(x, t)
@@ -346,3 +348,15 @@ def test_debug_level_2_prints_a_line_per_kernel_call(library, capsys):
         kernel(library, "k_0d")(np.array(2.0, np.float32), np.array(3.0, np.float32))
     err = capsys.readouterr().err
     assert err.startswith("  kernel k_0d: ") and err.endswith(" ms, 12 bytes in/out\n")
+
+
+def test_a_kernel_runs_only_where_it_pays():
+    from dezero.static.backends.cpu import KERNEL_MIN_OPS, KERNEL_MIN_SIZE, pays
+    from dezero.static.ir import Group
+
+    def group(n_ops, shape):
+        return Group("k0", [object()] * n_ops, [], [], shape)
+
+    assert not pays(group(KERNEL_MIN_OPS - 1, (30, 10)))  # a call costs more than numpy
+    assert pays(group(KERNEL_MIN_OPS, (30, 10)))
+    assert pays(group(2, (KERNEL_MIN_SIZE,)))  # one pass over memory instead of two

@@ -96,10 +96,11 @@ def _identity_rows(xp):
 # =============================================================================
 
 
-def generate(graph: StaticGraph, factory=None):
+def generate(graph: StaticGraph, factory=None, groups=None):
     """(source, globals, line -> node, function name) for the replay function of
     `graph`. With a kernel factory, each of graph.groups is one line that calls
-    `factory(kernel_spec(group))` on the group's inputs, instead of its nodes."""
+    `factory(kernel_spec(group))` on the group's inputs, instead of its nodes
+    (`groups`: those of graph.groups to run so, all by default)."""
     fname = identifier(graph.name, "graph")
     for node in graph.nodes:  # value names become variables: nothing else may pass
         for v in node.inputs + node.outputs:
@@ -110,7 +111,7 @@ def generate(graph: StaticGraph, factory=None):
     params = [n.outputs[0].name for n in graph.nodes if n.kind in ("input", "state")]
     inputs = set(graph.input_names)
     n_ops = sum(1 for n in graph.nodes if n.kind == "op")
-    steps, kernels = _steps(graph, factory)
+    steps, kernels = _steps(graph, factory, graph.groups if groups is None else groups)
     xp = cuda.cupy if graph.device == "gpu" else np
     # numpy's add.reduce is ndarray.sum without its Python-level wrapper.
     env = {"_arr": as_result_array, "_xp": xp, "_eye": _identity_rows(xp), "_wrap": _wrap_output,
@@ -181,14 +182,14 @@ def generate(graph: StaticGraph, factory=None):
     return "\n".join(lines) + "\n", env, line_nodes, fname
 
 
-def _steps(graph: StaticGraph, factory) -> tuple[list, dict]:
+def _steps(graph: StaticGraph, factory, groups) -> tuple[list, dict]:
     """The nodes the replay code runs, in order: with a factory, each group's nodes
     become one op node named after it (reads its inputs, defines its outputs), mapped
     by id in the dict returned with the list; without one, the graph's nodes."""
-    if factory is None or not graph.groups:
+    if factory is None or not groups:
         return graph.nodes, {}
-    starts = {id(g.nodes[0]): g for g in graph.groups}
-    inside = {id(n) for g in graph.groups for n in g.nodes}
+    starts = {id(g.nodes[0]): g for g in groups}
+    inside = {id(n) for g in groups for n in g.nodes}
     steps, kernels = [], {}
     for node in graph.nodes:
         if id(node) in starts:
@@ -292,14 +293,14 @@ class Compiled(Plan):
     factory: None (every op node calls its forward), or a kernel backend's
     `factory(spec) -> kernel`, where kernel(*input_arrays) returns the tuple of
     output arrays of a codegen.KernelSpec; each of graph.groups then runs as one
-    call of its kernel."""
+    call of its kernel (`groups`: only these of them)."""
 
-    def __init__(self, graph: StaticGraph, factory=None):
+    def __init__(self, graph: StaticGraph, factory=None, groups=None):
         super().__init__(graph)
         # A distinct pseudo-file per graph, registered with linecache, so that
         # tracebacks through the replay code show its source lines.
         self.filename = f"<replay {graph.name} {id(self):x}>"
-        self.source, env, self.line_nodes, fname = generate(graph, factory)
+        self.source, env, self.line_nodes, fname = generate(graph, factory, groups)
         self.glue = generate_glue(graph, fname, env)
         code = compile(self.source + "\n" + self.glue, self.filename, "exec")
         exec(code, env)
