@@ -594,8 +594,9 @@ class StaticGraph:
 
     @property
     def code(self) -> str:
-        """The generated Python replay code, as text."""
-        return self.compile().source
+        """The generated Python replay code, as text (the python backend's where the
+        default backend generates none: the interpreter)."""
+        return getattr(self.compile(), "source", None) or self.compile("python").source
 
     def __call__(self, *inputs):
         values = self.input_values
