@@ -463,9 +463,10 @@ class TracedFunction:
             getattr(n.function_class, "random", False) for n in graph.of_kind("op"))
         kept = not tracer.uninitialised and not new and not unchecked and not writes
         entry = Entry(graph, tracer, structure, watch.fresh_grads)
-        if debugging.LEVEL >= 4:
-            debugging.log(4, f"replay code of {self.name}:\n{entry.compiled.source}\n"
-                             f"{entry.compiled.glue}")
+        if debugging.LEVEL >= 4:  # the interpreter generates no code
+            code = getattr(entry.compiled, "source", "(interpreted)")
+            debugging.log(4, f"replay code of {self.name}:\n{code}\n"
+                             f"{getattr(entry.compiled, 'glue', '')}")
             for group in graph.groups:
                 debugging.log(4, f"kernel {group.name} of {self.name}:\n"
                                  f"{kernel_spec(group).body}")
