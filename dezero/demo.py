@@ -3,8 +3,9 @@
 It trains the book's spiral classifier (MLP((10, 3)), SGD, lr=1.0) once eagerly and,
 when trace mode is available, once more with the training step wrapped in
 `dezero.trace`, from the same initial weights. It prints accuracy and timings and
-writes the dynamic graph of the loss (and the static graph of the traced step) as
-.dot files, plus .svg when Graphviz's `dot` is installed.
+writes three pictures as .dot files, plus .svg when Graphviz's `dot` is installed:
+the dynamic graph of the loss, the static graph of the traced step, and the same
+static graph with its fused kernels drawn as clusters.
 
     python -m dezero demo --out dezero-demo
 """
@@ -165,7 +166,7 @@ def _progress(epochs, name):
 
 
 # =============================================================================
-# Graphs: _dynamic_graph, _static_graph_dot, _write_graphs
+# Graphs: _dynamic_graph, _static_graph_dots, _write_graphs
 # =============================================================================
 
 
@@ -177,9 +178,11 @@ def _dynamic_graph(model, x, t):
     return utils.get_dot_graph(loss, verbose=True)
 
 
-def _static_graph_dot(traced_step):
-    """DOT text of the static graph a traced function recorded."""
-    return traced_step.graph.to_dot()
+def _static_graph_dots(traced_step):
+    """DOT texts of the static graph a traced function recorded: plain, then with its
+    fused kernels drawn as clusters."""
+    graph = traced_step.graph
+    return graph.with_nodes(graph.nodes).to_dot(), graph.to_dot()  # with_nodes: no groups
 
 
 def _write_graphs(out, dynamic_dot, results):
@@ -187,7 +190,8 @@ def _write_graphs(out, dynamic_dot, results):
     os.makedirs(out, exist_ok=True)
     graphs = [("dynamic_graph", dynamic_dot)]
     if "traced" in results:
-        graphs.append(("static_graph", _static_graph_dot(results["traced"][1])))
+        static, fused = _static_graph_dots(results["traced"][1])
+        graphs += [("static_graph", static), ("fused_kernels", fused)]
     render = utils.find_dot() is not None
     written = []
     for stem, text in graphs:

@@ -33,7 +33,11 @@ def test_demo_trains_and_writes_the_graphs_into_the_default_folder(tmp_path):
     if hasattr(dezero, "trace"):
         traced = re.findall(r"^traced.* train accuracy (\d\.\d+)", result.stdout, re.M)
         assert len(traced) == 1 and float(traced[0]) > 0.9, result.stdout
-        assert (out / "static_graph.dot").read_text(encoding="utf-8").startswith("digraph")
+        static = (out / "static_graph.dot").read_text(encoding="utf-8")
+        fused = (out / "fused_kernels.dot").read_text(encoding="utf-8")
+        assert static.startswith("digraph") and "cluster_k0" not in static
+        assert "subgraph cluster_k0" in fused
+        assert (out / "fused_kernels.svg").exists() == (find_dot() is not None)
     else:
         assert "traced: skipped" in result.stdout
 
