@@ -1,14 +1,17 @@
 """Step 63: replay -- the static graph as generated Python code, and why it is faster.
 
 A recorded graph is turned into the source of a plain Python function, one
-line per node (`graph.code`), compiled once with `exec`. Simple ops are
-spelled inline (`a = x @ W`, `c = a + b`); the others call their Function's
-`forward` on arrays. `del` frees each array after its last reader, as eager
-code does when a Variable goes away. What a replay leaves out is everything
-that makes an eager call slow in Python: making Variables and Function
-objects, linking them into a dynamic graph, sorting and walking it for
-backward. For small arrays that overhead is most of the time, so replaying
-the same loss-and-gradient function is a few times faster.
+line per node, compiled once with `exec`: `graph.compile("python")` returns
+a plan whose `.source` is that code. Simple ops are spelled inline
+(`a = x @ W`, `c = a + b`); the others call their Function's `forward` on
+arrays. `del` frees each array after its last reader, as eager code does
+when a Variable goes away. What a replay leaves out is everything that makes
+an eager call slow in Python: making Variables and Function objects, linking
+them into a dynamic graph, sorting and walking it for backward. For small
+arrays that overhead is most of the time, so replaying the same
+loss-and-gradient function is a few times faster. (The default backend on the
+CPU writes the same code with each fused group as one call of a compiled
+kernel: `graph.code` shows it, steps 66-67 explain it.)
 Run: python steps/step63.py
 """
 import sys
@@ -43,7 +46,8 @@ traced = dezero.trace(loss_and_grads)
 x = rng.standard_normal((30, 2)).astype(np.float32)
 t = rng.integers(0, 3, 30)
 traced(x, t)   # records
-print(traced.graph.code)
+replay = traced.graph.compile("python")   # a plan: replay(x, t) runs this code
+print(replay.source)
 
 
 def per_call(fn, calls=300):
@@ -56,8 +60,8 @@ def per_call(fn, calls=300):
 
 eager_s = per_call(loss_and_grads)
 eager_grad = W1.grad.data.copy()
-replay_s = per_call(traced)
+replay_s = per_call(replay)
 print(f"same gradient: {np.allclose(W1.grad.data, eager_grad, atol=1e-6)}")
-print(f"eager:  {eager_s * 1e6:7.1f} us per call")
-print(f"replay: {replay_s * 1e6:7.1f} us per call")
+print(f"eager:                {eager_s * 1e6:7.1f} us per call")
+print(f"replay (python code): {replay_s * 1e6:7.1f} us per call")
 print(f"replay is {eager_s / replay_s:.1f}x as fast")
