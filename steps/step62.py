@@ -44,11 +44,13 @@ traced_scale, traced_total = make_state()
 traced = dezero.trace(make_accumulate(traced_scale, traced_total))  # define-and-run
 
 rng = np.random.default_rng(0)
+same = True
 for call in range(4):
     x = rng.standard_normal(3).astype(np.float32)
     if call == 2:   # state is read by reference: a new value is seen by the replay
         eager_scale.data = traced_scale.data = np.array(0.5, np.float32)
     y_eager, y_traced = eager(x), traced(x)
+    same = same and np.allclose(y_eager.data, y_traced.data)
     print(f"call {call}: eager {float(y_eager.data):.6f}  traced {float(y_traced.data):.6f}"
           f"  graph {'recorded' if call == 0 else 'replayed'}")
     if call == 0:
@@ -58,6 +60,7 @@ for call in range(4):
             f = f.inputs[0].creator
         print(f"  the eager call built a dynamic graph: {' <- '.join(chain)}")
 
+print(f"same result at every call: {same}")
 print(f"same total: {np.allclose(eager_total.data, traced_total.data)} "
       f"{traced_total.data}")
 graph = traced.graph

@@ -59,6 +59,7 @@ with contextlib.redirect_stderr(sys.stdout), dezero.static.debug(1):
 print(f"{epochs * len(x) // batch_size} steps; lr 1.0, then 0.2 from epoch {epochs // 2}")
 print(f"eager  final epoch loss: {eager_loss:.6f}")
 print(f"traced final epoch loss: {traced_loss:.6f}")
+print(f"the same loss: {np.isclose(eager_loss, traced_loss, rtol=1e-5)}")
 print(f"graphs recorded: {step.entries}")
 print(str(step.graph).splitlines()[0])
 graph = step.graph

@@ -75,9 +75,10 @@ print(f"library {path.name}: compiled in {built:.2f} s, found in the cache again
       f"{cached * 1e3:.2f} ms")
 
 traced = dezero.trace(chain)
-traced(x, a, b)                        # records; later calls replay with the kernel
-unfused = traced.graph.compile("python")
-fused_y, numpy_y = traced(x, a, b).data, chain_numpy(x, a, b)
+traced(x, a, b)                        # records
+unfused = traced.graph.compile("python")   # replay plans: every node a numpy call,
+fused = traced.graph.compile("cpu")        # or the group as this compiled kernel
+fused_y, numpy_y = fused(x, a, b).data, chain_numpy(x, a, b)
 print(f"fused kernel equals numpy: {np.allclose(fused_y, numpy_y, rtol=1e-5, atol=1e-5)}")
 
 
@@ -90,7 +91,7 @@ def per_call(fn, calls=10):
 
 
 timings = {"numpy": per_call(chain_numpy), "dezero eager": per_call(chain),
-           "replay unfused (python)": per_call(unfused), "replay fused (cpu)": per_call(traced)}
+           "replay unfused (python)": per_call(unfused), "replay fused (cpu)": per_call(fused)}
 print(f"{x.size} float32 elements, ms per call:")
 for name, seconds in timings.items():
     print(f"  {name:24s} {seconds * 1e3:7.2f}")
