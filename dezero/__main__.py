@@ -15,7 +15,7 @@ import sys
 
 # name -> (module under dezero, one-line help)
 COMMANDS = {
-    "demo": ("demo", "train the spiral network eagerly and traced; write its graphs"),
+    "demo": ("demo", "train the spiral network eagerly, traced and fused; draw its graphs"),
 }
 
 

@@ -1,11 +1,13 @@
-"""The demo behind `python -m dezero demo`: train the spiral network, show both graphs.
+"""The demo behind `python -m dezero demo`: train the spiral network, show its graphs.
 
-It trains the book's spiral classifier (MLP((10, 3)), SGD, lr=1.0) once eagerly and,
-when trace mode is available, once more with the training step wrapped in
-`dezero.trace`, from the same initial weights. It prints accuracy and timings and
-writes three pictures as .dot files, plus .svg when Graphviz's `dot` is installed:
-the dynamic graph of the loss, the static graph of the traced step, and the same
-static graph with its fused kernels drawn as clusters.
+It trains the book's spiral classifier (MLP((10, 3)), SGD, lr=1.0) three times
+from the same initial weights: eagerly, then with the training step wrapped in
+`dezero.trace` and replayed as generated Python code (the python backend), then
+replayed with its elementwise chains as fused, compiled C++ kernels (the cpu
+backend). It prints accuracy and timings and writes three pictures as .dot files,
+plus .svg when Graphviz's `dot` is installed: the dynamic graph of the loss, the
+static graph of the traced step, and the same static graph with its fused kernels
+drawn as clusters.
 
     python -m dezero demo --out dezero-demo
 """
@@ -32,8 +34,9 @@ def build_parser(parser=None):
     """The options of the demo, added to `parser` (a new one when None)."""
     if parser is None:
         parser = argparse.ArgumentParser(prog="python -m dezero demo")
-    parser.description = ("Train the spiral classifier eagerly and traced, print accuracy "
-                          "and timings, and write the dynamic and static graphs.")
+    parser.description = ("Train the spiral classifier eagerly, traced and fused, print "
+                          "accuracy and timings, and write the dynamic graph, the static "
+                          "graph and its fused kernels.")
     parser.add_argument("--out", metavar="DIR", default="dezero-demo",
                         help="folder for the graph files (default: ./dezero-demo)")
     parser.add_argument("--epochs", type=int, default=300,
@@ -56,20 +59,25 @@ def main(args):
     with _seeded(args.seed):
         initial = MLP((10, 3))
         initial(x[:1])      # the layers make their weights at the first call
-    runs = [("eager", False)] + ([("traced", True)] if hasattr(dezero, "trace") else [])
+    # The traced step replays with the python backend (the replay code, a numpy call
+    # per node) and with the cpu backend (each fused group one compiled kernel).
+    runs = [("eager", None)] + ([("traced", "python"), ("fused", "cpu")]
+                                if hasattr(dezero, "trace") else [])
     results = {}
-    for name, traced in runs:
+    for name, backend in runs:
         model = _copy_of(initial)
-        seconds, loss, graph = _train(model, x, t, args.epochs, args.seed, traced, name)
+        seconds, loss, traced = _train(model, x, t, args.epochs, args.seed, backend, name)
         with dezero.no_grad():
             accuracy = float(F.accuracy(model(x), t).data)
             test_accuracy = float(F.accuracy(model(x_test), t_test).data)
-        results[name] = (seconds, graph)
+        results[name] = (seconds, traced)
         print(f"{name:6s}: {seconds:6.2f} s   final loss {loss:.4f}   "
-              f"train accuracy {accuracy:.3f}   test accuracy {test_accuracy:.3f}")
+              f"train accuracy {accuracy:.3f}   test accuracy {test_accuracy:.3f}"
+              + ("" if traced is None else f"   ({_how_it_replays(traced)})"))
     if "traced" in results:
-        speedup = results["eager"][0] / max(results["traced"][0], 1e-9)
-        print(f"traced / eager: {speedup:.1f}x as fast")
+        eager = results["eager"][0]
+        print(f"traced / eager: {eager / max(results['traced'][0], 1e-9):.1f}x as fast; "
+              f"fused / eager: {eager / max(results['fused'][0], 1e-9):.1f}x as fast")
     else:
         print("traced: skipped, this build of dezero has no trace mode (dezero.trace)")
 
@@ -104,8 +112,9 @@ def _copy_of(model):
     return copy
 
 
-def _train(model, x, t, epochs, seed, traced, name):
-    """Train `model`; return (seconds, mean loss of the last epoch, traced function)."""
+def _train(model, x, t, epochs, seed, backend, name):
+    """Train `model`, eagerly or (backend named) traced and replayed with that backend;
+    return (seconds, mean loss of the last epoch, the traced function or None)."""
     optimizer = optimizers.SGD(lr=1.0).setup(model)
 
     def step(xb, tb):
@@ -115,9 +124,11 @@ def _train(model, x, t, epochs, seed, traced, name):
         optimizer.update()
         return loss
 
-    if traced:
-        step = dezero.trace(step)
-    # The same batch order for both runs, from a private generator.
+    traced = None
+    if backend is not None:
+        traced = dezero.trace(step)
+        step = _replayed_with(traced, backend)
+    # The same batch order for every run, from a private generator.
     rng = np.random.RandomState(seed)
     batch_size = 30
     start = time.perf_counter()
@@ -131,7 +142,29 @@ def _train(model, x, t, epochs, seed, traced, name):
                 total += float(loss.data) * len(batch)
             progress(total / len(x))
     seconds = time.perf_counter() - start
-    return seconds, total / len(x), (step if traced else None)
+    return seconds, total / len(x), traced
+
+
+def _replayed_with(traced, backend):
+    """A step that records through `traced` at its first call, then replays the graph
+    compiled by `backend` (every batch of the demo has one shape: one graph)."""
+    plan = None
+
+    def step(xb, tb):
+        nonlocal plan
+        if plan is None:
+            loss = traced(xb, tb)       # runs eagerly once, recording the graph
+            plan = traced.graph.compile(backend)
+            traced.plan = plan
+            return loss
+        return plan(xb, tb)
+    return step
+
+
+def _how_it_replays(traced):
+    if hasattr(traced.plan, "library"):  # the cpu backend's plan, with its kernels
+        return f"replayed with {len(traced.graph.groups)} fused kernels, compiled C++"
+    return "replayed unfused: generated Python code, one numpy call per node"
 
 
 @contextlib.contextmanager
@@ -190,7 +223,7 @@ def _write_graphs(out, dynamic_dot, results):
     os.makedirs(out, exist_ok=True)
     graphs = [("dynamic_graph", dynamic_dot)]
     if "traced" in results:
-        static, fused = _static_graph_dots(results["traced"][1])
+        static, fused = _static_graph_dots(results["fused"][1])
         graphs += [("static_graph", static), ("fused_kernels", fused)]
     render = utils.find_dot() is not None
     written = []
