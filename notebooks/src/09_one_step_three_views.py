@@ -30,24 +30,25 @@ from dezero.utils import plot_dot_graph
 
 x_all, t_all = get_spiral(train=True)     # 300 points in 3 classes
 
-np.random.seed(0)
-model = MLP((10, 3))                      # sigmoid hidden layer, as in the book
-model(x_all[:1])                          # the layers make their weights at the first call
-optimizer = optimizers.SGD(lr=1.0).setup(model)
-initial = [p.data.copy() for p in model.params()]
+
+def make_training(seed=0):
+    """A fresh model (the same initial weights at every call), Adam, and its step."""
+    np.random.seed(seed)
+    model = MLP((10, 3))                  # sigmoid hidden layer, as in the book
+    model(x_all[:1])                      # the layers make their weights at the first call
+    optimizer = optimizers.Adam(alpha=0.03).setup(model)
+
+    def train_step(x, t):
+        loss = F.softmax_cross_entropy(model(x), t)
+        model.cleargrads()
+        loss.backward()
+        optimizer.update()
+        return loss
+
+    return model, train_step
 
 
-def train_step(x, t):
-    loss = F.softmax_cross_entropy(model(x), t)
-    model.cleargrads()
-    loss.backward()
-    optimizer.update()
-    return loss
-
-
-def reset_weights():
-    for p, data in zip(model.params(), initial):
-        p.data = data.copy()
+model, train_step = make_training()
 
 # %% [markdown]
 # ## View 1: the dynamic graph
@@ -66,13 +67,13 @@ plot_dot_graph(loss, verbose=True, to_file="graphs/09_dynamic.svg")
 # ## View 2: the static graph
 #
 # Traced, the same step runs once eagerly while every Function call is recorded:
-# the forward pass, the ops `backward()` runs, and the SGD update. The weights and
-# the learning rate are **captured state** (orange), the update is a set of
-# **state writes** (`W <- ...`, dashed). Printed before fusion, one line per node:
+# the forward pass, the ops `backward()` runs, and Adam's update. The weights,
+# Adam's moments, its step count and its hyperparameters are **captured state**
+# (orange); the update is a set of **state writes** (`W0 <- ...`, dashed). Printed
+# before fusion, one line per node:
 
 # %%
 traced_step = dezero.trace(train_step)
-reset_weights()
 traced_step(x, t)                         # records, and takes one step
 graph = traced_step.graph
 unfused = graph.with_nodes(graph.nodes)   # the same nodes without the kernel groups
@@ -85,8 +86,9 @@ unfused.plot(to_file="graphs/09_static.svg")
 # ## View 3: the fused kernels
 #
 # The fusion pass groups connected elementwise nodes whose results share one
-# shape into **kernels**; inputs may broadcast (the learning rate is a scalar).
-# Matmuls, `linear`, softmax and `sum_to` are boundaries. The printed graph
+# shape into **kernels**; inputs may broadcast (Adam's step size is a scalar).
+# Matmuls, `linear`, softmax and `sum_to` are boundaries. Adam's whole update of
+# one parameter (both moments and the new weight) is one group of twelve ops. The printed graph
 # indents each kernel under a header naming what it returns, and the drawing
 # frames each as a cluster:
 
@@ -98,22 +100,33 @@ print(f"\n{len(graph.of_kind('op'))} ops, {len(graph.groups)} kernels")
 graph.plot(to_file="graphs/09_fused.svg")
 
 # %% [markdown]
-# Each kernel becomes C++ for **one element**, one statement per node, built from
-# the ops' `cpp` expressions (numbers written as `float` literals). The cpu backend
-# wraps each body in a loop and compiles all of them into one shared library;
-# on a GPU the same body is handed to `cupy.ElementwiseKernel`.
-
-# %%
-for group in graph.groups:
-    print(kernel_spec(group).body)
-
-# %% [markdown]
-# The loop around the first one, as the C++ compiler receives it (fast path for
-# contiguous inputs, a strided path for broadcasting, OpenMP for large arrays):
+# Each group becomes C++ for **one element**, one statement per node, built from
+# the ops' `cpp` expressions (numbers written as `float` literals). On a GPU each
+# body is handed to `cupy.ElementwiseKernel`. On the CPU the backend wraps a body
+# in a loop and compiles it only where that pays: a kernel call costs about two
+# microseconds, a numpy call on a small array less than one, so a two-op group on
+# 300 × 10 numbers stays as numpy calls.
 
 # %%
 plan = graph.compile("cpu")               # the default backend on the CPU
-print(plan.kernel_source[plan.kernel_source.index("// kernel k0:"):][:1500], "...")
+compiled = getattr(plan, "library", None)
+compiled = compiled.specs if compiled is not None else {}
+for group in graph.groups:
+    how = "compiled" if group.name in compiled else "numpy calls"
+    print(f"{kernel_spec(group).body.rstrip()}\n    -> {how}\n")
+
+# %% [markdown]
+# The loop around the largest compiled body, as the C++ compiler receives it (a
+# fast path for contiguous inputs, a strided path for broadcasting, OpenMP for
+# large arrays):
+
+# %%
+if compiled:
+    first = max(compiled.values(), key=lambda spec: np.prod(spec.shape)).name
+    source = plan.kernel_source
+    print(source[source.index(f"// kernel {first}:"):][:1800], "...")
+else:
+    print("no kernel compiled here:", dezero.static.backends.cpu.missing_reason())
 
 # %% [markdown]
 # ## Timing the three ways
@@ -121,29 +134,31 @@ print(plan.kernel_source[plan.kernel_source.index("// kernel k0:"):][:1500], "..
 # Train from the same initial weights for 300 steps each: **eager** (the Python
 # function, building a dynamic graph every step), **replayed unfused** (the
 # static graph's Python replay code, one numpy call per node) and **replayed
-# fused** (the same code with each kernel one compiled loop). We do it for
-# batches of 30 and of 300 points.
+# fused** (the same code with the groups that pay as compiled kernels). We do it
+# for batches of 30 and of 300 points.
 
 # %%
-def timed(run, x, t, steps=300):
-    reset_weights()
-    run(x, t)                             # warm up: record or compile outside the clock
-    reset_weights()
+def timed(backend, x, t, steps=300):
+    """Seconds per step and the last loss, training a fresh model."""
+    _, step = make_training()
+    if backend is None:
+        step(x, t)                        # the first step, as the recording takes it
+    else:
+        traced = dezero.trace(step)
+        traced(x, t)                      # records (and takes the first step)
+        step = traced.graph.compile(backend)   # a plan: step(x, t) replays
+    step(x, t)                            # warm up outside the clock
     start = time.perf_counter()
     for _ in range(steps):
-        loss = run(x, t)
+        loss = step(x, t)
     return (time.perf_counter() - start) / steps, float(loss.data)
 
 
+ways = {"eager": None, "replayed unfused": "python", "replayed fused": "cpu"}
 timings = {}
 for batch in (30, 300):
-    xb, tb = x_all[:batch], t_all[:batch]
-    step_graph = traced_step.lower(xb, tb)   # the graph for this batch shape
-    runs = {"eager": train_step,
-            "replayed unfused": step_graph.compile("python"),
-            "replayed fused": step_graph.compile("cpu")}
-    for name, run in runs.items():
-        seconds, last = timed(run, xb, tb)
+    for name, backend in ways.items():
+        seconds, last = timed(backend, x_all[:batch], t_all[:batch])
         timings[batch, name] = seconds
         print(f"batch {batch:3d}  {name:17s} {seconds * 1e6:7.1f} us per step   "
               f"last loss {last:.6f}")
@@ -161,19 +176,18 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
-# The losses are the same three ways: one computation, run differently.
+# The losses agree three ways (to float32 rounding): one computation, run
+# differently.
 #
 # * **Eager → replayed** removes the Python overhead of define-by-run: making
 #   Variables and Functions, linking the graph, walking it backwards. That is most
 #   of the cost for arrays this small.
-# * **Unfused → fused** removes memory traffic and per-op calls inside each kernel.
-#   The spiral network is tiny: its largest elementwise arrays hold 300 × 10
-#   numbers, so calling a compiled kernel costs about as much as the two or three
-#   numpy calls it replaces, and the two replays run close to each other (which
-#   one is ahead depends on the machine and its load). Fusion pays as elementwise
-#   work grows: step 67 runs a ten-op chain on a million numbers several times
-#   faster than numpy, and an Adam update (notebook 07's step with
-#   `optimizers.Adam`) becomes a handful of kernels instead of dozens of calls.
+# * **Unfused → fused** replaces Adam's five twelve-op updates by five loops
+#   that read each array once, instead of about sixty numpy calls that each write
+#   a temporary array. The spiral network is tiny, so this is a smaller saving
+#   than the first, and how much it shows depends on the machine and its load.
+#   Fusion pays more as the arrays grow: step 67 runs a ten-op chain on a
+#   million numbers several times faster than numpy.
 #
 # Where to read on: the docs' *Define-and-run* section maps the pipeline, and
 # steps 61–70 build each stage in a few lines.
