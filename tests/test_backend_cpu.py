@@ -360,3 +360,28 @@ def test_a_kernel_runs_only_where_it_pays():
     assert not pays(group(KERNEL_MIN_OPS - 1, (30, 10)))  # a call costs more than numpy
     assert pays(group(KERNEL_MIN_OPS, (30, 10)))
     assert pays(group(2, (KERNEL_MIN_SIZE,)))  # one pass over memory instead of two
+
+
+def test_names_that_are_lowercase_macros_of_the_headers_compile():
+    import dezero
+    import dezero.functions as F
+
+    def f(errno, math_errhandling, assert_):
+        return F.exp(errno * math_errhandling) + assert_ * errno - 1.0
+    arrays = [randn(4, 3, seed=k) for k in range(3)]
+    traced = dezero.trace(f)
+    traced(*arrays)
+    got = traced.graph.compile("cpu")(*arrays)
+    want = np.exp(arrays[0] * arrays[1]) + arrays[2] * arrays[0] - 1
+    np.testing.assert_allclose(got.data, want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_truncated_library_in_the_cache_is_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
+    source = cpu.library_source([SPECS["k_0d"]])
+    path = cpu.build_library(source)
+    path.write_bytes(path.read_bytes()[:1000])  # as a full disk or a killed copy leaves it
+    assert cpu.build_library(source) == path and path.stat().st_size > 1000
+    library = cpu.KernelLibrary([SPECS["k_0d"]])  # loading the cut file was a SIGBUS
+    y, = library.kernel(SPECS["k_0d"])(np.float32(2), np.float32(3))
+    assert y == 7

@@ -60,7 +60,8 @@ class KernelSpec:
 # =============================================================================
 
 # Words a C++ or CUDA body cannot use as a variable: keywords, CUDA's built-in
-# variables and `i`, the index variable of cupy's loop. Names all in capitals (two
+# variables, `i` (the index variable of cupy's loop) and the lowercase macros of
+# <cmath> and what it includes (errno, math_errhandling, assert). Names all in capitals (two
 # or more) are kept clear too: headers spell their macros so (NAN, EOF, M_PI).
 RESERVED = frozenset("""
     alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t
@@ -71,7 +72,8 @@ RESERVED = frozenset("""
     public register reinterpret_cast requires return short signed sizeof static
     static_assert static_cast struct switch template this thread_local throw true try
     typedef typeid typename union unsigned using virtual void volatile wchar_t while xor
-    xor_eq std i threadIdx blockIdx blockDim gridDim warpSize
+    xor_eq std i threadIdx blockIdx blockDim gridDim warpSize errno math_errhandling
+    assert
     """.split())
 _MACRO_LIKE = re.compile(r"(?=(?:.*[A-Z]){2})[A-Z][A-Z0-9_]*")  # two capitals or more
 

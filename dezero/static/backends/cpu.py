@@ -331,10 +331,13 @@ def _cache_key(source: str) -> str:
 def build_library(source: str) -> Path:
     """The shared library for `source`: from the cache, or compiled into it. The
     library is written under a temporary name and renamed, so a process that
-    finds it finds it whole, and two processes compiling at once both succeed."""
+    finds it finds it whole, and two processes compiling at once both succeed.
+    Its sha256 is kept beside it: a library cut short or damaged on disk (loading
+    one kills the process with SIGBUS) does not match and is compiled again."""
     folder = cache_dir()
     target = folder / f"{_cache_key(source)[:32]}.so"
-    if target.exists():
+    digest = target.with_suffix(".sha256")
+    if target.exists() and digest.exists() and digest.read_text() == _file_sha256(target):
         return target
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
@@ -349,8 +352,14 @@ def build_library(source: str) -> Path:
                                f"  command: {' '.join(command)}\n{run.stderr}\n"
                                f"  source ({src.name}):\n{numbered}")
         os.replace(src, target.with_suffix(".cpp"))  # kept beside it, for reading
+        Path(tmp, "sha256").write_text(_file_sha256(lib))
+        os.replace(Path(tmp, "sha256"), digest)  # before the library: never a stale match
         os.replace(lib, target)
     return target
+
+
+def _file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 # =============================================================================
