@@ -385,3 +385,25 @@ def test_a_truncated_library_in_the_cache_is_rebuilt(tmp_path, monkeypatch):
     library = cpu.KernelLibrary([SPECS["k_0d"]])  # loading the cut file was a SIGBUS
     y, = library.kernel(SPECS["k_0d"])(np.float32(2), np.float32(3))
     assert y == 7
+
+
+def test_a_cache_folder_that_cannot_be_written_warns_and_replays_unfused(tmp_path, monkeypatch):
+    import dezero
+    import dezero.functions as F
+
+    def chain(x):
+        return F.tanh(x * 2.0 + 1.0) * x - 3.0
+    x = randn(5)
+    (tmp_path / "a_file").write_text("")
+    monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path / "a_file" / "kernels"))
+    cpu._warn_unfused.cache_clear()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            plans = [dezero.trace(chain).lower(x).compile("cpu") for _ in range(2)]
+        assert len(caught) == 1 and "replay unfused" in str(caught[0].message)
+        assert "a_file/kernels cannot be written (Not a directory)" in str(caught[0].message)
+        assert "DEZERO_CACHE_DIR" in str(caught[0].message)
+        np.testing.assert_array_equal(plans[0](x).data, chain(x).data)
+    finally:
+        cpu._warn_unfused.cache_clear()

@@ -535,7 +535,14 @@ def compile_graph(graph) -> pycode.Compiled:
     if reason is not None:
         _warn_unfused(reason)
         return pycode.Compiled(graph)
-    library = KernelLibrary([kernel_spec(g) for g in groups])
+    try:
+        library = KernelLibrary([kernel_spec(g) for g in groups])
+    except OSError as e:  # a read-only or misplaced cache folder; others propagate
+        if not str(e.filename or "").startswith(str(cache_dir())):
+            raise
+        _warn_unfused(f"the kernel cache {cache_dir()} cannot be written ({e.strerror}); "
+                      f"set DEZERO_CACHE_DIR to a writable folder")
+        return pycode.Compiled(graph)
     plan = pycode.Compiled(graph, factory=library.kernel, groups=groups)
     plan.kernel_source, plan.library = library.source, library
     return plan
