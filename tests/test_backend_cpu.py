@@ -2,6 +2,7 @@
 hand (codegen's Param and KernelSpec): broadcasting by strides, odd inputs, buffer
 reuse that never overwrites what a caller holds, the disk cache, compile errors
 and the missing-compiler fallback."""
+import dataclasses
 import os
 import subprocess
 import sys
@@ -121,16 +122,23 @@ def test_large_kernel_runs_on_threads_and_matches(library):
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-def test_a_process_forked_after_threaded_kernels_runs_them(library):
+@pytest.mark.parametrize("loaded", ["before", "after"])
+def test_a_process_forked_after_threaded_kernels_runs_them(library, loaded):
     """GNU OpenMP's threads do not survive fork(): the child runs kernels on one
-    thread instead of waiting for them forever."""
+    thread instead of waiting for them forever, those of libraries it loads after
+    the fork too."""
     x, b = randn(600, 500), randn(500, seed=1)
     kernel(library, "k_big")(x, b)  # OpenMP threads start in this process
+    twin = dataclasses.replace(SPECS["k_big"], name="k_big_twin")  # another library
+    cpu.build_library(cpu.library_source([twin]))  # compiled here, loaded in the child
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report, then leave without pytest's cleanup
         try:
-            y, = kernel(library, "k_big")(x, b)
+            if loaded == "before":
+                y, = kernel(library, "k_big")(x, b)
+            else:
+                y, = cpu.KernelLibrary([twin]).kernel(twin)(x, b)
             os.write(write, b"ok" if np.allclose(y, np.exp(x) + b, atol=1e-6) else b"wrong")
         finally:
             os._exit(0)

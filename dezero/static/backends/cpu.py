@@ -412,6 +412,8 @@ class KernelLibrary:
         init.argtypes, init.restype = [ctypes.py_object], None
         init(np.ndarray)
         _check_layout(self.dll)
+        if _forked:  # the parent's OpenMP threads are gone, a new library's too
+            self.dll.dezero_serial()
         _LOADED.append(self.dll)
         self.pool = BufferPool()
 
@@ -454,7 +456,12 @@ _layout_checked = False
 _LOADED: list = []  # every library loaded in this process
 
 
+_forked = False  # in a child forked after kernels were loaded: run them serially
+
+
 def _serial_after_fork() -> None:
+    global _forked
+    _forked = _forked or bool(_LOADED)
     for dll in _LOADED:
         dll.dezero_serial()
 
