@@ -415,3 +415,12 @@ def test_a_cache_folder_that_cannot_be_written_warns_and_replays_unfused(tmp_pat
         np.testing.assert_array_equal(plans[0](x).data, chain(x).data)
     finally:
         cpu._warn_unfused.cache_clear()
+
+
+def test_a_relative_cache_folder_is_found_again(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DEZERO_CACHE_DIR", ".")  # dlopen("x.so") searched the system paths
+    library = cpu.KernelLibrary([SPECS["k_0d"]])
+    assert library.path.parent == tmp_path
+    y, = library.kernel(SPECS["k_0d"])(np.float32(2), np.float32(3))
+    assert y == 7

@@ -79,9 +79,10 @@ def missing_reason() -> str | None:
 
 
 def cache_dir() -> Path:
-    """Where compiled libraries live: $DEZERO_CACHE_DIR or ~/.cache/dezero/kernels."""
+    """Where compiled libraries live: $DEZERO_CACHE_DIR or ~/.cache/dezero/kernels,
+    made absolute (dlopen looks for a bare "name.so" on the system's paths)."""
     return Path(os.environ.get("DEZERO_CACHE_DIR") or
-                Path.home() / ".cache" / "dezero" / "kernels")
+                Path.home() / ".cache" / "dezero" / "kernels").absolute()
 
 
 @functools.cache
