@@ -424,3 +424,10 @@ def test_a_relative_cache_folder_is_found_again(tmp_path, monkeypatch):
     assert library.path.parent == tmp_path
     y, = library.kernel(SPECS["k_0d"])(np.float32(2), np.float32(3))
     assert y == 7
+
+
+def test_a_compiler_that_writes_no_library_is_a_compile_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu, "compiler", lambda: ("/bin/true", "true (a stand-in)"))
+    with pytest.raises(cpu.CompileError, match="wrote no library"):
+        cpu.build_library(cpu.library_source([SPECS["k_0d"]]))

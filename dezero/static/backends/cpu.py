@@ -346,10 +346,11 @@ def build_library(source: str) -> Path:
         src.write_text(source)
         command = [compiler()[0], *FLAGS, str(src), "-o", str(lib)]
         run = subprocess.run(command, capture_output=True, text=True)
-        if run.returncode != 0:
+        if run.returncode != 0 or not lib.exists():
             numbered = "\n".join(f"{i:4d}  {line}"
                                  for i, line in enumerate(source.splitlines(), 1))
-            raise CompileError(f"the C++ compiler refused the generated kernels\n"
+            verdict = "refused" if run.returncode else "wrote no library for"
+            raise CompileError(f"the C++ compiler {verdict} the generated kernels\n"
                                f"  command: {' '.join(command)}\n{run.stderr}\n"
                                f"  source ({src.name}):\n{numbered}")
         os.replace(src, target.with_suffix(".cpp"))  # kept beside it, for reading
