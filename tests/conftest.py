@@ -13,8 +13,10 @@ import pytest
 # runs them all with fused kernels (a few-ulp difference fails those asserts).
 os.environ.setdefault("DEZERO_BACKEND", "python")
 
-# Modules whose every test runs a program end to end.
-SLOW_MODULES = {"test_steps", "test_notebooks", "test_docs", "test_demo"}
+# Modules whose every test runs a program end to end, or an external compiler
+# (g++ on every op's kernel, NVRTC on every CUDA kernel).
+SLOW_MODULES = {"test_steps", "test_notebooks", "test_docs", "test_demo",
+                "test_backend_cpu_ops", "test_gpu_compile"}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -121,6 +121,7 @@ def test_large_kernel_runs_on_threads_and_matches(library):
     np.testing.assert_allclose(y, np.exp(x) + b, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow  # other processes
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.mark.parametrize("loaded", ["before", "after"])
 def test_a_process_forked_after_threaded_kernels_runs_them(library, loaded):
@@ -236,6 +237,7 @@ def test_cache_hit_skips_the_compiler(tmp_path, monkeypatch):
     assert cpu.build_library(source) == path
 
 
+@pytest.mark.slow  # other processes
 def test_two_processes_compiling_at_once_both_load(tmp_path):
     code = textwrap.dedent("""
         import numpy as np
