@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ["DEZERO_CACHE_DIR"] = tempfile.mkdtemp(prefix="dezero-bench-")  # cold
 
 import numpy as np  # noqa: E402
+from timing import interleaved_best  # noqa: E402
 
 import dezero  # noqa: E402
 import dezero.functions as F  # noqa: E402
@@ -33,23 +34,9 @@ from dezero.static.codegen import KernelSpec, Param  # noqa: E402
 
 
 def best_time(*fns, rounds=7, budget=1.0):
-    """Best wall time per call (seconds) of each function, the functions taking turns."""
-    counts = []
-    for fn in fns:
-        fn()
-        start, n = time.perf_counter(), 0
-        while time.perf_counter() - start < budget / rounds / len(fns):
-            fn()
-            n += 1
-        counts.append(max(n, 1))
-    best = [float("inf")] * len(fns)
-    for _ in range(rounds):
-        for i, (fn, n) in enumerate(zip(fns, counts)):
-            start = time.perf_counter()
-            for _ in range(n):
-                fn()
-            best[i] = min(best[i], (time.perf_counter() - start) / n)
-    return best
+    """Best wall time per call (seconds) of each function, taking turns (timing.py):
+    wall time, as kernels may run on several OpenMP threads."""
+    return interleaved_best(fns, budget, rounds)
 
 
 def optional(name):

@@ -22,6 +22,8 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from timing import interleaved_best  # noqa: E402
+
 import dezero  # noqa: E402
 import dezero.functions as F  # noqa: E402
 from dezero import Variable, models, optimizers  # noqa: E402
@@ -29,24 +31,10 @@ from dezero.datasets import get_spiral  # noqa: E402
 
 
 def per_call(*fns, seconds=2.0, rounds=10):
-    """Best CPU time per call (microseconds) of each function. The functions take
-    turns in short rounds, so that load from other processes hits them alike; CPU
-    time (one BLAS thread) does not count the time other processes hold the core."""
-    counts = []
-    for fn in fns:
-        fn()
-        n, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds / rounds / len(fns):
-            fn()
-            n += 1
-        counts.append(max(n, 1))
-    best = [float("inf")] * len(fns)
-    for _ in range(rounds):
-        for i, (fn, n) in enumerate(zip(fns, counts)):
-            start = time.process_time()
-            for _ in range(n):
-                fn()
-            best[i] = min(best[i], (time.process_time() - start) / n * 1e6)
+    """Best CPU time per call (microseconds) of each function, taking turns (see
+    timing.py); CPU time (one BLAS thread) does not count the time other processes
+    hold the core."""
+    best = [t * 1e6 for t in interleaved_best(fns, seconds, rounds, time.process_time)]
     return best if len(fns) > 1 else best[0]
 
 

@@ -1,0 +1,29 @@
+"""Timing shared by the benchmarks: the best time per call of functions that take
+turns, so that load from other processes hits them alike.
+
+    from timing import interleaved_best
+    eager_s, replay_s = interleaved_best([eager, replay], seconds=2.0, rounds=10)
+"""
+import time
+
+
+def interleaved_best(fns, seconds, rounds, clock=time.perf_counter):
+    """Best time per call (seconds, by `clock`) of each function: each is first
+    called enough times to fill its share of `seconds`, then all take turns for
+    `rounds` rounds of that many calls."""
+    counts = []
+    for fn in fns:
+        fn()
+        n, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds / rounds / len(fns):
+            fn()
+            n += 1
+        counts.append(max(n, 1))
+    best = [float("inf")] * len(fns)
+    for _ in range(rounds):
+        for i, (fn, n) in enumerate(zip(fns, counts)):
+            start = clock()
+            for _ in range(n):
+                fn()
+            best[i] = min(best[i], (clock() - start) / n)
+    return best
