@@ -107,7 +107,8 @@ class Digest(NamedTuple):
 # Digests and sizes as published in the checksum lists of TensorFlow Datasets
 # (MNIST, tiny Shakespeare) and torchvision (CIFAR). Fixed files not listed,
 # because no published digest is at hand: the VGG16 and ResNet weights and the
-# ImageNet labels file; they are still checked against Content-Length.
+# ImageNet labels file; they are still checked against Content-Length, and a
+# weights file against the CRC-32 its npz keeps of every array, when it is read.
 KNOWN_FILES = {
     'https://ossci-datasets.s3.amazonaws.com/mnist/train-images-idx3-ubyte.gz': Digest(
         '440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609', 9912422),

@@ -11,6 +11,7 @@ import numpy as np
 import dezero.functions as F
 import dezero.layers as L
 from dezero import utils
+from dezero.downloads import DownloadError
 from dezero.layers import Layer
 
 # =============================================================================
@@ -65,6 +66,19 @@ def _weights_file(url):
     return utils.get_file(url)
 
 
+def _load_pretrained(model, path):
+    """Load a downloaded weight file into model. No sha256 of these files is
+    published; a damaged one is still caught: an npz keeps the CRC-32 of every
+    array, which reading it checks, and load_weights checks every key and shape."""
+    try:
+        model.load_weights(path)
+    except ValueError as e:
+        raise DownloadError(
+            f"{type(model).__name__}(pretrained=True): the cached file {path} is damaged or "
+            f"not the expected weights ({e})\nDelete it to download it again:\n  rm {path!r}",
+            path=path, reason=str(e)) from e
+
+
 # =============================================================================
 # VGG16
 # =============================================================================
@@ -89,7 +103,7 @@ class VGG16(Model):
         self.fc7 = L.Linear(4096)
         self.fc8 = L.Linear(1000)
         if weights is not None:
-            self.load_weights(weights)
+            _load_pretrained(self, weights)
 
     def forward(self, x):
         for stage in (("conv1_1", "conv1_2"), ("conv2_1", "conv2_2"),
@@ -143,7 +157,7 @@ class ResNet(Model):
         self.res5 = BuildingBlock(block[3], 1024, 512, 2048, 2)
         self.fc6 = L.Linear(1000)
         if weights is not None:
-            self.load_weights(weights)
+            _load_pretrained(self, weights)
 
     def forward(self, x):
         x = F.relu(self.bn1(self.conv1(x)))

@@ -1,6 +1,5 @@
 """Models: MLP training on the spiral, Sequential, plot, and the structure of
 VGG16 and ResNet (names, sizes, pretrained weights without a network)."""
-import os
 import urllib.error
 import urllib.request
 
@@ -137,10 +136,10 @@ def test_pretrained_offline_names_the_file_and_where_to_put_it(monkeypatch, tmp_
     assert file_name in message and str(tmp_path / file_name) in message
 
 
-def test_pretrained_weights_in_the_cache_load_without_network(monkeypatch, tmp_path):
-    offline(monkeypatch, tmp_path)
-    # Every W of VGG16 takes its input size from the data, so arrays with an
-    # input size of 1 stand in for the real 500 MB file; the rest is true to size.
+def vgg16_stand_in(path):
+    """Writes a small stand-in for the 500 MB VGG16 file at path; returns its arrays.
+    Every W of VGG16 takes its input size from the data, so arrays with an input
+    size of 1 stand in for the real ones; the rest is true to size."""
     model = VGG16()
     arrays = {}
     for i, key in enumerate(vgg_keys()):
@@ -153,10 +152,38 @@ def test_pretrained_weights_in_the_cache_load_without_network(monkeypatch, tmp_p
         else:
             shape = (1, layer.out_size)
         arrays[key] = np.full(shape, i, dtype=np.float32)
-    np.savez(os.path.join(tmp_path, "vgg16.npz"), **arrays)
+    np.savez(path, **arrays)
+    return arrays
+
+
+def test_pretrained_weights_in_the_cache_load_without_network(monkeypatch, tmp_path):
+    offline(monkeypatch, tmp_path)
+    arrays = vgg16_stand_in(tmp_path / "vgg16.npz")
     model = VGG16(pretrained=True)
     np.testing.assert_array_equal(model.fc8.b.data, arrays["fc8/b"])
     np.testing.assert_array_equal(model.conv1_1.W.data, arrays["conv1_1/W"])
+
+
+def damage_fc8_b(data):
+    start = data.index(b"fc8/b.npy") + 200  # inside the array's bytes
+    data[start] ^= 0x01
+    return data
+
+
+@pytest.mark.parametrize("damage", [damage_fc8_b, lambda data: data[:len(data) // 2]],
+                         ids=["one bit of an array", "cut short"])
+def test_a_damaged_weights_file_in_the_cache_says_to_delete_it(monkeypatch, tmp_path, damage):
+    # No sha256 of the VGG16 file is published: the CRC-32 that the npz keeps of
+    # every array, checked while reading it, stands in for one.
+    offline(monkeypatch, tmp_path)
+    path = tmp_path / "vgg16.npz"
+    vgg16_stand_in(path)
+    path.write_bytes(bytes(damage(bytearray(path.read_bytes()))))
+    with pytest.raises(DownloadError) as info:
+        VGG16(pretrained=True)
+    message = str(info.value)
+    assert f"the cached file {path} is damaged" in message
+    assert f"rm {str(path)!r}" in message and info.value.path == str(path)
 
 
 @pytest.fixture
