@@ -1,9 +1,10 @@
-"""Shared pytest set-up: the `slow` marker.
+"""Shared pytest set-up: the `slow` marker, the `torch` fixture.
 
 Whole-program tests (steps, notebooks, the docs build, the demo and other
-subprocess runs) are marked slow. `python -m pytest -q` runs everything;
-`python -m pytest -q -m "not slow"` is the quick inner loop.
+subprocess runs) and comparisons with PyTorch are marked slow. `python -m pytest
+-q` runs everything; `python -m pytest -q -m "not slow"` is the quick inner loop.
 """
+import gc
 import os
 
 import pytest
@@ -21,8 +22,26 @@ SLOW_MODULES = {"test_steps", "test_notebooks", "test_docs", "test_demo",
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES:
+        # Comparisons with PyTorch are slow too: importing it takes 2-3 s.
+        if item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES or \
+                "torch" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def torch():
+    """PyTorch, the reference of the comparisons that ask for it (installed by the
+    `reference` extra); their tests are skipped without it."""
+    return pytest.importorskip("torch")
+
+
+def pytest_collection_finish(session):
+    # What the imports and collection made (numpy, the test modules) lives to the
+    # end: moved out of the collector's generations, it is not traversed again by
+    # each full collection (pytest's five at the end, trace mode's escape check,
+    # the tests that collect), which took over a second of the quick loop.
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(autouse=True, scope="session")

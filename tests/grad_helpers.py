@@ -1,10 +1,21 @@
 """Helpers shared by the NN and convolution op tests: seeded inputs and gradients
 turned into functions that can be checked again (double backprop)."""
+import functools
+
 import numpy as np
 
 
 def rng(seed=0):
     return np.random.RandomState(seed)
+
+
+@functools.cache
+def weights(seed, shape):
+    """Fixed random weights (read-only), drawn once: a numerical gradient calls
+    the function they weigh thousands of times."""
+    w = rng(seed).randn(*shape)
+    w.flags.writeable = False
+    return w
 
 
 def gradient_of(f, seed=11):
@@ -14,5 +25,5 @@ def gradient_of(f, seed=11):
         y.backward(create_graph=True)
         gx = x.grad
         x.cleargrad()
-        return gx * rng(seed).randn(*x.shape)
+        return gx * weights(seed, x.shape)
     return g

@@ -4,6 +4,7 @@ reuse that never overwrites what a caller holds, the disk cache, compile errors
 and the missing-compiler fallback."""
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -58,6 +59,20 @@ SPECS = {
 @pytest.fixture(scope="module")
 def library():
     return cpu.KernelLibrary(list(SPECS.values()))
+
+
+@pytest.fixture(scope="module")
+def built_0d():
+    """k_0d's library in the suite's kernel cache (compiled there once, kept
+    between runs): the cache tests start from a copy of it rather than a compile."""
+    return cpu.build_library(cpu.library_source([SPECS["k_0d"]]))
+
+
+def copy_cache(library, folder):
+    """Copies a library and its cache files (.sha256, .cpp) into `folder`."""
+    for path in library.parent.glob(library.stem + ".*"):
+        shutil.copy2(path, folder / path.name)
+    return folder / library.name
 
 
 def kernel(library, name):
@@ -386,10 +401,10 @@ def test_names_that_are_lowercase_macros_of_the_headers_compile():
     np.testing.assert_allclose(got.data, want, rtol=1e-6, atol=1e-6)
 
 
-def test_a_truncated_library_in_the_cache_is_rebuilt(tmp_path, monkeypatch):
+def test_a_truncated_library_in_the_cache_is_rebuilt(tmp_path, monkeypatch, built_0d):
     monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
     source = cpu.library_source([SPECS["k_0d"]])
-    path = cpu.build_library(source)
+    path = copy_cache(built_0d, tmp_path)
     path.write_bytes(path.read_bytes()[:1000])  # as a full disk or a killed copy leaves it
     assert cpu.build_library(source) == path and path.stat().st_size > 1000
     library = cpu.KernelLibrary([SPECS["k_0d"]])  # loading the cut file was a SIGBUS
@@ -419,7 +434,8 @@ def test_a_cache_folder_that_cannot_be_written_warns_and_replays_unfused(tmp_pat
         cpu._warn_unfused.cache_clear()
 
 
-def test_a_relative_cache_folder_is_found_again(tmp_path, monkeypatch):
+def test_a_relative_cache_folder_is_found_again(tmp_path, monkeypatch, built_0d):
+    copy_cache(built_0d, tmp_path)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("DEZERO_CACHE_DIR", ".")  # dlopen("x.so") searched the system paths
     library = cpu.KernelLibrary([SPECS["k_0d"]])

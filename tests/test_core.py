@@ -2,6 +2,7 @@
 derivatives, deep graphs, memory, the op registry and error messages."""
 import gc
 import sys
+import threading
 import types
 import weakref
 
@@ -253,15 +254,30 @@ def test_multi_output_function_gets_none_for_unused_output():
 
 
 def test_deep_chain_backward_and_deletion_do_not_recurse():
-    x = Variable(np.array(1.0))
-    y = x
-    for _ in range(100_000):
-        y = y + 1e-5
-    y.backward()
-    assert x.grad.data == 1.0
-    assert np.isclose(y.data, 2.0)
-    del y  # freeing a 100,000-deep chain must not overflow the C stack either
-    assert x.grad.data == 1.0
+    # In a thread with a 512 KiB C stack, so that 20,000 links are deep enough:
+    # a recursive backward passes Python's limit of 1,000 frames, and freeing the
+    # chain recursively would need far more C stack (a crash, not an error).
+    results = []
+
+    def build_backward_and_free():
+        x = Variable(np.array(1.0))
+        y = x
+        for _ in range(20_000):
+            y = y + 1e-5
+        y.backward()
+        results.append((x.grad.data.item(), y.data.item()))
+        del y
+        results.append(x.grad.data.item())
+
+    threading.stack_size(1 << 19)
+    try:
+        thread = threading.Thread(target=build_backward_and_free)
+        thread.start()
+    finally:
+        threading.stack_size(0)
+    thread.join()
+    assert results[0][0] == 1.0 and np.isclose(results[0][1], 1.2)
+    assert results[1] == 1.0
 
 
 def test_graph_is_freed_when_no_reference_is_left():

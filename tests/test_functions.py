@@ -220,8 +220,7 @@ def _tied():
 
 
 @pytest.mark.parametrize("name", TIED_EXTREMES)
-def test_max_min_share_the_gradient_among_ties_as_torch_amax(name):
-    torch = pytest.importorskip("torch")
+def test_max_min_share_the_gradient_among_ties_as_torch_amax(name, torch):
     fn, torch_fn = TIED_EXTREMES[name]
     x = Variable(_tied())
     y = fn(x)

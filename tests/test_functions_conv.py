@@ -9,6 +9,7 @@ import doctest
 import numpy as np
 import pytest
 from grad_helpers import gradient_of, rng
+from grad_helpers import weights as fixed_weights
 
 import dezero
 import dezero.functions as F
@@ -33,7 +34,7 @@ CONF = dict(stride=(2, 1), pad=(1, 0))
 
 
 def weights(shape, x, seed=9):
-    return c(rng(seed).randn(*shape), x)
+    return c(fixed_weights(seed, shape), x)
 
 
 def conv_out(x):
@@ -137,7 +138,7 @@ def test_doc_examples_run():
 
 
 def torch_grads(f, *arrays):
-    torch = pytest.importorskip("torch")
+    import torch  # called by tests that ask for the torch fixture
     ts = [torch.tensor(a, requires_grad=True) for a in arrays]
     y = f(*ts)
     w = rng(42).randn(*y.shape)
@@ -161,8 +162,7 @@ def assert_same(f, g, *arrays):
 
 
 @pytest.mark.parametrize("stride,pad", [(1, 0), (2, 1), ((2, 1), (0, 2)), ((1, 3), (1, 1))])
-def test_conv2d_matches_torch(stride, pad):
-    torch = pytest.importorskip("torch")
+def test_conv2d_matches_torch(stride, pad, torch):
     x, w, b = rng(1).randn(2, 3, 7, 6), rng(2).randn(4, 3, 3, 2), rng(3).randn(4)
     assert_same(lambda x, w, b: F.conv2d(x, w, b, stride=stride, pad=pad),
                 lambda x, w, b: torch.nn.functional.conv2d(x, w, b, stride=stride,
@@ -171,8 +171,7 @@ def test_conv2d_matches_torch(stride, pad):
 
 @pytest.mark.parametrize("stride,pad,outsize,extra", [
     (1, 0, None, (0, 0)), (2, 1, None, (0, 0)), ((2, 3), (1, 0), (8, 9), (1, 1))])
-def test_deconv2d_matches_torch_conv_transpose(stride, pad, outsize, extra):
-    torch = pytest.importorskip("torch")
+def test_deconv2d_matches_torch_conv_transpose(stride, pad, outsize, extra, torch):
     x, w, b = rng(1).randn(2, 3, 4, 3), rng(2).randn(3, 2, 3, 2), rng(3).randn(2)
     assert_same(lambda x, w, b: F.deconv2d(x, w, b, stride=stride, pad=pad, outsize=outsize),
                 lambda x, w, b: torch.nn.functional.conv_transpose2d(
@@ -180,24 +179,21 @@ def test_deconv2d_matches_torch_conv_transpose(stride, pad, outsize, extra):
 
 
 @pytest.mark.parametrize("kernel,stride,pad", [(2, 2, 0), (3, 2, 1), ((3, 2), (1, 2), (1, 1))])
-def test_pooling_matches_torch_max_pool_even_for_negative_inputs(kernel, stride, pad):
-    torch = pytest.importorskip("torch")
+def test_pooling_matches_torch_max_pool_even_for_negative_inputs(kernel, stride, pad, torch):
     x = rng(1).randn(2, 3, 7, 6) - 5.0  # all negative: zero padding would win
     assert_same(lambda x: F.pooling(x, kernel, stride, pad),
                 lambda x: torch.nn.functional.max_pool2d(x, kernel, stride, pad), x)
 
 
 @pytest.mark.parametrize("kernel,stride,pad", [(2, 2, 0), (3, 2, 1), ((3, 2), (1, 2), (1, 1))])
-def test_average_pooling_matches_torch_counting_padding(kernel, stride, pad):
-    torch = pytest.importorskip("torch")
+def test_average_pooling_matches_torch_counting_padding(kernel, stride, pad, torch):
     x = rng(1).randn(2, 3, 7, 6)
     assert_same(lambda x: F.average_pooling(x, kernel, stride, pad),
                 lambda x: torch.nn.functional.avg_pool2d(x, kernel, stride, pad,
                                                          count_include_pad=True), x)
 
 
-def test_im2col_and_col2im_match_torch_unfold_and_fold():
-    torch = pytest.importorskip("torch")
+def test_im2col_and_col2im_match_torch_unfold_and_fold(torch):
     x = rng(1).randn(2, 3, 6, 5)
     kernel, stride, pad = (3, 2), (2, 1), (1, 0)
     col = F.im2col(x, kernel, stride, pad).data
@@ -222,10 +218,9 @@ def test_simple_versions_agree():
     np.testing.assert_array_equal(F.pooling_simple(x, 2, 1).data, F.pooling(x, 2, 1).data)
 
 
-def test_pooling_simple_agrees_with_pooling_and_torch_on_tied_maxima():
+def test_pooling_simple_agrees_with_pooling_and_torch_on_tied_maxima(torch):
     # Windows with several equal maxima: the first takes the whole gradient, in
     # pooling, pooling_simple and torch's max_pool2d alike.
-    torch = pytest.importorskip("torch")
     x = rng(1).randint(0, 3, (2, 2, 5, 4)).astype(np.float64)
     w = rng(2).randn(2, 2, 2, 2)
     grads = []
@@ -267,7 +262,10 @@ def test_pooling_refuses_padding_beyond_half_the_kernel(kernel, pad):
     # Such padding makes windows of padding alone, whose maximum was -inf.
     with pytest.raises(ValueError, match=r"pooling: pad .* more than half the kernel .*-inf"):
         F.pooling(rng(1).randn(1, 1, 4, 4), kernel, stride=1, pad=pad)
-    torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("kernel, pad", [(2, 2), (3, 2), ((3, 2), (1, 2)), (1, 1)], ids=str)
+def test_torch_refuses_the_same_padding(kernel, pad, torch):
     with pytest.raises(RuntimeError, match="pad should be"):
         torch.nn.functional.max_pool2d(torch.zeros(1, 1, 4, 4), kernel, 1, pad)
 
@@ -318,10 +316,14 @@ def test_an_empty_batch_gives_an_empty_output_and_a_zero_weight_gradient(op):
     assert y.shape[0] == 0 and x.grad.shape == x.shape
     assert w.grad.shape == w.shape and not w.grad.data.any()
     F.sum(w.grad).backward()  # double backprop runs too
-    torch = pytest.importorskip("torch")
-    want = EMPTY_BATCH[op][2](torch, torch.zeros(0, 1, 5, 5, dtype=torch.float64),
-                              torch.tensor(w.data))
-    assert y.shape == tuple(want.shape)
+
+
+@pytest.mark.parametrize("op", sorted(EMPTY_BATCH))
+def test_the_output_shape_of_an_empty_batch_is_torchs(op, torch):
+    f, w_shape, torch_f = EMPTY_BATCH[op]
+    w = rng(1).randn(*w_shape)
+    want = torch_f(torch, torch.zeros(0, 1, 5, 5, dtype=torch.float64), torch.tensor(w))
+    assert f(np.zeros((0, 1, 5, 5)), w).shape == tuple(want.shape)
 
 
 @pytest.mark.parametrize("op", ["pooling", "pooling_simple", "average_pooling"])

@@ -147,8 +147,7 @@ def test_adamw_matches_closed_form_with_decoupled_decay():
     assert_history(got, want)
 
 
-def test_adamw_agrees_with_torch():
-    torch = pytest.importorskip("torch")
+def test_adamw_agrees_with_torch(torch):
     model = Pair(np.float64)
     got = run(O.AdamW(alpha=0.01, weight_decay=0.1), model)
     fresh = Pair(np.float64)

@@ -1,13 +1,12 @@
 """Every function of the op table against PyTorch (float64, same inputs): values,
-gradients, and the gradient of a gradient. Skipped when torch is not installed."""
+gradients, and the gradient of a gradient. Skipped when torch is not installed;
+left out of the quick loop (the `torch` fixture marks it slow)."""
 import numpy as np
 import pytest
 from op_table import ROWS
 
 import dezero.functions as F
 from dezero import Variable
-
-torch = pytest.importorskip("torch")
 
 ROWS_WITH_TORCH = [row for row in ROWS if row.torch is not None]
 
@@ -18,7 +17,7 @@ def _weights(shape):
 
 
 @pytest.mark.parametrize("row", ROWS_WITH_TORCH, ids=[row.name for row in ROWS_WITH_TORCH])
-def test_values_and_gradients_match_torch(row):
+def test_values_and_gradients_match_torch(row, torch):
     arrays = row.inputs()
     xs = [Variable(a) for a in arrays]
     ts = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in arrays]
