@@ -311,6 +311,40 @@ def test_no_compiler_warns_once_and_replays_unfused(monkeypatch):
         cpu._warn_unfused.cache_clear()
 
 
+def test_cxx_may_hold_a_command_with_arguments(tmp_path, monkeypatch):
+    # CXX="ccache g++" was looked up as one program name, found nowhere, and every
+    # graph replayed unfused. Here a wrapper that logs its arguments stands in.
+    wrapper = tmp_path / "wrap.py"
+    log = tmp_path / "log"
+    wrapper.write_text("import subprocess, sys\n"
+                       f"open({str(log)!r}, 'a').write(' '.join(sys.argv[1:3]) + '\\n')\n"
+                       "sys.exit(subprocess.run(['g++', *sys.argv[2:]]).returncode)\n")
+    monkeypatch.setenv("CXX", f"'{sys.executable}' {wrapper} --tag")
+    monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path / "kernels"))
+    cpu.compiler.cache_clear()
+    try:
+        assert cpu.missing_reason() is None
+        assert cpu.compiler()[0] == (sys.executable, str(wrapper), "--tag")
+        library = cpu.KernelLibrary([SPECS["k_0d"]])
+        y, = library.kernel(SPECS["k_0d"])(np.float32(2), np.float32(3))
+        assert y == 7
+        assert log.read_text().splitlines() == ["--tag --version", "--tag -O3"]
+    finally:
+        monkeypatch.undo()
+        cpu.compiler.cache_clear()
+
+
+@pytest.mark.parametrize("cxx", ["no-such-compiler-here", "g++ 'unbalanced"])
+def test_a_cxx_that_names_no_compiler_is_the_missing_reason(monkeypatch, cxx):
+    monkeypatch.setenv("CXX", cxx)
+    cpu.compiler.cache_clear()
+    try:
+        assert cpu.missing_reason() == f"no C++ compiler found (CXX={cxx!r})"
+    finally:
+        monkeypatch.undo()
+        cpu.compiler.cache_clear()
+
+
 def test_cache_key_covers_flags_and_compiler(monkeypatch):
     source = cpu.library_source([SPECS["k_0d"]])
     key = cpu._cache_key(source)
@@ -446,6 +480,6 @@ def test_a_relative_cache_folder_is_found_again(tmp_path, monkeypatch, built_0d)
 
 def test_a_compiler_that_writes_no_library_is_a_compile_error(tmp_path, monkeypatch):
     monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(cpu, "compiler", lambda: ("/bin/true", "true (a stand-in)"))
+    monkeypatch.setattr(cpu, "compiler", lambda: (("/bin/true",), "true (a stand-in)"))
     with pytest.raises(cpu.CompileError, match="wrote no library"):
         cpu.build_library(cpu.library_source([SPECS["k_0d"]]))

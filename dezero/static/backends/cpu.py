@@ -18,6 +18,7 @@ import hashlib
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -54,15 +55,22 @@ class CompileError(RuntimeError):
 
 @functools.cache
 def compiler() -> tuple | None:
-    """(path, version line) of the C++ compiler (CXX, else c++, g++, clang++), or
-    None with the reason in `missing_reason()`."""
-    names = [os.environ["CXX"]] if os.environ.get("CXX") else ["c++", "g++", "clang++"]
-    for name in names:
+    """(command, version line) of the C++ compiler, or None with the reason in
+    `missing_reason()`. The command is $CXX split as a shell would ("ccache g++",
+    "g++-12 -std=c++17"), else the first of c++, g++, clang++ on PATH."""
+    commands = [["c++"], ["g++"], ["clang++"]]
+    if os.environ.get("CXX", "").strip():
+        try:
+            commands = [shlex.split(os.environ["CXX"])]
+        except ValueError:  # unbalanced quotes: missing_reason() shows CXX
+            return None
+    for name, *arguments in commands:
         path = shutil.which(name)
         if path:
-            run = subprocess.run([path, "--version"], capture_output=True, text=True)
+            command = (path, *arguments)
+            run = subprocess.run([*command, "--version"], capture_output=True, text=True)
             if run.returncode == 0:
-                return path, run.stdout.splitlines()[0]
+                return command, (run.stdout.splitlines() or ["unknown version"])[0]
     return None
 
 
@@ -323,8 +331,8 @@ def library_source(specs) -> str:
 
 
 def _cache_key(source: str) -> str:
-    path, version = compiler()
-    parts = [source, " ".join(FLAGS), path, version, sys.version, np.__version__,
+    command, version = compiler()
+    parts = [source, " ".join(FLAGS), " ".join(command), version, sys.version, np.__version__,
              _cpu_identity()]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
@@ -344,7 +352,7 @@ def build_library(source: str) -> Path:
     with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
         src, lib = Path(tmp, "kernels.cpp"), Path(tmp, "kernels.so")
         src.write_text(source)
-        command = [compiler()[0], *FLAGS, str(src), "-o", str(lib)]
+        command = [*compiler()[0], *FLAGS, str(src), "-o", str(lib)]
         run = subprocess.run(command, capture_output=True, text=True)
         if run.returncode != 0 or not lib.exists():
             numbered = "\n".join(f"{i:4d}  {line}"
