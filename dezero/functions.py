@@ -158,7 +158,7 @@ def pow(x, c):
 
 
 # =============================================================================
-# Elementwise math: sin, cos, tan, tanh, exp, log, sqrt, square, abs, clip
+# Elementwise math: sin, cos, tan, tanh, exp, expm1, log, sqrt, square, abs, clip
 # =============================================================================
 
 
@@ -239,6 +239,24 @@ class Exp(Function):
 
 def exp(x):
     return Exp()(x)
+
+
+class Expm1(Function):
+    """exp(x) - 1 without the rounding of exp(x) near 1: for small x it keeps
+    every digit that exp(x) - 1 loses (Adam's 1 - beta ** t is -expm1(t log beta))."""
+    cpp = "expm1({x})"
+    py = "_xp.expm1({x})"
+
+    def forward(self, x):
+        return cuda.get_array_module(x).expm1(x)
+
+    def backward(self, gy):
+        y = self.outputs[0]()
+        return gy * (y + 1)
+
+
+def expm1(x):
+    return Expm1()(x)
 
 
 class Log(Function):

@@ -366,9 +366,10 @@ class Adam(Optimizer):
         self._one_minus_beta2 = 1 - self._beta2
 
     def _bias_corrected_lr(self, t):
-        # beta ** t written as exp(t * log(beta)): the exponent is a Variable.
-        fix1 = 1 - F.exp(t * F.log(self._beta1))
-        fix2 = 1 - F.exp(t * F.log(self._beta2))
+        # 1 - beta ** t written as -expm1(t * log(beta)): the exponent is a Variable,
+        # and 1 - exp(...) would lose digits (float32 1 - 0.999 keeps about four).
+        fix1 = -F.expm1(t * F.log(self._beta1))
+        fix2 = -F.expm1(t * F.log(self._beta2))
         return self._alpha * F.sqrt(fix2) / fix1
 
     def _moments(self, param):

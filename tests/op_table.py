@@ -75,6 +75,7 @@ ROWS = [
     Row("tan", F.tan, ((2, 3),), np.tan, torch=lambda a: a.tan(), low=-1.2, high=1.2),
     Row("tanh", F.tanh, ((2, 3),), np.tanh, torch=lambda a: a.tanh()),
     Row("exp", F.exp, ((2, 3),), np.exp, torch=lambda a: a.exp()),
+    Row("expm1", F.expm1, ((2, 3),), np.expm1, torch=lambda a: a.expm1()),
     Row("log", F.log, ((2, 3),), np.log, torch=lambda a: a.log(), low=0.5),
     Row("sqrt", F.sqrt, ((2, 3),), np.sqrt, torch=lambda a: a.sqrt(), low=0.5),
     Row("square", F.square, ((2, 3),), np.square, torch=lambda a: a.square()),
