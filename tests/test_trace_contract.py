@@ -416,36 +416,6 @@ def test_draws_from_a_random_generator_of_the_user_raise_naming_it():
             traced(np.ones(3))
 
 
-@pytest.mark.parametrize("make", [np.random.default_rng, np.random.RandomState,
-                                  lambda: np.random.Generator(np.random.PCG64())],
-                         ids=["default_rng", "RandomState", "Generator(PCG64())"])
-def test_a_generator_made_without_a_seed_inside_a_recording_raises(make):
-    # No global state moves: its numbers were frozen into the graph in silence.
-    def noisy(x):
-        rng = make()
-        return F.exp(x) + rng.standard_normal(3)
-
-    with pytest.raises(TraceError, match=r"made a random generator without a seed while it "
-                                          r"was traced \(test_trace_contract.py:\d+, `"):
-        dezero.trace(noisy)(np.ones(3))
-    assert 0 <= make().random() < 1  # outside a recording, as numpy makes it
-
-
-def test_a_seeded_generator_inside_and_unseeded_ones_of_other_threads_are_fine():
-    made = []
-
-    def seeded(x):
-        thread = threading.Thread(target=lambda: made.append(np.random.default_rng()))
-        thread.start()
-        thread.join()
-        return F.exp(x) + np.random.default_rng(1).standard_normal(3)
-
-    traced = dezero.trace(seeded)
-    for _ in range(3):
-        np.testing.assert_array_equal(traced(np.ones(3)).data, seeded(np.ones(3)).data)
-    assert traced.entries == 1 and len(made) == 4  # the recording and three eager calls
-
-
 def test_a_draw_after_the_last_op_is_not_blamed_on_the_callers_line():
     def f(x):
         y = F.exp(x)

@@ -333,7 +333,6 @@ class RandomWatch:
     """
 
     def __init__(self):
-        _watch_fresh_entropy()
         try:
             address = np.random.mtrand._rand._bit_generator.ctypes.state_address
             self._mt = (ctypes.c_uint32 * 625).from_address(address)  # key[624], pos
@@ -374,26 +373,3 @@ class RandomWatch:
             f"it was traced, outside a dezero random op ({seen}); every replay would "
             f"reuse the numbers drawn\n  fix: use dezero's random ops (F.dropout), or "
             f"draw outside the traced function and pass the array in")
-
-
-def _watch_fresh_entropy() -> None:
-    """A generator made without a seed (np.random.default_rng(), RandomState())
-    moves no global state, so the watch above cannot see it; its numbers would be
-    frozen into the graph. numpy seeds it from bit_generator.randbits: wrapped once,
-    that refuses while this thread records and passes through otherwise."""
-    module = np.random.bit_generator
-    draw = getattr(module, "randbits", None)
-    if draw is None or getattr(draw, "dezero_watch", False):
-        return
-
-    def randbits(bits):
-        tracer = current_tracer()
-        if tracer is not None and getattr(tracer, "random", None) is not None:
-            raise TraceError(
-                f"{tracer.name} made a random generator without a seed while it was "
-                f"traced ({where()}); every replay would reuse the numbers it draws\n"
-                f"  fix: use dezero's random ops (F.dropout), or draw outside the traced "
-                f"function and pass the array in")
-        return draw(bits)
-    randbits.dezero_watch = True
-    module.randbits = randbits
