@@ -68,8 +68,9 @@ def _weights_file(url):
 
 def _load_pretrained(model, path):
     """Load a downloaded weight file into model. No sha256 of these files is
-    published; a damaged one is still caught: an npz keeps the CRC-32 of every
-    array, which reading it checks, and load_weights checks every key and shape."""
+    published; an npz keeps the CRC-32 of every array, which reading it checks,
+    and load_weights checks every key and shape. Not caught: damage to an array's
+    npy header that leaves a readable but shifted or reshaped array."""
     try:
         model.load_weights(path)
     except ValueError as e:
