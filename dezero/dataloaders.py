@@ -32,13 +32,18 @@ def _to_device(array, gpu):
 # Mini-batches: DataLoader
 # =============================================================================
 class DataLoader:
-    """Yield (x, t) batches of `batch_size` examples; the last batch may be smaller.
+    """Yield (x, t) batches of `batch_size` examples; the last batch may be
+    smaller, or with drop_last=True is left out (so every batch has one shape, and
+    a traced step records one graph, not a second for the short batch).
 
     shuffle draws a new order from the global numpy RNG (np.random.permutation)
     at the start of every epoch, so np.random.seed makes runs repeatable.
     """
 
-    def __init__(self, dataset, batch_size, shuffle=True, gpu=False):
+    def __init__(self, dataset, batch_size, shuffle=True, gpu=False, drop_last=False):
+        if not isinstance(drop_last, bool | np.bool_):
+            raise TypeError(f'{type(self).__name__}: drop_last must be True or False, '
+                            f'got {drop_last!r}')
         if not (isinstance(batch_size, int | np.integer) and batch_size > 0):
             raise ValueError(f'{type(self).__name__}: batch_size must be a positive int, '
                              f'got {batch_size!r}')
@@ -46,7 +51,8 @@ class DataLoader:
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.data_size = len(dataset)
-        self.max_iter = math.ceil(self.data_size / batch_size)
+        rounding = math.floor if drop_last else math.ceil
+        self.max_iter = rounding(self.data_size / batch_size)
         if gpu:
             _require_cupy(f'{type(self).__name__}(gpu=True)')
         self.gpu = gpu

@@ -105,6 +105,44 @@ class Layer:
         ("in_size", out_size)); dtype None means any float dtype."""
         return None
 
+    def __repr__(self):
+        """The layer tree: each sub-layer, each Variable's shape and dtype, and
+        the number of trained values (print(model))."""
+        lines, seen, counts = [], {}, {"values": 0, "unmade": 0}
+        self._describe("", "  ", lines, seen, counts, {id(self)})
+        total = f"{counts['values']} parameters"
+        if counts["unmade"]:
+            total += f" so far; {counts['unmade']} arrays not made yet"
+        return "\n".join([f"{type(self).__name__}  ({total})"] + lines)
+
+    def _describe(self, prefix, indent, lines, seen, counts, path):
+        # path: the ids of the layers above, so a layer that refers back to one of
+        # them is named, not walked again; seen: Variable id -> its first key.
+        for name in self.__dict__.get("_params", ()):
+            obj = self.__dict__[name]
+            if isinstance(obj, Layer):
+                if id(obj) in path:
+                    lines.append(f"{indent}{name}: {type(obj).__name__}, shown above")
+                    continue
+                lines.append(f"{indent}{name}: {type(obj).__name__}")
+                obj._describe(prefix + name + "/", indent + "  ", lines, seen, counts,
+                              path | {id(obj)})
+                continue
+            lines.append(f"{indent}{name}  {self._var_text(name, obj, seen, counts)}")
+            seen.setdefault(id(obj), prefix + name)
+
+    def _var_text(self, name, var, seen, counts):
+        if id(var) in seen:
+            return f"{_var_shape(var, self, name)}, shared with {seen[id(var)]}"
+        text = _var_shape(var, self, name)
+        if not isinstance(var, Parameter):
+            return text + ", state"
+        if var.data is None:
+            counts["unmade"] += 1
+            return text + ", made at the first call"
+        counts["values"] += var.data.size
+        return text
+
     def params(self):
         """The Parameters of this layer and its sub-layers, in definition order
         (a Parameter shared by two layers comes once)."""
@@ -212,6 +250,16 @@ class Layer:
                 setattr(layer, dim, size)  # Linear.in_size, Conv2d.in_channels
 
 
+def _var_shape(var, layer, name):
+    """'(2, 10) float32' for a Variable; for one without data, the shape and
+    dtype its layer will give it, with the sizes still open named."""
+    if var.data is not None:
+        return f"{_shape_text(var.shape)} {var.dtype}"
+    shape, dtype = layer._unbuilt(name) or (None, None)
+    shape = "(shape not known yet)" if shape is None else _shape_text(shape)
+    return f"{shape} {'float' if dtype is None else np.dtype(dtype)}"
+
+
 _REAL_KINDS = "biuf"  # bool, signed and unsigned integers, floats
 
 
@@ -307,11 +355,21 @@ def _randn(xp, shape, scale, dtype):
 # =============================================================================
 
 
+def _check_nobias(layer, nobias, usage):
+    # PyTorch's Linear(in, out) read in the book's order Linear(out_size, nobias)
+    # would build a layer of in outputs without a bias, in silence.
+    if not isinstance(nobias, bool | np.bool_):
+        raise TypeError(f"{layer}: nobias must be True or False, got {nobias!r}; the "
+                        f"arguments are in the book's order: {usage}")
+
+
 class Linear(Layer):
     """y = x @ W + b with W of shape (in_size, out_size), drawn from
     N(0, 1/in_size). With in_size=None, W is made at the first call."""
 
     def __init__(self, out_size, nobias=False, dtype=np.float32, in_size=None):
+        _check_nobias("Linear", nobias, f"Linear(out_size, nobias=False, dtype=np.float32, "
+                      f"in_size=None), e.g. Linear({nobias!r}, in_size={out_size!r})")
         super().__init__()
         self.in_size = in_size
         self.out_size = out_size
@@ -350,6 +408,9 @@ class _ConvBase(Layer):
 
     def __init__(self, out_channels, kernel_size, stride=1, pad=0, nobias=False,
                  dtype=np.float32, in_channels=None):
+        _check_nobias(type(self).__name__, nobias, f"{type(self).__name__}(out_channels, "
+                      f"kernel_size, stride=1, pad=0, nobias=False, dtype=np.float32, "
+                      f"in_channels=None)")
         super().__init__()
         self.in_channels = in_channels
         self.out_channels = out_channels

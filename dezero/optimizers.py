@@ -46,6 +46,7 @@ class Hyperparameter:
     def __set__(self, obj, value):
         if layers.observer() is not None:  # inside a traced function that records
             layers.observer().hyperparameter_set(obj, self.name)
+        _refuse_parameters(obj, self.name, value)
         value = float(value)
         var = obj.__dict__.get(self.var_key)
         if var is None:
@@ -64,6 +65,17 @@ class Hyperparameter:
         if var.data.dtype != dtype or cuda.get_array_module(var.data) is not xp:
             with _untraced():  # a one-time conversion, not part of a step to replay
                 var.data = xp.array(obj.__dict__[self.value_key], dtype=dtype)
+
+
+def _refuse_parameters(obj, name, value):
+    # PyTorch's habit, Adam(model.params()): dezero's optimizers take the model
+    # through setup(), and their first argument is a hyperparameter.
+    if isinstance(value, layers.Layer | Parameter | list | tuple | dict) or \
+            hasattr(value, "__next__"):
+        cls = type(obj).__name__
+        raise TypeError(
+            f"{cls}: {name} must be a number, got {type(value).__name__}; an optimizer "
+            f"is given its model with setup: optimizer = optimizers.{cls}().setup(model)")
 
 
 @functools.cache
