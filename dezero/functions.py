@@ -11,6 +11,7 @@ import numpy as np
 
 from dezero import core, cuda, utils
 from dezero.core import Config, Constant, Function, Variable, as_operand, as_variable, no_grad
+from dezero.errors import TraceError, where
 
 # =============================================================================
 # Arithmetic: add, sub, rsub, mul, div, rdiv, neg, pow
@@ -1204,8 +1205,6 @@ def batch_norm(x, gamma, beta, mean, var, decay=0.9, eps=2e-5):
 
     for name, v in (("mean", mean), ("var", var)):
         if not isinstance(v, Variable) and core.current_tracer() is not None:
-            from dezero.static.ir import TraceError
-            from dezero.static.tracer import where
             raise TraceError(
                 f"batch_norm: the running {name} is a {type(v).__name__} in a traced run "
                 f"({where()}); its in-place update would not be replayed\n  fix: keep it "

@@ -129,10 +129,10 @@ replay), signature (what selects a recorded graph), guard (a traced array as use
 code sees it while recording), group or kernel (elementwise nodes that run as one
 generated loop).
 """
+from dezero.errors import GraphError, GraphFileError, TraceError
 from dezero.static.debugging import debug
-from dezero.static.ir import GraphError, Node, StaticGraph, TraceError, Value
+from dezero.static.ir import Node, StaticGraph, Value
 from dezero.static.passes import cse, dce, fold, fuse, optimize
-from dezero.static.saving import GraphFileError
 from dezero.static.trace import TracedFunction, trace
 
 load = StaticGraph.load

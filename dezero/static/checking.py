@@ -17,9 +17,10 @@ import numpy as np
 
 from dezero import cuda
 from dezero.core import Variable
+from dezero.errors import TraceError
 from dezero.static import debugging
 from dezero.static.backends.interpreter import Interpreter
-from dezero.static.ir import TraceError, format_node, type_str
+from dezero.static.ir import format_node, type_str
 from dezero.static.tracer import restore
 
 

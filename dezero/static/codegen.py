@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dezero.static.ir import GraphError, Group, format_node, op_fact
+from dezero.errors import GraphError
+from dezero.static.ir import Group, format_node, op_fact
 
 # =============================================================================
 # The spec: Param, KernelSpec

@@ -17,54 +17,15 @@ where() (the user's line, for every TraceError), with_leaves and unguarded
 from __future__ import annotations
 
 import ctypes
-import linecache
-import os
 import random
-import sys
 
 import numpy as np
 
 import dezero.functions as F
 from dezero import cuda
 from dezero.core import TracedArray, Variable, current_tracer, no_grad
-from dezero.static.ir import TraceError, type_str
-
-_DEZERO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-# =============================================================================
-# Locating the user's line: user_frame, where
-# =============================================================================
-
-
-_IN_DEZERO: dict[str, bool] = {}  # filename -> whether it lies in the dezero package
-
-
-def user_frame():
-    """The innermost stack frame outside the dezero package (the user's code).
-    Every recorded op asks (for its node's source line), hence the cache."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        inside = _IN_DEZERO.get(filename)
-        if inside is None:
-            inside = _IN_DEZERO[filename] = os.path.abspath(filename).startswith(
-                _DEZERO_DIR + os.sep)
-        if not inside:
-            break
-        frame = frame.f_back
-    return frame
-
-
-def where() -> str:
-    """'train.py:12, `if float(loss) > 10:`' for the user's line, or '' if unknown."""
-    frame = user_frame()
-    if frame is None:
-        return ""
-    filename, lineno = frame.f_code.co_filename, frame.f_lineno
-    source = linecache.getline(filename, lineno).strip()
-    text = f"{os.path.basename(filename)}:{lineno}"
-    return f"{text}, `{source}`" if source else text
-
+from dezero.errors import TraceError, where
+from dezero.static.ir import type_str
 
 # =============================================================================
 # GuardedArray: shape and dtype readable, arithmetic recorded, numbers refused

@@ -19,19 +19,7 @@ import numpy as np
 
 from dezero import cuda
 from dezero.core import OPS, TracedArray, Variable
-
-# =============================================================================
-# Errors: TraceError, GraphError
-# =============================================================================
-
-
-class TraceError(RuntimeError):
-    """A traced function did something a static graph cannot express faithfully."""
-
-
-class GraphError(ValueError):
-    """A StaticGraph breaks one of the IR's rules (see StaticGraph.check)."""
-
+from dezero.errors import GraphError
 
 # =============================================================================
 # Values and nodes: Value, Node, type_str, letter_name

@@ -26,9 +26,9 @@ import numpy as np
 
 from dezero import cuda
 from dezero.core import Variable
+from dezero.errors import TraceError
 from dezero.layers import Layer
 from dezero.optimizers import Hyperparameter, Optimizer
-from dezero.static.ir import TraceError
 
 _GONE = object()
 # Files under these folders are libraries, whose module attributes hold no models.

@@ -81,12 +81,12 @@ import numpy as np
 
 from dezero import cuda
 from dezero.core import OPS, Variable
+from dezero.errors import GraphError, GraphFileError
 from dezero.files import atomic_file
 from dezero.static.ir import (
     KINDS,
     DataSlot,
     GradSlot,
-    GraphError,
     Node,
     StaticGraph,
     Value,
@@ -151,10 +151,6 @@ def _tree_to_json(tree):
 # =============================================================================
 # Checked reading: Field (a place in the file and the checks made there)
 # =============================================================================
-
-
-class GraphFileError(ValueError):
-    """A saved graph cannot be read: corrupt, truncated, mismatched, crafted or too new."""
 
 
 def _describe(value) -> str:

@@ -17,14 +17,14 @@ import numpy as np
 
 from dezero import cuda
 from dezero.core import TracerHooks, Variable
-from dezero.static.guard import GuardedArray, RandomWatch, overlap, user_frame, where
+from dezero.errors import TraceError, user_frame, where
+from dezero.static.guard import GuardedArray, RandomWatch, overlap
 from dezero.static.ir import (
     AttrSlot,
     DataSlot,
     GradSlot,
     Node,
     StaticGraph,
-    TraceError,
     Value,
     identifier,
     letter_name,

@@ -17,8 +17,7 @@ import types
 import weakref
 
 from dezero.core import Variable
-from dezero.static.ir import TraceError
-from dezero.static.tracer import where
+from dezero.errors import TraceError, where
 
 # =============================================================================
 # escaped: Variables of the run that something unknown still holds

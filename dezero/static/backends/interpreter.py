@@ -9,9 +9,9 @@ re-raises any failure with the printed line of the node that failed.
 """
 from __future__ import annotations
 
+from dezero.errors import GraphError
 from dezero.static.backends.plan import Plan
 from dezero.static.ir import (
-    GraphError,
     Node,
     StaticGraph,
     as_result_array,

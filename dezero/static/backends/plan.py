@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dezero import core
 from dezero.core import Config, Variable, _wrap_output
-from dezero.static.ir import GraphError, StaticGraph, TraceError
+from dezero.errors import GraphError, TraceError
+from dezero.static.ir import StaticGraph
 
 # =============================================================================
 # Outputs of a replay: ReplayedOutput, replayed_output

@@ -19,6 +19,7 @@ import numpy as np
 
 from dezero import cuda
 from dezero.core import Variable, _wrap_output
+from dezero.errors import GraphError
 from dezero.static import ir
 from dezero.static.backends.interpreter import reraise
 from dezero.static.backends.plan import Plan, replayed_output, shared_values
@@ -26,7 +27,6 @@ from dezero.static.codegen import kernel_spec
 from dezero.static.ir import (
     AttrSlot,
     GradSlot,
-    GraphError,
     Node,
     StaticGraph,
     as_result_array,

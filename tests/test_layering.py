@@ -1,0 +1,63 @@
+"""The package's layers, read from its source with ast (imports inside functions count):
+the eager library imports nothing of dezero.static, ir.py imports none of the modules
+that consume it, and the modules of dezero.static import each other without a cycle."""
+import ast
+from pathlib import Path
+
+import dezero
+
+PACKAGE = Path(dezero.__file__).parent
+
+# Modules outside static/ that may use trace mode: the package's front door (dezero.trace)
+# and the programs it runs (the demo trains with trace=True).
+ABOVE_STATIC = {"dezero", "dezero.__main__", "dezero.demo"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports(name: str) -> set:
+    """The dezero modules `name` imports anywhere in its source (a name imported from
+    a package counts as its submodule where one of that name exists)."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.add(sub if sub in MODULES else base)
+    return {m for m in found if m in MODULES}
+
+
+def test_the_eager_library_imports_nothing_of_static():
+    eager = [m for m in MODULES if not m.startswith("dezero.static") and m not in ABOVE_STATIC]
+    assert "dezero.functions" in eager and "dezero.core" in eager
+    wrong = {m: sorted(i for i in imports(m) if i.startswith("dezero.static"))
+             for m in eager}
+    assert {m: i for m, i in wrong.items() if i} == {}
+
+
+def test_the_scanner_sees_imports_inside_functions():
+    # What the rules rest on: an import in a function body counts as much as one at the top.
+    assert "dezero.core" in imports("dezero.utils")  # utils imports core only in functions
+
+
+def test_trace_errors_keep_their_old_import_paths():
+    import dezero.errors
+    import dezero.static
+    import dezero.static.saving
+    assert dezero.TraceError is dezero.static.TraceError is dezero.errors.TraceError
+    assert dezero.static.GraphError is dezero.errors.GraphError
+    assert dezero.static.GraphFileError is dezero.static.saving.GraphFileError
