@@ -734,3 +734,52 @@ def test_check_and_lower_work_with_in_place_updates():
     for i in range(3):
         checked(np.full(2, i + 1.0))
     np.testing.assert_allclose(W.data, [1.0 - 0.5 * 6, 2.0 - 0.5 * 6])
+
+
+# =============================================================================
+# Replays store no array the caller owns as a gradient or as state
+# =============================================================================
+
+
+def test_gradients_accumulated_through_one_reused_input_buffer_replay_like_eager():
+    def run(trace):
+        W = Variable(np.zeros(3, np.float32), name="W")
+
+        def step(x):
+            loss = F.sum(W * x)  # d loss / dW is x itself once x * 1 is simplified
+            loss.backward()
+            return loss
+
+        step = dezero.trace(step) if trace else step
+        buffer = np.empty(3, np.float32)  # micro-batches copied into one buffer
+        for epoch in range(2):
+            W.cleargrad()
+            for batch in ([1, 2, 3], [10, 20, 30], [5, 5, 5]):
+                buffer[...] = batch
+                step(buffer)
+        grad = W.grad.data.copy()
+        buffer[...] = 0  # the caller's buffer, refilled: W.grad stays
+        assert_replay_equal(W.grad.data, grad)
+        return grad
+
+    np.testing.assert_array_equal(run(False), [16, 27, 38])
+    np.testing.assert_array_equal(run(True), [16, 27, 38])
+
+
+def test_an_inputs_gradient_is_not_the_array_of_state():
+    W = Variable(np.array([1.0, 2.0, 3.0], np.float32), name="W")
+
+    @dezero.trace
+    def step(x):
+        loss = F.sum(W * x)
+        loss.backward()
+        return loss
+
+    for _ in range(3):
+        x = Variable(np.ones(3, np.float32))
+        W.cleargrad()
+        step(x)
+        assert not np.shares_memory(x.grad.data, W.data)
+        W.data -= 0.5 * W.grad.data  # the book's update leaves x.grad as it was
+        np.testing.assert_array_equal(x.grad.data, [1, 2, 3])
+        W.data[...] = [1, 2, 3]

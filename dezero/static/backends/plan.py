@@ -49,16 +49,29 @@ def replayed_output(array):
     return y
 
 
+def owned_values(graph: StaticGraph) -> set:
+    """Names of the values whose arrays belong to someone else: inputs (the caller's),
+    captured state and constants (one array for every replay). A replay stores a copy
+    of these as state or as a gradient (after x * 1 = x, W.grad <- x), so that the
+    caller refilling an input buffer, or an update of W, changes no other state."""
+    return {n.outputs[0].name for n in graph.nodes if n.kind in ("input", "state", "const")}
+
+
 def shared_values(graph: StaticGraph) -> set:
-    """Names of the values whose arrays someone else holds: inputs (the caller's),
-    captured state, constants (one array for every replay) and the sources of state
-    writes. A replay returns a copy of these, so that writing into a returned array
-    changes nothing else and no later result, as with eager code's fresh results;
-    every other output is a fresh array already."""
-    names = {n.outputs[0].name for n in graph.nodes if n.kind in ("input", "state", "const")}
+    """owned_values and the sources of state writes: a replay returns a copy of
+    these, so that writing into a returned array changes nothing else and no later
+    result, as with eager code's fresh results; every other output is fresh already."""
+    names = owned_values(graph)
     for node in graph.of_kind("write"):
         names.update(v.name for v in node.inputs[0 if node.attrs["field"] == "attr" else 1:])
     return names
+
+
+def write_sources(graph: StaticGraph) -> list:
+    """The values the graph's writes store, in the order a plan's execute returns
+    them after the outputs (a write that clears a .grad stores none)."""
+    return [n.inputs[0] if n.attrs["field"] == "attr" else n.inputs[1]
+            for n in graph.of_kind("write") if n.attrs["field"] == "attr" or len(n.inputs) > 1]
 
 
 def build_outputs(tree, flat):
@@ -90,8 +103,9 @@ class Plan:
     def __init__(self, graph: StaticGraph):
         self.graph = graph
         self.reads = [n.payload for n in graph.nodes if n.kind == "state"]
-        shared = shared_values(graph)
-        self.copied = [i for i, v in enumerate(graph.output_values) if v.name in shared]
+        shared, owned, k = shared_values(graph), owned_values(graph), len(graph.output_values)
+        self.copied = [i for i, v in enumerate(graph.output_values) if v.name in shared] + \
+            [k + i for i, v in enumerate(write_sources(graph)) if v.name in owned]
 
     def __call__(self, *inputs):
         return self.run(inputs)

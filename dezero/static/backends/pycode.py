@@ -22,7 +22,7 @@ from dezero.core import Variable, _wrap_output
 from dezero.errors import GraphError
 from dezero.static import ir
 from dezero.static.backends.interpreter import reraise
-from dezero.static.backends.plan import Plan, replayed_output, shared_values
+from dezero.static.backends.plan import Plan, owned_values, replayed_output, shared_values
 from dezero.static.codegen import kernel_spec
 from dezero.static.ir import (
     AttrSlot,
@@ -127,6 +127,7 @@ def generate(graph: StaticGraph, factory=None, groups=None):
     line_nodes, counts, writes, returned = {}, {}, [], []
     early, shared, dying = _state_writes(graph, env), shared_values(graph), _last_uses(
         graph, steps)
+    owned = owned_values(graph)
     for group in kernels.values():
         env[f"_{group.name}"] = factory(kernel_spec(group))
     for node in steps:
@@ -163,12 +164,12 @@ def generate(graph: StaticGraph, factory=None, groups=None):
                     lines.append(f"    {v.name} = _arr({v.name})")
                     line_nodes[len(lines)] = node
         elif node.kind == "write" and node.attrs["field"] == "attr":
-            writes.append(node.inputs[0].name)
+            writes.append(_fresh(node.inputs[0].name, owned))
             target = ir.printable(f"{node.attrs['of']}.{node.attrs['name']}")
             lines.append(f"    # {target} <- {node.inputs[0].name}")
         elif node.kind == "write" and node.inputs[0].name in inputs:  # an input's .grad
             source = node.inputs[1].name if len(node.inputs) > 1 else "None"
-            writes += [source] if len(node.inputs) > 1 else []
+            writes += [_fresh(source, owned)] if len(node.inputs) > 1 else []
             lines.append(f"    # {node.inputs[0].name}.grad <- {source}")
         elif node.kind == "output":  # copies of what someone else holds (see plan.py)
             returned = [f"{v.name}.copy()" if v.name in shared else v.name for v in node.inputs]
@@ -230,6 +231,12 @@ def _last_uses(graph: StaticGraph, steps: list) -> dict:
     return dying
 
 
+def _fresh(name: str, owned: set) -> str:
+    """How the code stores a value: a copy of an array that belongs to someone else
+    (an input, state, a constant; see plan.owned_values)."""
+    return f"{name}.copy()" if name in owned else name
+
+
 def _state_writes(graph: StaticGraph, env: dict) -> dict:
     """value name -> the lines that store it into captured state (.data or .grad),
     emitted right after the node that defines it; a write that clears a .grad is
@@ -247,7 +254,7 @@ def _state_writes(graph: StaticGraph, env: dict) -> dict:
         slot = node.payload
         env[f"_s{k}"] = slot.holder if isinstance(slot, AttrSlot) else slot.var
         slots[node.outputs[0].name] = f"_s{k}"
-    consts = {n.outputs[0].name for n in graph.of_kind("const")}
+    owned = owned_values(graph)
     early: dict = {}
     for node in graph.of_kind("write"):
         target = node.inputs[0].name
@@ -257,8 +264,7 @@ def _state_writes(graph: StaticGraph, env: dict) -> dict:
             early.setdefault(target, []).append(f"    {slots[target]}.grad = None")
             continue
         source = node.inputs[1].name
-        # A constant is copied: the state must not share the code's one array.
-        value = f"{source}.copy()" if source in consts else source
+        value = _fresh(source, owned)
         if node.attrs.get("in_place"):  # the traced code overwrote the array itself:
             # after the old values' last reader, before the return (key None)
             early.setdefault(None, []).append(
