@@ -203,6 +203,24 @@ def test_the_same_array_passed_as_two_arguments():
     assert traced.entries == 1
 
 
+def test_the_same_variable_passed_as_two_arguments_then_two_variables():
+    def f(x, y):
+        z = (x - y) * y
+        z.backward()  # the one Variable of the first call gets both gradients
+        return z
+
+    traced = dezero.trace(f)
+    for x, y in [(3.0, None), (10.0, 4.0), (5.0, None), (2.0, 7.0)]:
+        got, want = [Variable(np.array(x))], [Variable(np.array(x))]
+        for args in (got, want):
+            args.append(args[0] if y is None else Variable(np.array(y)))
+        assert traced(*got).data == f(*want).data
+        for g, w in zip(got, want):
+            assert g.grad.data == w.grad.data
+    assert traced(Variable(np.array(10.0)), Variable(np.array(4.0))).data == 24.0
+    assert traced.entries == 2
+
+
 def test_the_same_zeros_as_h0_and_c0_of_an_lstm_like_cell():
     rng = np.random.default_rng(1)
     W = Variable(f32(rng, 3, 3), name="W")

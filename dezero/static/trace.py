@@ -72,6 +72,14 @@ def flatten(obj, leaves, key, labels=None, label=""):
         labels.append(label)
 
 
+def _repeated(leaves):
+    """None, or for each Variable argument the position of its first occurrence: the
+    same Variable passed twice is one value (and one .grad) in the recording, so a
+    call with two Variables needs a graph of its own."""
+    ids = [id(leaf) for leaf in leaves if isinstance(leaf, Variable)]
+    return None if len(set(ids)) == len(ids) else tuple(map(ids.index, ids))
+
+
 def _attribute_key(value):
     if isinstance(value, Variable) and value._data is not None:
         return ("attr", value._data.shape, value._data.dtype, type(value._data))
@@ -291,34 +299,31 @@ class TracedFunction:
                     continue
                 leaves.append(arg)
             key.append((Config.train, Config.enable_backprop))
+            key.append(_repeated(leaves))
             for holder, name in self._carried:
                 key.append(_attribute_key(getattr(holder, name, None)))
             return tuple(key), leaves
+        labels = [] if labels is None else labels  # a name for each part of the key
         for i, arg in enumerate(args):
             label = self._names[i] if i < len(self._names) else f"arg{i}"
             if i in self._static_positions:
                 key.append(static_key(arg, label))
-                if labels is not None:
-                    labels.append(label)
+                labels.append(label)
             else:
                 flatten(arg, leaves, key, labels, label)
         for name in sorted(kwargs):
             key.append(name)
-            if labels is not None:
-                labels.append(f"{name}=")
+            labels.append(f"{name}=")
             if name in self.static_argnames:
                 key.append(static_key(kwargs[name], name))
-                if labels is not None:
-                    labels.append(name)
+                labels.append(name)
             else:
                 flatten(kwargs[name], leaves, key, labels, name)
-        key.append((Config.train, Config.enable_backprop))
-        if labels is not None:
-            labels.append("Config (train, enable_backprop)")
+        key += [(Config.train, Config.enable_backprop), _repeated(leaves)]
+        labels += ["Config (train, enable_backprop)", "the same Variable passed twice"]
         for holder, name in self._carried:
             key.append(_attribute_key(getattr(holder, name, None)))
-            if labels is not None:
-                labels.append(f"{type(holder).__name__}.{name}")
+            labels.append(f"{type(holder).__name__}.{name}")
         return tuple(key), leaves
 
     def _miss_reason(self, key, args, kwargs) -> str:
