@@ -61,10 +61,7 @@ def shared_values(graph: StaticGraph) -> set:
     """owned_values and the sources of state writes: a replay returns a copy of
     these, so that writing into a returned array changes nothing else and no later
     result, as with eager code's fresh results; every other output is fresh already."""
-    names = owned_values(graph)
-    for node in graph.of_kind("write"):
-        names.update(v.name for v in node.inputs[0 if node.attrs["field"] == "attr" else 1:])
-    return names
+    return owned_values(graph) | {v.name for v in write_sources(graph)}
 
 
 def write_sources(graph: StaticGraph) -> list:
