@@ -393,7 +393,8 @@ def as_operand(x, like):
     """The array for a second operand of `like` (a Variable or an array).
 
     Python scalars are weak, as in numpy 2 (NEP 50): `float32_var * 2.0` stays
-    float32 under numpy 1.x too. Everything else keeps its own dtype.
+    float32 under numpy 1.x too; an int beyond an integer dtype's range widens
+    it (int8 * 200 is int16) under numpy 2 too. Everything else keeps its own dtype.
     """
     if isinstance(x, _OPERAND_TYPES):
         return x
@@ -405,6 +406,11 @@ def as_operand(x, like):
     if isinstance(x, (bool, int, float)) and isinstance(ref, cuda.array_types):
         xp = np if type(ref) is np.ndarray else cuda.get_array_module(ref)
         dtype = ref.dtype
+        if dtype.kind in "iu" and not isinstance(x, float) and \
+                not np.iinfo(dtype).min <= x <= np.iinfo(dtype).max:
+            # What numpy 1.x's value-based casting gives (int8 [1, 2] * 200 is
+            # int16 [200, 400]) rather than wrapping around or numpy 2's error.
+            dtype = np.min_scalar_type(x)
         if dtype.kind in "fc" or (dtype.kind in "iu" and not isinstance(x, float)):
             return xp.array(x, dtype=dtype)
         return xp.array(x)

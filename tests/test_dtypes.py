@@ -77,3 +77,18 @@ def test_0d_float32_stays_float32_in_a_replay(name, backend):
     assert (y.dtype, gx.dtype) == (np.float32, np.float32), f"{name}: {y.dtype}, {gx.dtype}"
     np.testing.assert_array_equal(y.data, eager_y.data)
     np.testing.assert_array_equal(gx.data, eager_gx.data)
+
+
+@pytest.mark.parametrize("dtype, values, op, number", [
+    (np.int8, [1, 2], "mul", 200), (np.uint8, [3], "mul", -1), (np.int8, [1], "add", -200),
+    (np.uint8, [3], "rsub", 1000), (np.int16, [7, -7], "mul", 3)], ids=str)
+def test_a_python_int_beyond_an_integer_dtype_widens_it_rather_than_wrapping(
+        dtype, values, op, number):
+    # numpy 1.x value-based casting: the int's smallest dtype joins the array's.
+    a = np.array(values, dtype)
+    ops = {"mul": lambda v: v * number, "add": lambda v: v + number,
+           "rsub": lambda v: number - v}
+    y = ops[op](Variable(a))
+    wide = ops[op](a.astype(np.int64))
+    np.testing.assert_array_equal(y.data, wide)
+    assert y.dtype == np.promote_types(dtype, np.min_scalar_type(number))
