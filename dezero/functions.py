@@ -7,6 +7,9 @@ Sits on core.py; layers, optimizers and the tracer build on it.
 
     y = F.tanh(x); y.backward(create_graph=True)
 """
+import math
+import operator
+
 import numpy as np
 
 from dezero import core, cuda, utils
@@ -341,7 +344,9 @@ def sign(x):
 
 
 class Clip(Function):
-    # Comparisons rather than fmin/fmax, which would turn NaN into a bound.
+    """x limited to [x_min, x_max]; a bound of None is no bound (as in numpy)."""
+    # Comparisons rather than fmin/fmax, which would turn NaN into a bound. A None
+    # bound is no number, so such a node is never fused.
     cpp = "({x} < {x_min}) ? {x_min} : ({x} > {x_max}) ? {x_max} : {x}"
 
     def __init__(self, x_min, x_max):
@@ -349,7 +354,8 @@ class Clip(Function):
         self.x_max = x_max
 
     def forward(self, x):
-        return cuda.get_array_module(x).clip(x, _like(self.x_min, x), _like(self.x_max, x))
+        bounds = [None if c is None else _like(c, x) for c in (self.x_min, self.x_max)]
+        return cuda.get_array_module(x).clip(x, *bounds)
 
     def backward(self, gy):
         x, = self.inputs
@@ -357,11 +363,14 @@ class Clip(Function):
 
 
 def clip(x, x_min, x_max):
+    if x_min is None and x_max is None:
+        raise ValueError("clip: x_min and x_max are both None; give at least one bound")
     return Clip(x_min, x_max)(x)
 
 
 class InRange(Function):
-    """1 where x_min <= x <= x_max, else 0 (in x's dtype); not differentiable."""
+    """1 where x_min <= x <= x_max, else 0 (in x's dtype); a None bound is no bound;
+    not differentiable."""
     cpp = "{x} >= {x_min} && {x} <= {x_max}"
     cpp_type = "bool"
 
@@ -370,7 +379,12 @@ class InRange(Function):
         self.x_max = x_max
 
     def forward(self, x):
-        return ((x >= self.x_min) & (x <= self.x_max)).astype(x.dtype)
+        inside = x == x  # all True but at NaN, which no bound holds
+        if self.x_min is not None:
+            inside = inside & (x >= self.x_min)
+        if self.x_max is not None:
+            inside = inside & (x <= self.x_max)
+        return inside.astype(x.dtype)
 
     def backward(self, gy):
         return None
@@ -407,8 +421,19 @@ class Reshape(Function):
         return reshape(gy, self.inputs[0].shape)
 
 
+def _shape(op, shape):
+    """shape as a tuple of ints; a single int is a 1-d shape, as numpy reads it."""
+    if isinstance(shape, (int, np.integer)):
+        return (int(shape),)
+    try:
+        return tuple(operator.index(n) for n in shape)
+    except TypeError:
+        raise TypeError(f"{op}: shape must be an int or a tuple of ints, got "
+                        f"{shape!r}") from None
+
+
 def reshape(x, shape):
-    shape = tuple(shape)
+    shape = _shape("reshape", shape)
     if x.shape == shape:
         return as_variable(x)
     return Reshape(shape)(x)
@@ -479,6 +504,9 @@ def get_item(x, slices):
 def expand_dims(x, axis):
     x = as_variable(x)
     shape = list(x.shape)
+    if not -len(shape) - 1 <= axis <= len(shape):
+        raise ValueError(f"expand_dims: axis {axis} is out of range for shape {x.shape}; "
+                         f"it must be in {-len(shape) - 1}..{len(shape)}")
     shape.insert(axis if axis >= 0 else len(shape) + axis + 1, 1)
     return reshape(x, tuple(shape))
 
@@ -486,7 +514,8 @@ def expand_dims(x, axis):
 def flatten(x):
     """(N, ...) -> (N, -1): keep the batch axis, flatten the rest."""
     x = as_variable(x)
-    return reshape(x, (x.shape[0], -1))
+    # The size rather than -1, which numpy cannot work out for an empty batch.
+    return reshape(x, (x.shape[0], math.prod(x.shape[1:])))
 
 
 # =============================================================================
@@ -540,7 +569,7 @@ class SumTo(Function):
 
 
 def sum_to(x, shape):
-    shape = tuple(shape)
+    shape = _shape("sum_to", shape)
     if x.shape == shape:
         return as_variable(x)
     return SumTo(shape)(x)
@@ -560,7 +589,7 @@ class BroadcastTo(Function):
 
 
 def broadcast_to(x, shape):
-    shape = tuple(shape)
+    shape = _shape("broadcast_to", shape)
     if x.shape == shape:
         return as_variable(x)
     return BroadcastTo(shape)(x)
@@ -606,11 +635,11 @@ def _extreme_backward(f, gy):
 
 
 def max(x, axis=None, keepdims=False):
-    return Max(axis, keepdims)(x)
+    return Max(tuple(axis) if isinstance(axis, list) else axis, keepdims)(x)
 
 
 def min(x, axis=None, keepdims=False):
-    return Min(axis, keepdims)(x)
+    return Min(tuple(axis) if isinstance(axis, list) else axis, keepdims)(x)
 
 
 # =============================================================================
@@ -684,7 +713,8 @@ class Linear(Function):
 def _rows(x):
     # Leading axes (N, T, ...) are all batch: flattened into rows, x.T @ gy sums
     # over every row and gives gW the shape of W.
-    return x if x.ndim == 2 else reshape(x, (-1, x.shape[-1]))
+    # The row count rather than -1, which numpy cannot work out for an empty x.
+    return x if x.ndim == 2 else reshape(x, (math.prod(x.shape[:-1]), x.shape[-1]))
 
 
 def linear(x, W, b=None):
@@ -1031,6 +1061,18 @@ def _check_same_shape(op, x, t, what):
             f"target); reshape one of them, e.g. t.reshape({x.shape})")
 
 
+def _targets(op, x, t):
+    """t in x's shape when the two differ only by axes of length 1 (labels (N,) for
+    logits (N, 1), as in the book); any other difference raises, even where the
+    sizes agree ((3, 2, 1) against (2, 3) would pair unrelated elements)."""
+    t = as_variable(t)
+    if x.shape != t.shape and \
+            [n for n in x.shape if n != 1] == [n for n in t.shape if n != 1]:
+        t = reshape(t, x.shape)
+    _check_same_shape(op, x, t, "t")
+    return _labels_like(t, x)
+
+
 def sigmoid_cross_entropy(x, t):
     """Binary cross entropy of logits x against targets t in {0, 1}, summed and divided
     by N = len(x): sum(softplus(x) - t * x) / N, stable for large |x|.
@@ -1039,11 +1081,7 @@ def sigmoid_cross_entropy(x, t):
     0.6931471805599453
     """
     x, = _floating(x)
-    t = as_variable(t)
-    if x.ndim != t.ndim and t.size == x.size:
-        t = reshape(t, x.shape)  # as in the book: labels (N,) for logits (N, 1)
-    _check_same_shape("sigmoid_cross_entropy", x, t, "t")
-    t = _labels_like(t, x)
+    t = _targets("sigmoid_cross_entropy", x, t)
     return sum(softplus(x) - t * x) * _per_example(x)
 
 
@@ -1056,11 +1094,12 @@ def binary_cross_entropy(p, t):
     0.6931471805599453
     """
     p, = _floating(p)
-    t = as_variable(t)
-    if p.ndim != t.ndim and t.size == p.size:
-        t = reshape(t, p.shape)
-    _check_same_shape("binary_cross_entropy", p, t, "t")
-    t = _labels_like(t, p)
+    t = _targets("binary_cross_entropy", p, t)
+    # Read past a trace's guard: checked on the arrays of an eager call or a recording.
+    if p.size and not (p._data.min() >= 0 and p._data.max() <= 1):
+        raise ValueError(f"binary_cross_entropy: p must hold probabilities in [0, 1], got "
+                         f"values in [{p._data.min()}, {p._data.max()}]; pass logits to "
+                         f"sigmoid_cross_entropy, or squash p with sigmoid first")
     log_p = log(clip(p, 1e-15, 1.0))
     log_q = log(clip(1 - p, 1e-15, 1.0))
     return -sum(t * log_p + (1 - t) * log_q) * _per_example(p)
@@ -1137,9 +1176,9 @@ class DropoutMask(Function):
 
     def forward(self, x):
         xp = cuda.get_array_module(x)
-        keep = xp.random.rand(*x.shape) > self.ratio
+        keep = xp.asarray(xp.random.rand(*x.shape) > self.ratio)  # a bool for 0-d x
         # The scale keeps each element's expected value: E[x * mask] = x.
-        return keep.astype(x.dtype) * (1 / (1 - self.ratio))
+        return keep.astype(x.dtype) * _like(1 / (1 - self.ratio), x)
 
     def backward(self, gy):
         return None
@@ -1238,6 +1277,10 @@ class EmbedID(Function):
     op_name = "embed_id"
 
     def forward(self, x, W):
+        if x.dtype.kind not in "iu":
+            # numpy would read bool ids as a mask: [True, False, True] picks 2 rows.
+            raise TypeError(f"embed_id: ids must be integers, got dtype {x.dtype}; "
+                            f"convert them, e.g. x.astype(np.int64)")
         _check_class_ids(self.op_name, x, len(W), of="rows of W (classes)")
         return W[x]
 

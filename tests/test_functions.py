@@ -291,6 +291,31 @@ def test_clip_gradient_is_zero_outside_the_range():
     assert x.grad.dtype == np.float32
 
 
+@pytest.mark.parametrize("lo, hi", [(None, 1.0), (-1.0, None)], ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_clip_reads_a_none_bound_as_no_bound_as_numpy(lo, hi, dtype):
+    a = np.array([-2, -0.5, 0.5, 2, np.nan] if dtype != np.int64 else [-2, 0, 2], dtype)
+    x = Variable(a)
+    y = F.clip(x, lo, hi)
+    np.testing.assert_array_equal(y.data, np.clip(a, lo, hi))
+    assert y.dtype == np.clip(a, lo, hi).dtype
+    if dtype != np.int64:
+        y.backward()
+        np.testing.assert_array_equal(x.grad.data, (a == np.clip(a, lo, hi)).astype(dtype))
+    with pytest.raises(ValueError, match="clip: x_min and x_max are both None"):
+        F.clip(x, None, None)
+
+
+def test_clip_with_a_none_bound_matches_torch_clamp(torch):
+    a = np.array([-2.0, -0.5, 0.5, 2.0])
+    for lo, hi in ((None, 1.0), (-1.0, None)):
+        x, tx = Variable(a), torch.tensor(a, requires_grad=True)
+        F.clip(x, lo, hi).backward()
+        ty = torch.clamp(tx, lo, hi)
+        ty.sum().backward()
+        np.testing.assert_array_equal(x.grad.data, tx.grad.numpy())
+
+
 def test_pow_rejects_a_variable_exponent():
     x = Variable(np.array(2.0))
     with pytest.raises(TypeError, match="exponent"):
@@ -364,3 +389,60 @@ def test_reshape_and_broadcast_of_same_shape_return_the_input():
     assert F.reshape(x, (2, 3)) is x
     assert F.broadcast_to(x, (2, 3)) is x
     assert F.sum_to(x, (2, 3)) is x
+
+
+@pytest.mark.parametrize("axis", [3, -4, 5])
+def test_expand_dims_refuses_an_axis_out_of_range_as_numpy(axis):
+    a = np.zeros((4, 3))
+    with pytest.raises(ValueError, match=rf"expand_dims: axis {axis} is out of range for "
+                                         r"shape \(4, 3\).*-3\.\.2"):
+        F.expand_dims(Variable(a), axis)
+    with pytest.raises(np.exceptions.AxisError if hasattr(np, "exceptions") else ValueError):
+        np.expand_dims(a, axis)
+
+
+@pytest.mark.parametrize("axis", [-3, -1, 0, 2])
+def test_expand_dims_in_range_matches_numpy(axis):
+    a = np.zeros((4, 3))
+    assert F.expand_dims(Variable(a), axis).shape == np.expand_dims(a, axis).shape
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 4), (0, 0), (2, 0, 5)], ids=str)
+def test_flatten_of_an_empty_batch_keeps_the_batch_axis(shape):
+    x = Variable(np.zeros(shape))
+    y = F.flatten(x)
+    assert y.shape == (shape[0], int(np.prod(shape[1:])))
+    y.backward()
+    assert x.grad.shape == shape
+
+
+@pytest.mark.parametrize("x_shape", [(2, 3, 0), (0, 3, 4), (2, 0, 4)], ids=str)
+def test_linear_backward_on_batched_inputs_with_an_empty_axis(x_shape):
+    x = Variable(np.ones(x_shape))
+    W = Variable(np.ones((x_shape[-1], 5)))
+    y = F.linear(x, W, Variable(np.ones(5)))
+    y.backward()
+    assert x.grad.shape == x_shape and W.grad.shape == W.shape
+    rows = int(np.prod(x_shape[:-1]))
+    np.testing.assert_array_equal(W.grad.data, np.full(W.shape, rows))
+
+
+@pytest.mark.parametrize("name", ["max", "min", "sum"])
+def test_reductions_take_a_list_of_axes_as_numpy(name):
+    a = np.random.default_rng(0).normal(size=(2, 3, 4))
+    x = Variable(a)
+    y = getattr(F, name)(x, axis=[0, 2])
+    np.testing.assert_array_equal(y.data, getattr(np, name)(a, axis=(0, 2)))
+    assert gradient_check(lambda v: getattr(F, name)(v, axis=[0, 2]), a)
+
+
+@pytest.mark.parametrize("name", ["reshape", "broadcast_to", "sum_to"])
+def test_shape_functions_take_an_int_shape_as_numpy_and_name_a_bad_one(name):
+    x = Variable(np.ones((6,)) if name != "broadcast_to" else np.ones((1,)))
+    assert getattr(F, name)(x, 6).shape == (6,)
+    assert getattr(F, name)(x, np.int64(6)).shape == (6,)
+    with pytest.raises(TypeError, match=rf"{name}: shape must be an int or a tuple of ints, "
+                                        r"got 6\.0"):
+        getattr(F, name)(x, 6.0)
+    with pytest.raises(TypeError, match=rf"{name}: shape must be"):
+        getattr(F, name)(x, (2, "3"))

@@ -566,3 +566,57 @@ def test_embed_id_matches_torch_with_repeated_ids(torch):
     (yt * torch.tensor(w)).sum().backward()
     np.testing.assert_array_equal(y.data, yt.detach().numpy())
     np.testing.assert_allclose(Wv.grad.data, Wt.grad.numpy(), rtol=1e-12)
+
+
+# =============================================================================
+# Inputs that once gave a silent wrong result or a bare error
+# =============================================================================
+
+
+@pytest.mark.parametrize("name", ["sigmoid_cross_entropy", "binary_cross_entropy"])
+def test_cross_entropies_refuse_targets_of_another_shape_of_the_same_size(name):
+    x = np.full((2, 3), 0.5)
+    with pytest.raises(ValueError, match=rf"{name}: x has shape \(2, 3\) but t has "
+                                         r"shape \(3, 2, 1\)"):
+        getattr(F, name)(x, np.zeros((3, 2, 1), int))
+    # Shapes that differ only by axes of length 1 pair the same elements.
+    t = rng().randint(0, 2, (2, 3))
+    assert getattr(F, name)(x, t[:, None, :]).data == getattr(F, name)(x, t).data
+
+
+def test_torch_refuses_targets_of_another_shape_too(torch):
+    with pytest.raises(ValueError):
+        torch.nn.functional.binary_cross_entropy(torch.full((2, 3), 0.5), torch.zeros(3, 2, 1))
+
+
+@pytest.mark.parametrize("p", [[1.5, 0.5], [-0.2, 0.5], [np.nan, 0.5]], ids=str)
+def test_binary_cross_entropy_refuses_values_that_are_no_probabilities(p):
+    with pytest.raises(ValueError, match=r"binary_cross_entropy: p must hold probabilities "
+                                         r"in \[0, 1\].*sigmoid_cross_entropy"):
+        F.binary_cross_entropy(np.array(p), np.array([1, 0]))
+
+
+def test_torch_refuses_probabilities_outside_0_1_too(torch):
+    with pytest.raises(RuntimeError, match="between 0 and 1"):
+        torch.nn.functional.binary_cross_entropy(torch.tensor([1.5]), torch.tensor([1.0]))
+
+
+@pytest.mark.parametrize("ids", [[True, False, True], [0.0, 1.0]], ids=str)
+def test_embed_id_refuses_ids_that_are_not_integers(ids):
+    # numpy would read bool ids as a mask: 2 rows for 3 ids.
+    W = Variable(rng().randn(4, 2))
+    with pytest.raises(TypeError, match=r"embed_id: ids must be integers, got dtype"):
+        F.embed_id(np.array(ids), W)
+    with pytest.raises(TypeError, match="embed_id: ids must be integers"):
+        dezero.layers.EmbedID(4, 2)(np.array(ids))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dropout_of_a_0d_input_is_a_0d_output_of_its_dtype(dtype):
+    np.random.seed(0)
+    x = Variable(np.array(2.0, dtype))
+    ys = [F.dropout(x, 0.5) for _ in range(20)]
+    assert all(y.shape == () and y.dtype == dtype for y in ys)
+    assert {float(y.data) for y in ys} == {0.0, 4.0}
+    ys[0].backward()
+    assert x.grad.shape == () and x.grad.dtype == dtype
