@@ -21,6 +21,7 @@ if is_simple_core:
     )
 else:
     from dezero import (  # noqa: F401
+        checkpoints,
         cuda,
         dataloaders,
         datasets,
@@ -29,9 +30,11 @@ else:
         layers,
         models,
         optimizers,
+        schedules,
         transforms,
         utils,
     )
+    from dezero.checkpoints import load_checkpoint, save_checkpoint  # noqa: F401
     from dezero.core import (  # noqa: F401
         Config,
         Function,

@@ -93,6 +93,18 @@ class DataLoader:
     def next(self):
         return self.__next__()
 
+    def state_dict(self):
+        """Where the loader is: the order of this epoch and the batches done (a
+        checkpoint keeps it, since the next epoch's order is drawn when one ends)."""
+        return {"index": np.array(self.index), "iteration": np.array(self.iteration)}
+
+    def load_state_dict(self, state):
+        index = np.asarray(state["index"])
+        if sorted(index.tolist()) != list(range(len(self.dataset))):
+            raise ValueError(f"{type(self).__name__}.load_state_dict: the saved order is "
+                             f"not one of this dataset's {len(self.dataset)} examples")
+        self.index, self.iteration = index, int(state["iteration"])
+
     def to_cpu(self):
         self.gpu = False
 

@@ -190,15 +190,7 @@ class Layer:
         written beside the target and then renamed over it, so a failure never
         leaves a partial file or loses an old one. Returns the path written.
         """
-        params_dict = {}
-        self._flatten_params(params_dict)
-        empty = [key for key, var in params_dict.items() if var.data is None]
-        if empty:
-            raise ValueError(
-                f"{type(self).__name__}.save_weights: {', '.join(empty)} have no data yet "
-                f"(their shapes are set by the first forward); call the model on an "
-                f"input once before saving")
-        arrays = {key: cuda.as_numpy(var.data) for key, var in params_dict.items()}
+        arrays = self._host_arrays("save_weights")
         path = os.fspath(path)
         if not path.endswith(".npz"):
             path += ".npz"
@@ -222,14 +214,40 @@ class Layer:
         path = os.fspath(path)
         if not os.path.exists(path) and os.path.exists(path + ".npz"):
             path += ".npz"  # the name save_weights gave it
-        arrays = _read_npz(path)
+        self._load_arrays(_read_npz(path), f"load_weights({path!r})", "the file")
+
+    def state_dict(self):
+        """A copy of every parameter and state array, on the CPU, keyed as
+        save_weights keys them ({"l0/W": array, "l0/b": array, ...});
+        load_state_dict(d) takes it back."""
+        return {key: array.copy() for key, array in self._host_arrays("state_dict").items()}
+
+    def load_state_dict(self, arrays):
+        """Assign the arrays of a state_dict to this layer's Variables, checked as
+        load_weights checks a file: on an error the layer is left as it was."""
+        arrays = {key: np.asarray(value) if cuda.get_array_module(value) is np else
+                  cuda.as_numpy(value) for key, value in arrays.items()}
+        self._load_arrays(arrays, "load_state_dict", "the state dict")
+
+    def _host_arrays(self, caller):
+        params_dict = {}
+        self._flatten_params(params_dict)
+        empty = [key for key, var in params_dict.items() if var.data is None]
+        if empty:
+            raise ValueError(
+                f"{type(self).__name__}.{caller}: {', '.join(empty)} have no data yet "
+                f"(their shapes are set by the first forward); call the model on an "
+                f"input once before saving")
+        return {key: cuda.as_numpy(var.data) for key, var in params_dict.items()}
+
+    def _load_arrays(self, arrays, call, source):
         owned = list(self._owned())
         keys = [key for key, *_ in owned]
         problems = []
         missing = [key for key in keys if key not in arrays]
         extra = [key for key in arrays if key not in keys]
         if missing:
-            problems.append(f"missing from the file: {', '.join(missing)}")
+            problems.append(f"missing from {source}: {', '.join(missing)}")
         if extra:
             problems.append(f"not in the model: {', '.join(extra)}")
         loaded, sizes = {}, {}  # key -> array to assign; (layer id, dim name) -> size
@@ -240,7 +258,7 @@ class Layer:
                     problems.append(problem)
                 loaded[key] = array
         if problems:
-            raise ValueError(f"{type(self).__name__}.load_weights({path!r}): the file does "
+            raise ValueError(f"{type(self).__name__}.{call}: {source} does "
                              f"not match the model ({' | '.join(problems)}); was it saved "
                              f"from a model built the same way?")
         for key, *_, var in owned:

@@ -101,6 +101,24 @@ def _zeros_like(param):
         return Variable(xp.zeros_like(param.data))
 
 
+def _is_count(array):
+    return np.ndim(array) == 0 and np.asarray(array).dtype.kind in "iu"
+
+
+def _slot_value(old, param, array):
+    """A slot's loaded value: an int (the step a parameter joined) stays an int; an
+    array is assigned to the slot's Variable, in the parameter's dtype and device."""
+    if _is_count(array):
+        return int(array)
+    xp = cuda.get_array_module(param.data)
+    data = xp.asarray(cuda.as_numpy(array) if xp is np else array, dtype=param.dtype)
+    if old is None:
+        with _untraced():
+            return Variable(data.copy())
+    old.data = data.copy()
+    return old
+
+
 def _slots():
     """A table of per-parameter state, keyed by the Parameter itself and held
     weakly: a parameter that is gone takes its state with it, and a new one
@@ -124,6 +142,8 @@ class Optimizer:
     # Attributes that each update computes before reading them (step sizes): a
     # traced step does not carry them from one call to the next as state.
     per_update = ()
+    # Variables that count updates (Adam's t): saved and loaded by state_dict.
+    counters = ()
 
     def __init__(self):
         self.target = None
@@ -163,6 +183,80 @@ class Optimizer:
 
     def add_hook(self, f):
         self.hooks.append(f)
+
+    # ---- state_dict / load_state_dict -------------------------------------------
+    def state_dict(self):
+        """The optimizer's state as named arrays on the CPU: its type, its
+        hyperparameters, its step counters and every parameter's slots, keyed by
+        the parameter's name in the target ("ms/l0/W", as save_weights names it).
+        load_state_dict takes it back; np.savez writes it without pickle."""
+        names = {id(param): key for key, param in reversed(self._named_params("state_dict"))}
+        state = {"type": np.array(type(self).__name__)}
+        for hyperparameter in _hyperparameters(type(self)):
+            state["hyperparameters/" + hyperparameter.name] = np.array(
+                getattr(self, hyperparameter.name), dtype=np.float64)
+        for name in self.counters:
+            state["counters/" + name.lstrip("_")] = cuda.as_numpy(getattr(self, name).data).copy()
+        for table_name, table in self._slot_tables():
+            for param, value in table.items():
+                if id(param) in names:  # a parameter the target no longer has is left out
+                    array = value.data if isinstance(value, Variable) else np.array(value)
+                    state[f"{table_name}/{names[id(param)]}"] = cuda.as_numpy(array).copy()
+        return state
+
+    def load_state_dict(self, state):
+        """Take back what state_dict gave: everything is checked first (type, keys,
+        shapes), so on an error the optimizer is left as it was. Slots go to their
+        parameter's dtype and device; the Variables that hold them are assigned,
+        not replaced, so a traced step reads the loaded values."""
+        cls = type(self).__name__
+        params = dict(self._named_params("load_state_dict"))
+        problems, slots = [], {}
+        saved_type = str(state.get("type", "?"))
+        if saved_type != cls:
+            problems.append(f"saved from {saved_type}, loaded into {cls}")
+        wanted = [f"hyperparameters/{h.name}" for h in _hyperparameters(type(self))]
+        wanted += ["counters/" + name.lstrip("_") for name in self.counters]
+        problems += [f"{key} is missing" for key in wanted if key not in state]
+        tables = dict(self._slot_tables())
+        for key, array in state.items():
+            table_name, _, param_key = key.partition("/")
+            if key == "type" or key in wanted:
+                continue
+            if table_name not in tables or param_key not in params:
+                problems.append(f"{key} is not a slot of a parameter of the target")
+            elif np.shape(array) != params[param_key].shape and not _is_count(array):
+                problems.append(f"{key} has shape {np.shape(array)}, the parameter "
+                                f"{params[param_key].shape}")
+            else:
+                slots.setdefault(table_name, {})[params[param_key]] = array
+        if problems:
+            raise ValueError(f"{cls}.load_state_dict: the state does not fit this optimizer "
+                             f"and its target ({'; '.join(problems)})")
+        for hyperparameter in _hyperparameters(type(self)):
+            setattr(self, hyperparameter.name,
+                    float(state["hyperparameters/" + hyperparameter.name]))
+        for name in self.counters:
+            var = getattr(self, name)
+            xp = cuda.get_array_module(var.data)
+            saved = cuda.as_numpy(state["counters/" + name.lstrip("_")])
+            var.data = xp.array(saved, dtype=var.dtype)
+        for table_name, table in tables.items():
+            loaded = slots.get(table_name, {})
+            for param in [p for p in table.keys() if p not in loaded]:
+                del table[param]  # it starts afresh, as it did when the state was saved
+            for param, array in loaded.items():
+                table[param] = _slot_value(table.get(param), param, array)
+
+    def _named_params(self, caller):
+        if self.target is None:
+            raise RuntimeError(f"{type(self).__name__}.{caller}: no target; call "
+                               f"optimizer.setup(model) first")
+        return [(key, var) for key, var in self.target._named() if isinstance(var, Parameter)]
+
+    def _slot_tables(self):
+        return [(name, value) for name, value in vars(self).items()
+                if isinstance(value, weakref.WeakKeyDictionary)]
 
 
 # =============================================================================
@@ -333,6 +427,7 @@ class Adam(Optimizer):
     beta2 = Hyperparameter()
     eps = Hyperparameter()
     per_update = ("_lr_t", "_one_minus_beta1", "_one_minus_beta2")
+    counters = ("_t",)
 
     def __init__(self, alpha=0.001, beta1=0.9, beta2=0.999, eps=1e-8):
         super().__init__()

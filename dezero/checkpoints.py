@@ -1,0 +1,94 @@
+"""Checkpoints: a model, its optimizer and whatever else a run needs to resume,
+in one npz file (no pickle), written atomically.
+
+Beside the model's and the optimizer's state_dict, a checkpoint keeps numpy's
+global random state (shuffling and dropout draw from it), any object given by
+name that has state_dict/load_state_dict (a DataLoader, a schedule), and plain
+numbers (the epoch). Loading it back continues the run exactly as if it had
+never stopped.
+
+    save_checkpoint("run.npz", model, optimizer, loader=loader, epoch=epoch)
+    epoch = load_checkpoint("run.npz", model, optimizer, loader=loader)["epoch"]
+"""
+import os
+
+import numpy as np
+
+from dezero.files import atomic_file
+from dezero.layers import _read_npz
+
+
+def save_checkpoint(path, model, optimizer=None, **others):
+    """Write the state of model, optimizer and `others` (objects with state_dict,
+    or int/float numbers) to the npz file `path` (".npz" appended as np.savez
+    does). The file is written beside the target and renamed onto it, so a
+    crash never leaves half a checkpoint. Returns the path written."""
+    arrays = _prefixed("model", model.state_dict())
+    if optimizer is not None:
+        arrays.update(_prefixed("optimizer", optimizer.state_dict()))
+    for name, obj in others.items():
+        if isinstance(obj, int | float | np.integer | np.floating) and not isinstance(obj, bool):
+            arrays["numbers/" + name] = np.array(obj)
+        elif hasattr(obj, "state_dict"):
+            arrays.update(_prefixed("objects/" + name, obj.state_dict()))
+        else:
+            raise TypeError(f"save_checkpoint: {name}={type(obj).__name__} is neither a "
+                            f"number nor an object with state_dict()")
+    kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    arrays.update({"random/keys": keys, "random/pos": np.array(pos),
+                   "random/has_gauss": np.array(has_gauss),
+                   "random/cached_gaussian": np.array(cached_gaussian)})
+    path = os.fspath(path)
+    if not path.endswith(".npz"):
+        path += ".npz"
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"save_checkpoint({path!r}): the directory {directory!r} "
+                                f"does not exist; create it first")
+    with atomic_file(path) as f:
+        np.savez(f, **arrays)
+    return path
+
+
+def load_checkpoint(path, model, optimizer=None, **others):
+    """Load a checkpoint written by save_checkpoint into model, optimizer and the
+    objects given by the names they were saved under; restore numpy's global
+    random state. Returns the numbers saved with it ({"epoch": 3}).
+
+    Everything is checked before the random state is touched; a model or
+    optimizer that does not match raises and is left as it was."""
+    path = os.fspath(path)
+    if not os.path.exists(path) and os.path.exists(path + ".npz"):
+        path += ".npz"
+    arrays = _read_npz(path)
+    parts = {}
+    for key, array in arrays.items():
+        head, _, rest = key.partition("/")
+        if head == "objects":
+            name, _, rest = rest.partition("/")
+            head = "objects/" + name
+        parts.setdefault(head, {})[rest] = array
+    wanted = ["random", *["optimizer"] * (optimizer is not None),
+              *["objects/" + name for name in others]]
+    missing = [name for name in wanted if name not in parts]
+    if missing:
+        raise ValueError(f"load_checkpoint({path!r}): the file holds no state for "
+                         f"{', '.join(missing)}; was it saved with them?")
+    before = model.state_dict()
+    model.load_state_dict(parts.get("model", {}))
+    try:
+        if optimizer is not None:
+            optimizer.load_state_dict(parts["optimizer"])
+    except BaseException:
+        model.load_state_dict(before)
+        raise
+    for name, obj in others.items():
+        obj.load_state_dict(parts["objects/" + name])
+    random = parts["random"]
+    np.random.set_state(("MT19937", random["keys"], int(random["pos"]),
+                         int(random["has_gauss"]), float(random["cached_gaussian"])))
+    return {name: array.item() for name, array in parts.get("numbers", {}).items()}
+
+
+def _prefixed(prefix, state):
+    return {f"{prefix}/{key}": value for key, value in state.items()}

@@ -1,0 +1,189 @@
+"""state_dict / load_state_dict of models and optimizers, and checkpoints: a run
+resumed from one continues bit for bit as the uninterrupted run, eager or traced."""
+import numpy as np
+import pytest
+from backend_helpers import assert_replay_equal
+
+import dezero
+import dezero.functions as F
+from dezero import optimizers
+from dezero.checkpoints import load_checkpoint, save_checkpoint
+from dezero.models import MLP
+
+OPTIMIZERS = [lambda: optimizers.SGD(0.1), lambda: optimizers.MomentumSGD(0.1),
+              lambda: optimizers.AdaGrad(0.1), lambda: optimizers.AdaDelta(),
+              lambda: optimizers.Adam(0.01), lambda: optimizers.AdamW(0.01)]
+
+
+class _Points(dezero.Dataset):
+    def prepare(self):
+        rng = np.random.RandomState(1)
+        self.data = rng.randn(30, 2).astype(np.float32)
+        self.label = (self.data[:, 0] * self.data[:, 1] > 0).astype(np.int64)
+
+
+def _setup(make_optimizer, seed=0):
+    np.random.seed(seed)
+    model = MLP((8, 2))
+    model(np.zeros((1, 2), dtype=np.float32))
+    optimizer = make_optimizer().setup(model)
+    return model, optimizer
+
+
+def _step_fn(model, optimizer, traced):
+    def step(x, t):
+        loss = F.softmax_cross_entropy(F.dropout(model(x), 0.2), t)
+        model.cleargrads()
+        loss.backward()
+        optimizer.update()
+        return loss
+    return dezero.trace(step) if traced else step
+
+
+def _train(model, optimizer, loader, step, epochs):
+    losses = []
+    for _ in range(epochs):
+        for x, t in loader:
+            losses.append(step(x, t).data.copy())
+    return losses
+
+
+@pytest.mark.parametrize("make_optimizer", OPTIMIZERS)
+def test_model_and_optimizer_state_dicts_round_trip(make_optimizer):
+    model, optimizer = _setup(make_optimizer)
+    x, t = _Points().data, _Points().label
+    step = _step_fn(model, optimizer, traced=False)
+    for _ in range(3):
+        step(x, t)
+    model_state, optimizer_state = model.state_dict(), optimizer.state_dict()
+    assert sorted(model_state) == ["l0/W", "l0/b", "l1/W", "l1/b"]
+    other_model, other_optimizer = _setup(make_optimizer, seed=5)
+    other_model.load_state_dict(model_state)
+    other_optimizer.load_state_dict(optimizer_state)
+    other_step = _step_fn(other_model, other_optimizer, traced=False)
+    np.random.seed(3)
+    want = [step(x, t).data for _ in range(3)]
+    np.random.seed(3)
+    got = [other_step(x, t).data for _ in range(3)]
+    np.testing.assert_array_equal(got, want)
+    for a, b in zip(model.params(), other_model.params()):
+        np.testing.assert_array_equal(a.data, b.data)
+
+
+def test_adam_state_dict_holds_moments_step_count_and_hyperparameters():
+    model, optimizer = _setup(lambda: optimizers.Adam(0.01, beta1=0.8))
+    step = _step_fn(model, optimizer, traced=False)
+    for _ in range(4):
+        step(_Points().data, _Points().label)
+    state = optimizer.state_dict()
+    assert str(state["type"]) == "Adam"
+    assert int(state["counters/t"]) == 4
+    assert float(state["hyperparameters/beta1"]) == 0.8
+    np.testing.assert_array_equal(state["ms/l0/W"], optimizer.ms[model.l0.W].data)
+    np.testing.assert_array_equal(state["vs/l1/b"], optimizer.vs[model.l1.b].data)
+    state["ms/l0/W"][...] = 7  # a copy: the optimizer is untouched
+    assert not np.any(optimizer.ms[model.l0.W].data == 7)
+
+
+def test_optimizer_load_state_dict_refuses_a_mismatch_and_changes_nothing():
+    model, optimizer = _setup(lambda: optimizers.Adam(0.01))
+    _step_fn(model, optimizer, traced=False)(_Points().data, _Points().label)
+    state = optimizer.state_dict()
+    with pytest.raises(ValueError, match="saved from Adam, loaded into MomentumSGD"):
+        optimizers.MomentumSGD().setup(model).load_state_dict(state)
+    bad = dict(state)
+    bad["ms/l0/W"] = np.zeros((3, 3), dtype=np.float32)
+    bad["alpha"] = np.array(5.0)
+    before = optimizer.ms[model.l0.W].data.copy()
+    with pytest.raises(ValueError, match=r"ms/l0/W has shape \(3, 3\).*alpha is not a slot"):
+        optimizer.load_state_dict(bad)
+    np.testing.assert_array_equal(optimizer.ms[model.l0.W].data, before)
+    with pytest.raises(RuntimeError, match="setup"):
+        optimizers.Adam().state_dict()
+
+
+def test_model_load_state_dict_checks_keys_and_shapes():
+    model = MLP((8, 2))
+    model(np.zeros((1, 2), dtype=np.float32))
+    state = model.state_dict()
+    state["l0/W"] = np.zeros((3, 8))
+    with pytest.raises(ValueError, match=r"shapes differ: l0/W: file \(3, 8\), model \(2, 8\)"):
+        model.load_state_dict(state)
+    with pytest.raises(ValueError, match="missing from the state dict: l0/b, l1/W, l1/b"):
+        model.load_state_dict({"l0/W": state["l0/W"]})
+    lazy = MLP((8, 2))
+    lazy.load_state_dict(model.state_dict())  # sizes still open come from the arrays
+    np.testing.assert_array_equal(lazy.l0.W.data, model.l0.W.data)
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+@pytest.mark.parametrize("make_optimizer", [OPTIMIZERS[1], OPTIMIZERS[4]],
+                         ids=["MomentumSGD", "Adam"])
+def test_resuming_from_a_checkpoint_continues_as_uninterrupted_training(
+        tmp_path, make_optimizer, traced):
+    def run(epochs, model, optimizer, loader, schedule):
+        step = _step_fn(model, optimizer, traced)
+        losses = []
+        for _ in range(epochs):
+            losses += _train(model, optimizer, loader, step, 1)
+            schedule.step()
+        return losses
+
+    model, optimizer = _setup(make_optimizer)
+    loader = dezero.DataLoader(_Points(), 8, drop_last=True)
+    schedule = dezero.schedules.StepDecay(optimizer, 2, gamma=0.5)
+    want = run(5, model, optimizer, loader, schedule)
+
+    model, optimizer = _setup(make_optimizer)
+    loader = dezero.DataLoader(_Points(), 8, drop_last=True)
+    schedule = dezero.schedules.StepDecay(optimizer, 2, gamma=0.5)
+    got = run(2, model, optimizer, loader, schedule)
+    path = save_checkpoint(tmp_path / "run", model, optimizer, loader=loader,
+                           schedule=schedule, epoch=2)
+    assert path.endswith("run.npz")
+    np.random.seed(99)  # a new process: other random state, new objects
+    model, optimizer = _setup(make_optimizer, seed=7)
+    loader = dezero.DataLoader(_Points(), 8, drop_last=True)
+    schedule = dezero.schedules.StepDecay(optimizer, 2, gamma=0.5)
+    numbers = load_checkpoint(path, model, optimizer, loader=loader, schedule=schedule)
+    assert numbers == {"epoch": 2}
+    got += run(3, model, optimizer, loader, schedule)
+    if traced:
+        assert_replay_equal(np.array(got), np.array(want))
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def test_checkpoint_files_hold_no_pickle_and_a_failed_write_keeps_the_old_one(tmp_path):
+    model, optimizer = _setup(lambda: optimizers.Adam())
+    path = save_checkpoint(tmp_path / "c.npz", model, optimizer, epoch=1)
+    with np.load(path, allow_pickle=False) as npz:
+        assert all(npz[key].dtype != object for key in npz.files)
+    before = open(path, "rb").read()
+    with pytest.raises(TypeError, match="neither a number nor"):
+        save_checkpoint(path, model, optimizer, note=object())
+    assert open(path, "rb").read() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["c.npz"]
+
+
+def test_load_checkpoint_names_what_the_file_lacks(tmp_path):
+    model, optimizer = _setup(lambda: optimizers.SGD())
+    path = save_checkpoint(tmp_path / "c.npz", model)
+    with pytest.raises(ValueError, match="no state for optimizer"):
+        load_checkpoint(path, model, optimizer)
+
+
+def test_a_traced_step_reads_a_state_dict_loaded_after_it_was_recorded():
+    model, optimizer = _setup(lambda: optimizers.Adam(0.01))
+    x, t = _Points().data, _Points().label
+    step = _step_fn(model, optimizer, traced=True)
+    step(x, t)
+    saved_model, saved_optimizer = model.state_dict(), optimizer.state_dict()
+    np.random.seed(4)
+    want = [step(x, t).data.copy() for _ in range(3)]
+    model.load_state_dict(saved_model)
+    optimizer.load_state_dict(saved_optimizer)
+    np.random.seed(4)
+    got = [step(x, t).data.copy() for _ in range(3)]
+    np.testing.assert_array_equal(got, want)
+    assert step.entries == 1
