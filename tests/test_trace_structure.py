@@ -445,3 +445,50 @@ def test_a_global_read_by_a_users_hook_rebound_retraces():
             np.testing.assert_allclose(traced(x, t).data, eager(x, t).data, rtol=1e-5)
     finally:
         clip_in_cell = 1.0
+
+
+scale_of_scaled = 2.0  # a module-level number a helper function reads
+
+
+def scaled(x, k=1.0):
+    return F.tanh(x) * scale_of_scaled * k
+
+
+class HoldsAFunction:
+    def __init__(self, fn):
+        self.fn = fn
+
+
+@pytest.mark.parametrize("reach", ["dict", "list", "attribute", "partial", "direct"])
+def test_a_global_number_read_by_a_function_reached_through_a_container_retraces(reach):
+    import functools
+    global scale_of_scaled
+    held = {"dict": {"f": scaled}, "list": [scaled], "attribute": HoldsAFunction(scaled),
+            "partial": functools.partial(scaled, k=1.0), "direct": scaled}[reach]
+    call = {"dict": lambda x: held["f"](x), "list": lambda x: held[0](x),
+            "attribute": lambda x: held.fn(x), "partial": lambda x: held(x),
+            "direct": lambda x: held(x)}[reach]
+    traced = dezero.trace(call)
+    x = np.linspace(-1, 1, 6, dtype=np.float32)
+    try:
+        for scale in (2.0, 2.0, 5.0, 5.0, 3.0):
+            scale_of_scaled = scale
+            np.testing.assert_allclose(traced(x).data, call(x).data, rtol=1e-6)
+    finally:
+        scale_of_scaled = 2.0
+    assert traced.entries <= 3
+
+
+@pytest.mark.parametrize("reach", ["dict", "list", "attribute"])
+def test_a_function_replaced_in_a_container_retraces(reach):
+    held = {"dict": {"f": F.tanh}, "list": [F.tanh], "attribute": HoldsAFunction(F.tanh)}[reach]
+    call = {"dict": lambda x: held["f"](x), "list": lambda x: held[0](x),
+            "attribute": lambda x: held.fn(x)}[reach]
+    traced = dezero.trace(call)
+    x = np.linspace(-1, 1, 6, dtype=np.float32)
+    for fn in (F.tanh, F.tanh, F.sigmoid, F.sigmoid, scaled):
+        if reach == "attribute":
+            held.fn = fn
+        else:
+            held["f" if reach == "dict" else 0] = fn
+        np.testing.assert_allclose(traced(x).data, call(x).data, rtol=1e-6)

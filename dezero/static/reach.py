@@ -299,7 +299,7 @@ class _Walk:
     def visit(self, obj, label: str, inside: bool) -> bool:
         """Whether the graph's structure depends on obj being what it is (records
         the guards below it). inside: obj is held by a layer or an optimizer, where
-        functions, hooks and containers count too."""
+        callable objects and containers count too."""
         if isinstance(obj, Variable):
             return id(obj) in self.captured
         if self.constants.get(id(obj), _GONE) is obj:  # a global mask, model.mask
@@ -308,11 +308,13 @@ class _Walk:
         if isinstance(obj, _ATOMS):
             return False
         if isinstance(obj, _CALLABLES):
-            code = getattr(obj, "__func__", obj)  # a user's hook or activation: its code
-            if inside and isinstance(code, types.FunctionType) and is_user_module(
-                    sys.modules.get(code.__module__)):  # reads globals too
+            # A user's function, hook or activation (partial flattens nested partials).
+            code = obj.func if isinstance(obj, functools.partial) else obj
+            code = getattr(code, "__func__", code)
+            if isinstance(code, types.FunctionType) and is_user_module(
+                    sys.modules.get(code.__module__)):  # reads globals too, however reached
                 self.functions.append(obj)
-            return inside  # its identity is checked by whoever holds it
+            return True  # what it is counts: whoever holds it checks its identity
         key = id(obj)
         if key not in self.relevant:
             self.relevant[key] = False  # a cycle back here adds nothing
