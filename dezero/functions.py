@@ -345,9 +345,11 @@ def sign(x):
 
 class Clip(Function):
     """x limited to [x_min, x_max]; a bound of None is no bound (as in numpy)."""
-    # Comparisons rather than fmin/fmax, which would turn NaN into a bound. A None
+    # numpy's min(max(x, x_min), x_max), so x_max wins where x_min > x_max; with
+    # comparisons rather than fmin/fmax, which would turn NaN into a bound. A None
     # bound is no number, so such a node is never fused.
-    cpp = "({x} < {x_min}) ? {x_min} : ({x} > {x_max}) ? {x_max} : {x}"
+    cpp = "(({x} < {x_min} ? {x_min} : {x}) > {x_max}) ? {x_max} : " \
+          "({x} < {x_min} ? {x_min} : {x})"
 
     def __init__(self, x_min, x_max):
         self.x_min = x_min

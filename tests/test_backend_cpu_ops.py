@@ -18,7 +18,8 @@ pytestmark = pytest.mark.skipif(cpu.missing_reason() is not None,
 
 # Attrs for ops whose constructor takes some; a new op with attrs needs a row.
 ATTRS = {"pow": [{"c": 2}, {"c": 3}, {"c": 0.5}, {"c": -1}, {"c": 0}],
-         "clip": [{"x_min": -1.0, "x_max": 2.0}], "in_range": [{"x_min": -1.0, "x_max": 2.0}],
+         "clip": [{"x_min": -1.0, "x_max": 2.0}, {"x_min": 2.0, "x_max": -1.0}],  # lo > hi: hi
+         "in_range": [{"x_min": -1.0, "x_max": 2.0}, {"x_min": 2.0, "x_max": -1.0}],
          "leaky_relu": [{"slope": 0.2}], "leaky_relu_grad": [{"slope": 0.2}]}
 EDGES = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, 1e-30, 100.0, -100.0,
          np.inf, -np.inf, np.nan]
