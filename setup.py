@@ -9,11 +9,16 @@ GPU_COMPILE = [
     'nvidia-cuda-nvrtc-cu12>=12.2,<13; sys_platform == "linux" or sys_platform == "win32"',
 ]
 
+# Data parallelism (dezero.distributed): mpi4py, and an MPI runtime as a wheel, so that
+# `mpiexec` comes with it (mpi4py alone fails at import without a system MPI).
+DISTRIBUTED = ["mpi4py>=4,<5", 'mpich; sys_platform == "linux" or sys_platform == "darwin"']
+
 EXTRAS = {
     "gpu": ["cupy>=12"],
     "gpu-compile": GPU_COMPILE,
     "viz": ["graphviz>=0.20", "matplotlib>=3.5", "graphviz-pure"],
-    "test": ["pytest>=7", "hypothesis>=6", "pillow>=9", "tqdm>=4", *GPU_COMPILE],
+    "distributed": DISTRIBUTED,
+    "test": ["pytest>=7", "hypothesis>=6", "pillow>=9", "tqdm>=4", *GPU_COMPILE, *DISTRIBUTED],
     "reference": ["torch==2.13.0"],
     # The Jupyter kernel is ipykernel; graphviz-pure renders graphs where `dot` is missing.
     "notebooks": [

@@ -477,6 +477,9 @@ class Function:
       cpp_type  the C++ type cpp yields where it is not the inputs' type ("bool"
                 for a comparison); the kernel casts it to the result's type
       random    the op draws random numbers (never folded or deduplicated)
+      collective  the op exchanges data with other processes (an allreduce): every
+                process must run it, in the same order, so no pass folds, merges,
+                removes or fuses it, nor moves another node across it
       commutative  the inputs may be swapped (common-subexpression elimination)
       py        the Python expression the replay code writes instead of calling
                 forward, placeholders as in cpp (`_xp` is numpy or cupy); a dict
@@ -493,6 +496,7 @@ class Function:
 
     cpp = cpp_type = None
     random = False
+    collective = False
     commutative = False
     py = None
     neutral = neutral_attrs = None

@@ -136,7 +136,9 @@ class Optimizer:
     """Updates the parameters of `target` (a Layer or a Model) from their grads.
 
     update() runs the hooks on the parameters that have a gradient, then
-    update_one on each parameter that still has one.
+    update_one on each parameter that still has one. A hook whose class sets
+    `runs_first` (dezero.distributed.AllreduceGrads) runs before the others, on every
+    parameter, gradient or not (each process must exchange the same ones).
     """
 
     # Attributes that each update computes before reading them (step sizes): a
@@ -159,13 +161,18 @@ class Optimizer:
                                f"optimizer.setup(model) first")
         if layers.observer() is not None:
             layers.observer().updating()  # the gradients are read from here on
-        params = [p for p in self.target.params() if p.grad is not None]
-        if not params:
-            return
+        params = list(self.target.params())
+        first = [hook for hook in self.hooks if getattr(hook, "runs_first", False)]
         with no_grad():
+            for hook in first:
+                hook(params)
+            params = [p for p in params if p.grad is not None]
+            if not params:
+                return
             self._prepare(params[0])
             for hook in self.hooks:
-                hook(params)
+                if hook not in first:
+                    hook(params)
             for param in params:
                 # A hook may drop a gradient (FreezeParam, or a user's hook).
                 if param.grad is not None:

@@ -1,9 +1,10 @@
 """DOT drawings of a StaticGraph (the dynamic graph's are in dezero.utils).
 
 Beside ir.py: StaticGraph.to_dot() and .plot() call graph_to_dot. Inputs are green
-ellipses, captured state orange, constants grey, ops boxes, outputs double
-octagons, and state writes dashed orange nodes fed by dashed red edges; each
-fused kernel (graph.groups) is a dashed cluster labelled with its name.
+ellipses, captured state orange, constants grey, ops boxes, collectives (an
+allreduce across processes) purple hexagons, outputs double octagons, and state
+writes dashed orange nodes fed by dashed red edges; each fused kernel (graph.groups)
+is a dashed cluster labelled with its name.
 
     graph.plot("step.svg")
 """
@@ -20,6 +21,7 @@ _STYLE = {
     "const": 'shape=ellipse, style=filled, fillcolor="#e0e0e0", fontsize=10',
     "value": "shape=ellipse",
     "op": 'shape=box, style=filled, fillcolor="#bbdefb"',
+    "collective": 'shape=hexagon, style="filled,bold", fillcolor="#e1bee7", color="#6a1b9a"',
     "output": 'shape=doubleoctagon, style=filled, fillcolor="#fff59d"',
     "write": 'shape=ellipse, style="filled,dashed", color=red, fillcolor="#ffcc80"',
 }
@@ -38,7 +40,8 @@ def graph_to_dot(graph: StaticGraph) -> str:
         elif node.kind == "op":
             attrs = ", ".join(f"{k}={format_attr(a)}" for k, a in sorted(node.attrs.items()))
             label = node.op + (f"\\n[{escape_dot(attrs)}]" if attrs else "")
-            lines.append(f'  "op{i}" [label="{label}", {_STYLE["op"]}];')
+            style = _STYLE["collective" if node.function_class.collective else "op"]
+            lines.append(f'  "op{i}" [label="{label}", {style}];')
             for v in node.inputs:
                 lines.append(f'  "{v.name}" -> "op{i}";')
             for v in node.outputs:

@@ -3,7 +3,7 @@
 passes.py sits after the tracer and before the backends, and imports only the IR
 (ir.py) besides numpy and the debug log. Each pass returns a new graph and never
 edits the old one's nodes or values (the old graph stays printable), and reads op
-facts from the Function classes (`random`, `commutative`, `neutral`,
+facts from the Function classes (`random`, `collective`, `commutative`, `neutral`,
 `neutral_attrs`, `cpp`), never from lists of op names. The last pass, fuse, lays
 kernel groups (ir.Group) over the node list for codegen.py and the kernel backends.
 
@@ -35,7 +35,7 @@ from dezero.static.ir import (
 )
 
 # =============================================================================
-# Helpers: remap, is_random
+# Helpers: remap, is_random, is_pinned
 # =============================================================================
 
 
@@ -49,6 +49,13 @@ def _is_random(node: Node) -> bool:
     return node.kind == "op" and node.function_class.random
 
 
+def _is_pinned(node: Node) -> bool:
+    """A random or collective op: it must run as recorded, each call on its own (a draw
+    advances the random state; every process must meet a collective, in order)."""
+    return node.kind == "op" and (node.function_class.random or
+                                  node.function_class.collective)
+
+
 # =============================================================================
 # Passes: dce, cse, fold, optimize
 # =============================================================================
@@ -57,13 +64,14 @@ def _is_random(node: Node) -> bool:
 def dce(graph: StaticGraph) -> StaticGraph:
     """Dead-code elimination: drop ops and consts that no output or write needs.
 
-    Roots are the output, the state writes and random ops (a draw advances the
-    random state, so removing one would change every later draw).
+    Roots are the output, the state writes, random ops (a draw advances the
+    random state, so removing one would change every later draw) and collectives
+    (the other processes wait for this one).
     """
     live: set[int] = set()
     kept = []
     for node in reversed(graph.nodes):
-        needed = node.kind in ("input", "state", "write", "output") or _is_random(node) \
+        needed = node.kind in ("input", "state", "write", "output") or _is_pinned(node) \
             or any(id(v) in live for v in node.outputs)
         if needed:
             kept.append(node)
@@ -75,7 +83,8 @@ def dce(graph: StaticGraph) -> StaticGraph:
 
 def cse(graph: StaticGraph) -> StaticGraph:
     """Common-subexpression elimination: one node per (op, attrs, inputs); equal small
-    constants merge too. Random ops are never merged (each draw is its own)."""
+    constants merge too. Random and collective ops are never merged (each draw and
+    each exchange is its own)."""
     seen: dict = {}
     mapping: dict[int, Value] = {}
     nodes = []
@@ -85,7 +94,7 @@ def cse(graph: StaticGraph) -> StaticGraph:
         if node.kind == "const" and node.payload.size <= 64:
             array = cuda.as_numpy(node.payload)
             key = ("const", array.dtype.str, array.shape, array.tobytes())
-        elif node.kind == "op" and not _is_random(node):
+        elif node.kind == "op" and not _is_pinned(node):
             attrs = attrs_key(node.attrs)
             names = [id(v) for v in node.inputs]
             if node.function_class.commutative:
@@ -109,7 +118,8 @@ FOLD_LIMIT = 1 << 16
 def fold(graph: StaticGraph) -> StaticGraph:
     """Constant folding: an op whose inputs are all constants becomes a constant.
 
-    Never folds captured state (it is read afresh at every replay) or random ops.
+    Never folds captured state (it is read afresh at every replay), random ops or
+    collectives.
     """
     consts: dict[int, Node] = {}
     head, new_consts, rest = [], [], []
@@ -120,7 +130,7 @@ def fold(graph: StaticGraph) -> StaticGraph:
             consts[id(node.outputs[0])] = node
             head.append(node)
             continue
-        if node.kind == "op" and len(node.outputs) == 1 and not _is_random(node) and \
+        if node.kind == "op" and len(node.outputs) == 1 and not _is_pinned(node) and \
                 all(id(v) in consts for v in node.inputs):
             folded = _evaluate(node, [consts[id(v)].payload for v in node.inputs])
             if folded is not None:
@@ -220,6 +230,8 @@ def fusion_refusal(node: Node) -> str | None:
     cls = node.function_class
     if cls.random:
         return "a random op (each replay draws afresh)"
+    if cls.collective:
+        return "a collective (it exchanges data with other processes)"
     if op_fact(cls, "cpp") is None:
         return "not elementwise (no cpp on its class)"
     if len(node.outputs) != 1:
@@ -253,7 +265,8 @@ def fuse(graph: StaticGraph) -> StaticGraph:
     its inputs' producers whose results have its shape, merging them, unless a path
     through a node outside would then leave the group and come back (the group
     could not run as one step): it then joins the first group it can, or starts
-    one. Groups of one node are dropped (a kernel gains nothing over the op).
+    one. Groups of one node are dropped (a kernel gains nothing over the op). A
+    kernel never spans a collective, so scheduling the groups moves no node across it.
     """
     def log(message):
         debugging.log(3, f"fuse {graph.name}: {message}")
@@ -264,6 +277,8 @@ def fuse(graph: StaticGraph) -> StaticGraph:
     outside: list[set] = []     # root -> groups its nodes reach through other nodes
     group_of: dict[int, int] = {}
     deps: dict[int, set] = {}   # id(node) -> the groups it depends on, its own included
+    phase_of: list[int] = []    # root -> how many collectives come before its nodes
+    phase = 0
 
     def find(g):
         while parent[g] != g:
@@ -291,12 +306,16 @@ def fuse(graph: StaticGraph) -> StaticGraph:
         if reason is not None:
             log(f"boundary {format_node(node)}: {reason}")
             deps[id(node)] = inputs_deps
+            phase += node.function_class.collective
             continue
         near = []
         for v in node.inputs:
             p = producer[id(v)]
             if id(p) in group_of and find(group_of[id(p)]) not in near:
-                if p.outputs[0].shape == node.outputs[0].shape:
+                if phase_of[find(group_of[id(p)])] != phase:
+                    log(f"{node.outputs[0].name} starts apart from {v.name}: a collective "
+                        f"lies between them")
+                elif p.outputs[0].shape == node.outputs[0].shape:
                     near.append(find(group_of[id(p)]))
                 else:
                     log(f"{node.outputs[0].name} starts apart from {v.name}: shape "
@@ -314,6 +333,7 @@ def fuse(graph: StaticGraph) -> StaticGraph:
             parent.append(chosen[0])
             members.append([])
             outside.append(set())
+            phase_of.append(phase)
         root = chosen[0]
         for g in chosen[1:]:
             parent[g] = root

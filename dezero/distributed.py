@@ -1,0 +1,353 @@
+"""Data parallelism over MPI: a communicator, averaged gradients, shards of a dataset.
+
+distributed.py sits beside the optimizers. Every process (a rank) holds the whole
+model and trains on its own shard of the data; an optimizer hook averages the
+gradients over the ranks before each update, so the ranks stay equal. MPI comes from
+mpi4py (imported by init(), never by `import dezero`); on GPUs the arrays travel
+through NCCL. Launch with `mpiexec -n 2 python -m mpi4py train.py`.
+
+    comm = dist.init(); model(x[:1]); comm.broadcast_params(model)
+    optimizer.add_hook(dist.AllreduceGrads(comm))
+"""
+import sys
+import warnings
+
+import numpy as np
+
+from dezero import cuda
+from dezero.core import Function, TracedArray, Variable, no_grad
+
+# =============================================================================
+# The world: init, Communicator
+# =============================================================================
+
+# name -> Communicator: an allreduce node names its communicator (attrs are plain
+# values), and a replay finds it here.
+_COMMUNICATORS = {}
+
+_NO_MPI = ("dezero.distributed needs mpi4py and an MPI runtime: "
+           "pip install 'dezero[distributed]' (mpi4py and the mpich wheel)")
+
+
+def init():
+    """The communicator of all ranks started together (MPI's world); a plain `python
+    script.py` is a world of size 1. Calling it again returns the same one.
+
+    In a world of more than one rank, an exception that reaches the top of a rank
+    aborts the whole job (the others would otherwise wait for it forever).
+    """
+    if "world" in _COMMUNICATORS:
+        return _COMMUNICATORS["world"]
+    try:
+        from mpi4py import MPI
+    except ImportError as error:
+        raise ImportError(f"{_NO_MPI} ({error})") from error
+    comm = Communicator(MPI.COMM_WORLD, "world")
+    if comm.size > 1:
+        _abort_on_uncaught_exception(comm.mpi)
+    return comm
+
+
+def _abort_on_uncaught_exception(mpi_comm):
+    # `python -m mpi4py script.py` does the same; this covers a plain `python script.py`.
+    previous = sys.excepthook
+
+    def abort(kind, value, traceback):
+        previous(kind, value, traceback)
+        sys.stderr.flush()
+        mpi_comm.Abort(1)
+
+    sys.excepthook = abort
+
+
+class Communicator:
+    """A group of ranks that exchange arrays (numpy or cupy).
+
+    rank, size     this process's number in the group, and the group's size
+    local_rank     its number among the ranks on the same machine (which GPU it uses)
+    mpi            the mpi4py communicator underneath
+    """
+
+    def __init__(self, mpi_comm, name):
+        from mpi4py import MPI
+        self.mpi, self.name = mpi_comm, name
+        self.rank, self.size = mpi_comm.Get_rank(), mpi_comm.Get_size()
+        self.local_rank = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
+        self._nccl = None  # made on the first exchange of cupy arrays
+        _COMMUNICATORS[name] = self
+
+    def __repr__(self):
+        return f"<Communicator {self.name}: rank {self.rank} of {self.size}>"
+
+    # ---- plain collectives ---------------------------------------------------
+    def barrier(self):
+        """Wait until every rank has come here."""
+        self.mpi.Barrier()
+
+    def allreduce(self, x, op="sum"):
+        """x summed (op="mean": averaged; "max", "min") over the ranks, every rank
+        getting the result. An array gives a new array of its module; a Variable gives
+        a Variable made by an allreduce op (recorded by a trace, differentiable), as
+        does an array inside a traced function."""
+        if isinstance(x, (Variable, TracedArray)):  # an array that a trace records
+            return Allreduce(self.name, op)(x)
+        return self._reduce_arrays([_plain_array(x, "allreduce")], op)[0]
+
+    def broadcast(self, x, root=0):
+        """Rank root's array, on every rank (each passes an array of the same shape
+        and dtype; numpy or cupy)."""
+        x = _plain_array(x, "broadcast")
+        flat = x.reshape(-1).copy()
+        if self.size > 1:
+            self._exchange(flat, "broadcast", root=root)
+        return flat.reshape(x.shape)
+
+    def broadcast_params(self, model, root=0):
+        """Give every parameter of model rank root's values (after lazy init: run the
+        model once first), so that ranks seeded differently start equal."""
+        params = list(model.params())
+        missing = [p.name or f"parameter {i}" for i, p in enumerate(params) if p.data is None]
+        if missing:
+            raise ValueError(f"broadcast_params: {', '.join(missing)} not initialised yet "
+                             f"(lazy init); call the model once first, e.g. model(x[:1])")
+        mine = [(p.name, p.data.shape, p.data.dtype.str) for p in params]
+        theirs = self.mpi.bcast(mine, root=root)
+        if mine != theirs:
+            raise ValueError(f"broadcast_params: rank {self.rank}'s parameters {mine} "
+                             f"differ from rank {root}'s {theirs}; build the same model "
+                             f"on every rank")
+        with no_grad():
+            for p in params:
+                p.data = self.broadcast(p.data, root)
+
+    # ---- rank 0 alone --------------------------------------------------------
+    def print(self, *args, **kwargs):
+        """print() on rank 0 only (one line of progress, not one per rank)."""
+        if self.rank == 0:
+            print(*args, **kwargs, flush=True)
+
+    def save_weights(self, model, path):
+        """model.save_weights(path) on rank 0 only; every rank returns once it is
+        written (the ranks hold equal parameters, so one copy is enough)."""
+        if self.rank == 0:
+            model.save_weights(path)
+        self.barrier()
+
+    # ---- arrays in flat buffers ----------------------------------------------
+    def _reduce_arrays(self, arrays, op):
+        """The arrays reduced over the ranks, packed into one flat buffer per dtype
+        (one exchange per dtype, however many arrays)."""
+        if op not in _REDUCE_OPS:
+            raise ValueError(f"allreduce: op must be one of {sorted(_REDUCE_OPS)}, "
+                             f"got {op!r}")
+        results = [None] * len(arrays)
+        by_dtype = {}
+        for i, a in enumerate(arrays):
+            by_dtype.setdefault((a.dtype, cuda.get_array_module(a)), []).append(i)
+        for (dtype, xp), positions in by_dtype.items():
+            if op == "mean" and dtype.kind not in "fc":
+                raise TypeError(f"allreduce: op='mean' of {dtype} arrays would round; "
+                                f"reduce with op='sum' or cast to a float dtype first")
+            flat = xp.concatenate([arrays[i].reshape(-1) for i in positions])
+            if self.size > 1:
+                self._exchange(flat, op)
+            if op == "mean" and self.size > 1:
+                flat /= dtype.type(self.size)
+            start = 0
+            for i in positions:
+                size = arrays[i].size
+                results[i] = flat[start:start + size].reshape(arrays[i].shape)
+                start += size
+        return results
+
+    def _exchange(self, flat, what, op="sum", root=0):
+        """Reduce (what="allreduce") or broadcast the contiguous array flat in place,
+        on every rank: NCCL for cupy arrays where it exists, else through the host."""
+        if isinstance(flat, np.ndarray):
+            self._mpi_exchange(flat, what, op, root)
+            return
+        nccl = self._nccl_communicator()
+        if nccl is None:  # host staging: copy to numpy, exchange, copy back
+            host = cuda.as_numpy(flat)
+            self._mpi_exchange(host, what, op, root)
+            flat[...] = cuda.as_cupy(host)
+        else:
+            _nccl_exchange(nccl, flat, what, op, root)
+
+    def _mpi_exchange(self, flat, what, op, root):
+        from mpi4py import MPI
+        if what == "broadcast":
+            self.mpi.Bcast(flat, root=root)
+        else:
+            mpi_op = {"sum": MPI.SUM, "mean": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
+            self.mpi.Allreduce(MPI.IN_PLACE, flat, op=mpi_op)
+
+    # ---- GPUs ----------------------------------------------------------------
+    def use_gpu(self):
+        """Make the GPU of this rank's local rank the current one (one GPU per rank on
+        each machine) and return its id; call it before moving the model."""
+        count = cuda.cupy.cuda.runtime.getDeviceCount() if cuda.gpu_enable else 0
+        if self.local_rank >= count:
+            raise RuntimeError(f"rank {self.rank} is local rank {self.local_rank} but this "
+                               f"machine has {count} GPUs; start at most {count} ranks "
+                               f"per machine")
+        cuda.cupy.cuda.Device(self.local_rank).use()
+        return self.local_rank
+
+    def _nccl_communicator(self):
+        """The NCCL communicator (made once, together by all ranks), or None where
+        NCCL is missing on any rank: every rank then stages through the host."""
+        if self._nccl is None:
+            from cupy.cuda import nccl
+            from mpi4py import MPI
+            everywhere = self.mpi.allreduce(bool(nccl.available), op=MPI.LAND)
+            if not everywhere:
+                warnings.warn("dezero.distributed: NCCL is missing, so cupy arrays are "
+                              "exchanged through host memory (slower); install "
+                              "nvidia-nccl-cu12 for direct GPU transfers", stacklevel=3)
+                self._nccl = False
+            else:
+                unique_id = self.mpi.bcast(nccl.get_unique_id() if self.rank == 0 else None)
+                self._nccl = nccl.NcclCommunicator(self.size, unique_id, self.rank)
+        return self._nccl or None
+
+
+_REDUCE_OPS = {"sum", "mean", "max", "min"}
+
+
+def _nccl_exchange(comm, flat, what, op, root):
+    from cupy.cuda import nccl
+    kinds = {"float16": nccl.NCCL_FLOAT16, "float32": nccl.NCCL_FLOAT32,
+             "float64": nccl.NCCL_FLOAT64, "int32": nccl.NCCL_INT32,
+             "int64": nccl.NCCL_INT64, "uint8": nccl.NCCL_UINT8}
+    kind = kinds.get(flat.dtype.name)
+    if kind is None:
+        raise TypeError(f"NCCL exchanges {', '.join(kinds)} arrays, not {flat.dtype}")
+    stream = cuda.cupy.cuda.get_current_stream().ptr
+    if what == "broadcast":
+        comm.broadcast(flat.data.ptr, flat.data.ptr, flat.size, kind, root, stream)
+    else:
+        reduce = {"sum": nccl.NCCL_SUM, "mean": nccl.NCCL_SUM, "max": nccl.NCCL_MAX,
+                  "min": nccl.NCCL_MIN}[op]
+        comm.allReduce(flat.data.ptr, flat.data.ptr, flat.size, kind, reduce, stream)
+
+
+def _plain_array(x, what):
+    if isinstance(x, TracedArray):
+        raise TypeError(f"{what}: a traced array (an array inside a traced function) has "
+                        f"no value yet; {what} before the traced call, or use allreduce, "
+                        f"which the trace records")
+    if not isinstance(x, cuda.array_types):
+        x = np.asarray(x)
+    if x.dtype.kind not in "biufc":
+        raise TypeError(f"{what}: arrays of numbers only, not {x.dtype}")
+    return x
+
+
+# =============================================================================
+# The op: Allreduce (one node of a traced step)
+# =============================================================================
+
+
+class Allreduce(Function):
+    """y_i = x_i reduced over the ranks (op: sum, mean, max, min), for every input.
+
+    A collective: every rank must run it, in the same order, so the trace compiler
+    keeps it as recorded (one node; nothing is folded, merged, fused or moved
+    across it). comm names the communicator (see init).
+    """
+
+    collective = True
+
+    def __init__(self, comm="world", op="sum"):
+        self.comm = comm
+        self.op = op
+
+    def forward(self, *xs):
+        communicator = _COMMUNICATORS.get(self.comm)
+        if communicator is None:
+            raise RuntimeError(f"allreduce: no communicator named {self.comm!r} in this "
+                               f"process; call dezero.distributed.init() first")
+        ys = communicator._reduce_arrays(list(xs), self.op)
+        return tuple(ys) if len(ys) > 1 else ys[0]
+
+    def backward(self, *gys):
+        if self.op not in ("sum", "mean"):
+            raise NotImplementedError(f"allreduce: op={self.op!r} has no backward")
+        # Each rank's result depends on every rank's input alike: the gradient of a
+        # sum (or mean) over ranks is the sum (or mean) of the gradients.
+        return Allreduce(self.comm, self.op)(*gys)
+
+
+# =============================================================================
+# The optimizer hook: AllreduceGrads
+# =============================================================================
+
+
+class AllreduceGrads:
+    """Average every parameter's gradient over the ranks, before the update.
+
+    It runs before the optimizer's other hooks, whatever order they were added in
+    (runs_first): weight decay and gradient clipping then see the averaged gradient,
+    as they would in one process on the whole batch. It exchanges one flat buffer per
+    dtype (one allreduce node in a traced step). Every parameter of the model takes
+    part: one without a gradient on a rank counts as zeros there, so that all ranks
+    exchange the same buffer and end with the same gradients.
+    """
+
+    runs_first = True
+
+    def __init__(self, comm):
+        self.comm = comm
+
+    def __call__(self, params):
+        params = [p for p in params if p.data is not None]  # lazy init not run yet
+        if not params:
+            return
+        grads = [p.grad if p.grad is not None else
+                 Variable(cuda.get_array_module(p.data).zeros_like(p.data)) for p in params]
+        means = Allreduce(self.comm.name, "mean")(*grads)
+        for param, mean in zip(params, means if len(params) > 1 else [means]):
+            param.grad = mean
+
+
+# =============================================================================
+# Data: shard
+# =============================================================================
+
+
+class Shard:
+    """This rank's part of a dataset: `indices` into it, read one example at a time."""
+
+    def __init__(self, dataset, indices):
+        self.dataset, self.indices = dataset, indices
+
+    def __getitem__(self, index):
+        return self.dataset[int(self.indices[index])]
+
+    def __len__(self):
+        return len(self.indices)
+
+
+def shard_indices(n, rank, size, shuffle=True, seed=0, drop_last=False):
+    """The indices of examples 0..n-1 that rank takes: every rank the same number,
+    ceil(n / size) (the first examples of the order again fill the last shards) or
+    with drop_last, n // size (the rest is left out)."""
+    order = np.random.default_rng(seed).permutation(n) if shuffle else np.arange(n)
+    per_rank = n // size if drop_last else -(-n // size)
+    if per_rank == 0:
+        raise ValueError(f"shard: {n} examples for {size} ranks leave rank {rank} none")
+    order = np.resize(order, per_rank * size)  # repeats the start where n is short
+    return order[rank * per_rank:(rank + 1) * per_rank]
+
+
+def shard(dataset, comm, shuffle=True, seed=0, drop_last=False):
+    """This rank's shard of dataset, all ranks getting shards of the same length.
+
+    shuffle orders the examples by a generator seeded with seed, the same on every
+    rank (pass the epoch for a new split each epoch); the shards never overlap except
+    where ceil(len / size) * size exceeds len: the first examples fill the gap
+    (drop_last=True leaves out the remainder instead).
+    """
+    indices = shard_indices(len(dataset), comm.rank, comm.size, shuffle, seed, drop_last)
+    return Shard(dataset, indices)

@@ -1,0 +1,304 @@
+"""dezero.distributed in one process: a world of size 1, sharding arithmetic, the
+gradient hook, and the allreduce node of traced steps (the passes keep it as
+recorded). The runs of several ranks under mpiexec are in test_distributed_mpi.py."""
+import numpy as np
+import pytest
+
+import dezero
+import dezero.distributed as dist
+import dezero.functions as F
+from dezero import Variable, optimizers
+from dezero.dataloaders import DataLoader
+from dezero.datasets import Spiral
+from dezero.models import MLP
+
+pytest.importorskip("mpi4py")
+
+
+@pytest.fixture
+def comm():
+    return dist.init()
+
+
+@pytest.fixture
+def half_world(comm, monkeypatch):
+    """The world as if it had a second rank whose arrays are all zeros: a sum leaves
+    this rank's values, a mean halves them."""
+    monkeypatch.setattr(comm, "size", 2)
+    monkeypatch.setattr(comm, "_mpi_exchange", lambda flat, what, op, root: None)
+    return comm
+
+
+def classification(n=16, dim=3, classes=3, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((n, dim)).astype(np.float32),
+            rng.integers(0, classes, n))
+
+
+def make_step(model, optimizer):
+    def step(x, t):
+        loss = F.softmax_cross_entropy(model(x), t)
+        model.cleargrads()
+        loss.backward()
+        optimizer.update()
+        return loss
+    return step
+
+
+# =============================================================================
+# A world of one process
+# =============================================================================
+
+
+def test_a_plain_process_is_a_world_of_one_and_init_returns_it_again(comm):
+    assert (comm.rank, comm.size, comm.local_rank) == (0, 1, 0)
+    assert dist.init() is comm
+    comm.barrier()
+
+
+def test_collectives_of_one_rank_return_new_arrays_of_the_same_values(comm):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for op in ("sum", "mean", "max", "min"):
+        y = comm.allreduce(x, op=op)
+        assert y.shape == x.shape and y.dtype == x.dtype and not np.shares_memory(x, y)
+        np.testing.assert_array_equal(y, x)
+    y = comm.broadcast(x)
+    np.testing.assert_array_equal(y, x)
+    assert not np.shares_memory(x, y)
+
+
+def test_allreduce_refuses_what_it_cannot_do(comm):
+    with pytest.raises(ValueError, match="op must be one of"):
+        comm.allreduce(np.ones(3), op="prod")
+    with pytest.raises(TypeError, match="op='mean' of int64 arrays would round"):
+        comm.allreduce(np.arange(3, dtype=np.int64), op="mean")
+    with pytest.raises(TypeError, match="arrays of numbers only"):
+        comm.allreduce(np.array(["a"]))
+
+
+def test_mean_and_sum_with_a_second_rank_of_zeros(half_world):
+    x = np.array([1.0, 3.0], dtype=np.float32)
+    np.testing.assert_array_equal(half_world.allreduce(x, op="mean"), x / 2)
+    np.testing.assert_array_equal(half_world.allreduce(x), x)
+
+
+def test_allreduce_of_a_variable_is_an_op_with_a_backward(half_world):
+    x = Variable(np.array([2.0, 4.0]))
+    y = half_world.allreduce(x, op="mean")
+    assert isinstance(y, Variable) and y.creator.op_name == "allreduce"
+    np.testing.assert_array_equal(y.data, [1.0, 2.0])
+    F.sum(y * y).backward()
+    # d/dx of sum(mean(x)^2) on this rank, with the other rank's gradient zero:
+    # mean over ranks of 2 * y
+    np.testing.assert_array_equal(x.grad.data, [1.0, 2.0])
+
+
+def test_broadcast_params_wants_an_initialised_model(comm):
+    model = MLP((4, 2))
+    with pytest.raises(ValueError, match=r"not initialised yet.*model\(x\[:1\]\)"):
+        comm.broadcast_params(model)
+    x, _ = classification()
+    model(x[:1])
+    before = [p.data.copy() for p in model.params()]
+    comm.broadcast_params(model)
+    for p, b in zip(model.params(), before):
+        np.testing.assert_array_equal(p.data, b)
+
+
+def test_rank_zero_prints_and_saves(comm, tmp_path, capsys):
+    comm.print("epoch", 1)
+    assert capsys.readouterr().out == "epoch 1\n"
+    model = MLP((2,))
+    model(np.ones((1, 3), np.float32))
+    comm.save_weights(model, str(tmp_path / "w.npz"))
+    assert (tmp_path / "w.npz").exists()
+
+
+# =============================================================================
+# Shards: equal lengths, disjoint, the same on every rank's reckoning
+# =============================================================================
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 300])
+@pytest.mark.parametrize("size", [1, 2, 3, 4])
+def test_shards_have_equal_lengths_and_cover_every_example(n, size):
+    if n < size:
+        with pytest.raises(ValueError, match="leave rank"):
+            dist.shard_indices(n, 0, size, drop_last=True)
+    per_rank = -(-n // size)
+    shards = [dist.shard_indices(n, r, size, seed=5) for r in range(size)]
+    assert all(len(s) == per_rank for s in shards)
+    joined = np.concatenate(shards)
+    assert set(joined.tolist()) == set(range(n))
+    # Only the padding repeats examples: the first n indices are all different.
+    assert len(set(joined[:n].tolist())) == n
+    if n >= size:
+        dropped = [dist.shard_indices(n, r, size, seed=5, drop_last=True) for r in range(size)]
+        joined = np.concatenate(dropped)
+        assert all(len(s) == n // size for s in dropped) and len(set(joined.tolist())) == \
+            len(joined) == n // size * size
+
+
+def test_the_seed_picks_the_split_and_shuffle_false_keeps_the_order():
+    a = dist.shard_indices(300, 1, 4, seed=0)
+    assert np.array_equal(a, dist.shard_indices(300, 1, 4, seed=0))
+    assert not np.array_equal(a, dist.shard_indices(300, 1, 4, seed=1))
+    np.testing.assert_array_equal(dist.shard_indices(10, 1, 3, shuffle=False), [4, 5, 6, 7])
+    np.testing.assert_array_equal(dist.shard_indices(10, 2, 3, shuffle=False), [8, 9, 0, 1])
+
+
+def test_a_dataloader_over_any_rank_s_shard_gives_the_same_number_of_batches():
+    dataset = Spiral()  # 300 examples
+    for size in (2, 4, 7):
+        counts = set()
+        for rank in range(size):
+            part = dist.Shard(dataset, dist.shard_indices(len(dataset), rank, size, seed=3))
+            loader = DataLoader(part, batch_size=16)
+            counts.add(sum(1 for _ in loader))
+            x, t = part[0]
+            assert x.shape == (2,) and np.asarray(t).shape == ()
+        assert counts == {-(-(-(-300 // size)) // 16)}
+
+
+def test_shard_of_a_world_of_one_is_the_whole_dataset(comm):
+    dataset = Spiral()
+    part = dist.shard(dataset, comm, shuffle=True, seed=0)
+    assert len(part) == len(dataset)
+    assert sorted(int(i) for i in part.indices) == list(range(len(dataset)))
+
+
+# =============================================================================
+# AllreduceGrads: first of the hooks, every parameter, one op
+# =============================================================================
+
+
+def test_allreduce_grads_runs_before_the_other_hooks(half_world):
+    x, t = classification()
+    model = MLP((4, 3))
+    model(x[:1])
+    optimizer = optimizers.SGD(lr=0.0).setup(model)
+    optimizer.add_hook(optimizers.WeightDecay(0.5))   # added first ...
+    optimizer.add_hook(dist.AllreduceGrads(half_world))  # ... runs second
+    loss = F.softmax_cross_entropy(model(x), t)
+    loss.backward()
+    grads = {id(p): p.grad.data.copy() for p in model.params()}
+    optimizer.update()
+    for p in model.params():  # the mean with the other rank's zeros, then the decay
+        np.testing.assert_allclose(p.grad.data, grads[id(p)] / 2 + 0.5 * p.data, rtol=1e-6)
+
+
+def test_a_parameter_without_a_gradient_exchanges_zeros(half_world):
+    x, t = classification()
+    model = MLP((4, 3))
+    model(x[:1])
+    used, unused = model.l0.W, model.l1.W
+    optimizer = optimizers.SGD(lr=0.0).setup(model)
+    optimizer.add_hook(dist.AllreduceGrads(half_world))
+    exchanged = []
+    real = half_world._reduce_arrays
+    half_world._reduce_arrays = lambda arrays, op: exchanged.append(len(arrays)) or \
+        real(arrays, op)
+    used.grad = Variable(np.ones_like(used.data))
+    optimizer.update()
+    assert exchanged == [len(list(model.params()))]  # all of them, in one exchange
+    np.testing.assert_array_equal(used.grad.data, 0.5)
+    np.testing.assert_array_equal(unused.grad.data, 0.0)
+
+
+def test_training_in_a_world_of_one_is_training_alone(comm):
+    x, t = classification()
+    runs = []
+    for hook in (False, True):
+        np.random.seed(0)
+        model = MLP((8, 3))
+        optimizer = optimizers.Adam().setup(model)
+        if hook:
+            optimizer.add_hook(dist.AllreduceGrads(comm))
+        step = make_step(model, optimizer)
+        losses = [float(step(x, t).data) for _ in range(4)]
+        runs.append((losses, [p.data.copy() for p in model.params()]))
+    assert runs[0][0] == runs[1][0]
+    for a, b in zip(runs[0][1], runs[1][1]):
+        np.testing.assert_array_equal(a, b)
+
+
+# =============================================================================
+# The traced step: one allreduce node that no pass moves, merges, folds or fuses
+# =============================================================================
+
+
+def test_a_traced_step_has_one_allreduce_node_between_backward_and_the_update(comm):
+    x, t = classification()
+    steps = []
+    for _ in range(2):
+        np.random.seed(0)
+        model = MLP((8, 3))
+        model(x[:1])
+        optimizer = optimizers.Adam().setup(model)
+        optimizer.add_hook(dist.AllreduceGrads(comm))
+        steps.append((make_step(model, optimizer), model))
+    (eager, model_e), (traced, model) = steps
+    traced = dezero.trace(traced)
+    for _ in range(3):  # (fused kernels, DEZERO_BACKEND=cpu, round a few ulp apart)
+        np.testing.assert_allclose(traced(x, t).data, eager(x, t).data, rtol=1e-6)
+    for a, b in zip(model.params(), model_e.params()):
+        np.testing.assert_allclose(a.data, b.data, rtol=1e-6)
+
+    graph = traced.graph
+    ops = [n for n in graph.nodes if n.kind == "op"]
+    allreduce, = [n for n in ops if n.op == "allreduce"]
+    assert allreduce.function_class.collective
+    assert allreduce.attrs == {"comm": "world", "op": "mean"}
+    assert len(allreduce.inputs) == len(allreduce.outputs) == 4  # every gradient at once
+    lines = [line for line in str(graph).splitlines() if "allreduce(" in line]
+    assert len(lines) == 1 and lines[0].strip().startswith("z: f32[3,8], ba: f32[8]")
+    # matmuls of backward before it, the optimizer's updates after it
+    at = ops.index(allreduce)
+    assert any(n.op == "matmul" for n in ops[:at])
+    grads = {id(v) for v in allreduce.outputs}
+    readers = [n for n in ops if any(id(v) in grads for v in n.inputs)]
+    assert readers and all(ops.index(n) > at for n in readers)
+    assert 'shape=hexagon' in [line for line in graph.to_dot().splitlines()
+                               if '"op' in line and "allreduce" in line][0]
+    assert "_allreduce0(" in graph.code
+
+
+def test_no_pass_folds_merges_removes_or_fuses_across_a_collective(comm):
+    def f(x, w):
+        y = x * 2.0                       # elementwise, before the exchange
+        a = comm.allreduce(w)
+        b = comm.allreduce(w)             # the same exchange twice: two exchanges
+        comm.allreduce(w * 0.0)           # an unused result: the others still wait
+        c = comm.allreduce(Variable(np.ones(3, np.float32)))  # of a constant
+        return y + 1.0 + a + b + c        # elementwise, after it: y's chain may not join
+
+    x, w = np.ones(3, np.float32), np.full(3, 2.0, np.float32)
+    graph = dezero.trace(f).lower(x, w)
+    ops = [n.op for n in graph.nodes if n.kind == "op"]
+    # All four kept, in the recorded order, nothing moved across them:
+    assert ops == ["mul", "allreduce", "allreduce", "mul", "allreduce", "allreduce"] + \
+        ["add"] * 4
+    group, = graph.groups  # the adds after the exchanges; the mul before stays apart
+    assert [n.op for n in group.nodes] == ["add"] * 4
+    np.testing.assert_array_equal(dezero.trace(f)(x, w).data, f(x, w).data)
+
+
+def test_a_saved_graph_with_an_allreduce_runs_after_loading(comm, tmp_path):
+    x = np.arange(4, dtype=np.float32)
+    traced = dezero.trace(lambda x: comm.allreduce(x * 3.0, op="mean") + 1.0)
+    expected = traced(x).data
+    traced.graph.save(str(tmp_path / "g.json"))
+    loaded = dezero.static.ir.StaticGraph.load(str(tmp_path / "g.json"))
+    assert "allreduce(" in str(loaded)
+    np.testing.assert_array_equal(loaded(x).data, expected)
+
+
+def test_arrays_inside_a_traced_function_are_exchanged_by_the_recorded_op(comm):
+    def f(x):
+        return comm.allreduce(x * 2.0)
+
+    traced = dezero.trace(f)
+    np.testing.assert_array_equal(traced(np.ones(2, np.float32)).data, [2.0, 2.0])
+    assert [n.op for n in traced.graph.nodes if n.kind == "op"] == ["mul", "allreduce"]
+    with pytest.raises(TypeError, match="broadcast before the traced call"):
+        dezero.trace(lambda x: comm.broadcast(x))(np.ones(2, np.float32))
