@@ -403,8 +403,9 @@ class TracedFunction:
         start = time.perf_counter()
         result = entry.compiled.run(leaves)
         elapsed = time.perf_counter() - start
-        moved = sum(v.dtype.itemsize * int(np.prod(v.shape)) for v in entry.graph.nodes[-1]
-                    .inputs) + sum(getattr(x, "data", x).nbytes for x in leaves)
+        # By shape and dtype: Values, Variables and arrays (cupy's .data is a pointer).
+        moved = sum(v.dtype.itemsize * int(np.prod(v.shape))
+                    for v in (*entry.graph.nodes[-1].inputs, *leaves))
         debugging.log(2, f"replay {self.name}: {elapsed * 1e3:.3f} ms, {moved} bytes in/out")
         return result
 
