@@ -1,0 +1,74 @@
+"""cupy.random of the double: its own random state, never numpy's global one.
+
+On a GPU, cupy's generators are apart from numpy's: seeding one leaves the other,
+and drawing on the GPU does not move numpy's global state. Here a numpy RandomState
+of the double's own stands in; the functions take cupy's `dtype` argument.
+"""
+import inspect
+
+import numpy
+
+from cupy import _array, _names
+
+
+class RandomState:
+    """cupy.random.RandomState: numpy's draws as the double's arrays, in `dtype`."""
+
+    def __init__(self, seed=None, method=None):
+        self._state = numpy.random.RandomState(seed)
+
+    def seed(self, seed=None):
+        self._state.seed(seed)
+
+    def __getattr__(self, name):
+        if not _names.has("cupy.random", name) or not hasattr(self._state, name):
+            raise _names.missing("cupy.random.RandomState", name)
+        draw = getattr(self._state, name)
+        takes_dtype = "dtype" in (inspect.signature(draw).parameters
+                                  if _has_signature(draw) else ())
+
+        def run(*args, dtype=None, **kwargs):
+            if takes_dtype and dtype is not None:
+                kwargs["dtype"] = dtype
+            result = _array.call(draw, *args, **kwargs)
+            if not isinstance(result, _array.ndarray):  # cupy draws arrays, 0-d too
+                result = _array.wrap(numpy.asarray(result))
+            if dtype is not None and not takes_dtype and isinstance(result, _array.ndarray):
+                result = result.astype(dtype, copy=False)
+            return result
+        run.__name__ = name
+        return run
+
+
+def _has_signature(fn):
+    try:
+        inspect.signature(fn)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+_STATE = RandomState()
+
+
+def seed(seed=None):
+    """Seeds the double's random state (numpy's global state is left alone)."""
+    _STATE.seed(seed)
+
+
+def get_random_state():
+    return _STATE
+
+
+def randn(*size, dtype=float):
+    return _STATE.randn(*size).astype(dtype, copy=False)
+
+
+def rand(*size, dtype=float):
+    return _STATE.rand(*size).astype(dtype, copy=False)
+
+
+def __getattr__(name):
+    if not _names.has("cupy.random", name) or name[0].isupper():
+        raise _names.missing("cupy.random", name)
+    return getattr(_STATE, name)

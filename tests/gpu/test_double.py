@@ -1,0 +1,156 @@
+"""The cupy test double itself (tests/fakecupy): it refuses what cupy refuses and runs
+kernels as cupy does. Runs only under the double (see README.md here).
+
+    PYTHONPATH=tests/fakecupy:. python -m pytest -q tests/gpu
+"""
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+cp = pytest.importorskip("cupy")
+if Path(cp.__file__).parents[1].name != "fakecupy":
+    pytest.skip("runs under the cupy test double only", allow_module_level=True)
+
+import cupyx  # noqa: E402
+from cupy import _names  # noqa: E402
+
+
+def test_the_double_defines_only_names_real_cupy_has():
+    owners = {"cupy": cp, "cupy.cuda": cp.cuda, "cupy.cuda.runtime": cp.cuda.runtime,
+              "cupy.random": cp.random, "cupyx": cupyx, "cupy.ndarray": cp.ndarray,
+              "cupy.cuda.Device": cp.cuda.Device, "cupy.cuda.Stream": cp.cuda.Stream,
+              "cupy.cuda.Event": cp.cuda.Event, "cupy.cuda.MemoryPool": cp.cuda.MemoryPool,
+              "cupy.cuda.MemoryPointer": cp.cuda.MemoryPointer,
+              "cupy.ElementwiseKernel": cp.ElementwiseKernel}
+    extra = [f"{owner}.{name}" for owner, obj in owners.items() for name in vars(obj)
+             if not name.startswith("_") and not isinstance(vars(obj)[name], types.ModuleType)
+             and not _names.has(owner, name)]
+    extra += [f"cupy.ndarray.{n}" for n in vars(cp.ndarray) if n.startswith("__") and
+              n not in ("__slots__", "__weakref__", "__module__", "__doc__", "__getattr__")
+              and not _names.has("cupy.ndarray", n)]
+    assert extra == []
+
+
+def test_names_real_cupy_lacks_are_attribute_errors():
+    with pytest.raises(AttributeError, match="cupy 14.2.0 has no such name"):
+        cp.no_such_function  # noqa: B018
+    with pytest.raises(AttributeError, match="does not provide it"):
+        cp.fft  # noqa: B018 - real cupy has it, the double does not
+    with pytest.raises(AttributeError, match="has no such name"):
+        cp.ones(3).resize  # numpy's ndarray has it, cupy's not
+    with pytest.raises(TypeError):
+        [0, 1][cp.asarray(1)]  # no __index__ on cupy's ndarray
+
+
+def test_arrays_do_not_mix_with_numpy():
+    x, n = cp.ones(3, cp.float32), np.ones(3, np.float32)
+    for mix in (lambda: x + n, lambda: n + x, lambda: n * x, lambda: cp.add(x, n),
+                lambda: cp.maximum(n, 0), lambda: cp.zeros_like(n)):
+        with pytest.raises(TypeError, match="Unsupported type <class 'numpy.ndarray'>"):
+            mix()
+    with pytest.raises(TypeError, match="Implicit conversion to a NumPy array"):
+        np.asarray(x)
+    assert not isinstance(x, np.ndarray) and type(x).__module__ == "cupy"
+    assert isinstance(np.exp(x), cp.ndarray)  # numpy's ufuncs dispatch to cupy's
+    assert isinstance(np.sum(x), cp.ndarray) and np.sum(x).ndim == 0  # 0-d, not a scalar
+
+
+def test_data_is_a_pointer_and_copies_out_are_numpy():
+    x = cp.arange(4, dtype=cp.float64)
+    assert isinstance(x.data, cp.cuda.MemoryPointer) and not hasattr(x.data, "nbytes")
+    host = x.get()
+    host[0] = 7
+    assert type(host) is np.ndarray and float(x[0]) == 0 and cp.asnumpy(x)[0] == 0
+    y = cp.asarray(host)
+    host[1] = 9
+    assert float(y[1]) == 1  # asarray of numpy copies to the device
+    assert cp.asarray(y) is y and cp.get_array_module(y) is cp
+    assert cp.get_array_module(host) is np and x.device.id == 0
+
+
+def test_random_draws_leave_numpys_global_state():
+    np.random.seed(0)
+    before = np.random.get_state()[1].copy()
+    cp.random.seed(1)
+    a = cp.random.randn(3, 2, dtype=cp.float32)
+    assert a.dtype == np.float32 and a.shape == (3, 2) and isinstance(a, cp.ndarray)
+    assert np.array_equal(np.random.get_state()[1], before)
+    cp.random.seed(1)
+    assert np.array_equal(cp.asnumpy(cp.random.randn(3, 2, dtype=cp.float32)), a.get())
+
+
+def test_scatter_add_adds_once_per_repeated_index():
+    g = cp.zeros(3)
+    cupyx.scatter_add(g, cp.asarray([0, 0, 2]), cp.ones(3))
+    assert g.get().tolist() == [2, 0, 1]
+
+
+def test_cuda_stand_ins():
+    assert cp.cuda.runtime.getDeviceCount() == 1 and cp.cuda.is_available()
+    with cp.cuda.Device(0) as device, cp.cuda.Stream() as stream:
+        assert device.id == 0 and cp.cuda.get_current_stream() is stream
+    assert cp.cuda.get_current_stream() is cp.cuda.Stream.null
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    end.record()
+    end.synchronize()
+    assert cp.cuda.get_elapsed_time(start, end) >= 0
+    assert cp.get_default_memory_pool().used_bytes() == 0
+    with pytest.raises(cp.cuda.runtime.CUDARuntimeError):
+        cp.cuda.Device(1)
+
+
+# =============================================================================
+# ElementwiseKernel: compiled and run, with cupy's launch rules
+# =============================================================================
+
+
+def test_kernel_runs_the_body_with_broadcasting_and_typed_outputs():
+    kernel = cp.ElementwiseKernel("float32 x, T y", "T z, bool pos",
+                                  "z = tanh(x) * y + i;\npos = x > 0", "k_doc_a")
+    x = cp.asarray(np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3))
+    y = cp.asarray([1.0, 2.0, 3.0])  # float64: T is float64
+    z, pos = kernel(x, y)
+    index = np.arange(6).reshape(2, 3)
+    expected = np.tanh(x.get()).astype(np.float64) * y.get() + index
+    assert z.dtype == np.float64 and pos.dtype == np.bool_ and z.shape == (2, 3)
+    np.testing.assert_allclose(z.get(), expected, rtol=1e-6)
+    assert pos.get().tolist() == (x.get() > 0).tolist()
+
+
+def test_kernel_takes_strided_views_and_scalars_cast_to_the_param():
+    kernel = cp.ElementwiseKernel("T x, float32 s", "T y", "y = x * s", "k_doc_b",
+                                  return_tuple=True)
+    x = cp.arange(12, dtype=cp.float32).reshape(3, 4)[:, ::2]
+    (y,) = kernel(x, 0.5)
+    assert y.get().tolist() == (x.get() * 0.5).tolist()
+    out = cp.empty((3, 2), cp.float32)
+    assert kernel(x, 2, out)[0] is out and out.get().tolist() == (x.get() * 2).tolist()
+
+
+def test_kernel_launch_refuses_what_cupy_refuses():
+    kernel = cp.ElementwiseKernel("float32 x, T y", "T z", "z = x + y", "k_doc_c")
+    x = cp.ones(3, cp.float32)
+    with pytest.raises(TypeError, match="Unsupported type <class 'numpy.ndarray'>"):
+        kernel(np.ones(3, np.float32), x)
+    with pytest.raises(TypeError, match="Type is mismatched. x float64 float32"):
+        kernel(cp.ones(3, cp.float64), x)
+    with pytest.raises(TypeError, match="Wrong number of arguments"):
+        kernel(x)
+    with pytest.raises(ValueError, match="Out shape is mismatched"):
+        kernel(x, x, cp.ones(1, cp.float32))  # broadcasts, but is not the shape
+    with pytest.raises(TypeError, match="Type is mismatched"):
+        kernel(x, x, cp.ones(3, cp.float64))
+    with pytest.raises(ValueError, match="Loop size is undecided"):
+        cp.ElementwiseKernel("float32 x", "float32 z", "z = x", "k_doc_d")(1.0)
+    with pytest.raises(ValueError, match="Can not use 'i'"):
+        cp.ElementwiseKernel("float32 i", "float32 z", "z = i", "k_doc_e")
+
+
+def test_a_body_that_does_not_compile_raises_with_the_compiler_log():
+    kernel = cp.ElementwiseKernel("float32 x", "float32 z", "z = not_a_function(x)",
+                                  "k_doc_f")
+    with pytest.raises(cp.cuda.compiler.CompileException, match="not_a_function"):
+        kernel(cp.ones(2, cp.float32))
