@@ -1,0 +1,96 @@
+"""A training run that test_distributed_mpi.py starts under `mpiexec -n R` (or as one
+plain process): R ranks, each on its shard of a fixed batch, or one process on the
+whole batch. Rank 0 writes the final parameters to the .npz file named by argv[2].
+
+    python -m mpi4py tests/distributed_worker.py train out.npz
+    python -m mpi4py tests/distributed_worker.py fail
+"""
+import sys
+
+import numpy as np
+
+import dezero
+import dezero.distributed as dist
+import dezero.functions as F
+import dezero.layers as L
+from dezero import optimizers
+from dezero.models import MLP
+
+STEPS = 5
+
+
+def step_of(model, optimizer, loss_of):
+    def step(x, t):
+        loss = loss_of(model(x), t)
+        model.cleargrads()
+        loss.backward()
+        optimizer.update()
+        return loss
+    return step
+
+
+def adam_mlp(comm, x, t, traced):
+    """An MLP seeded differently on every rank, made equal by broadcast_params."""
+    np.random.seed(100 + comm.rank)
+    model = MLP((16, 3))
+    model(x[:1])
+    before = comm.mpi.allgather(model.l0.W.data)
+    comm.broadcast_params(model)
+    after = comm.mpi.allgather(model.l0.W.data)
+    if comm.size > 1:
+        assert not all(np.array_equal(before[0], w) for w in before[1:])
+        assert all(np.array_equal(after[0], w) for w in after[1:])
+    optimizer = optimizers.Adam(alpha=0.01).setup(model)
+    optimizer.add_hook(dist.AllreduceGrads(comm))
+    step = step_of(model, optimizer, F.softmax_cross_entropy)
+    return model, dezero.trace(step) if traced else step
+
+
+def exact_linear(comm, traced):
+    """A linear layer with integer weights: on integer data, every gradient and update
+    is exact in float64 (powers of two as batch sizes and step size)."""
+    model = L.Linear(2, in_size=4, dtype=np.float64)
+    model.W.data = np.arange(-4, 4, dtype=np.float64).reshape(4, 2)
+    model.b.data = np.array([1.0, -1.0])
+    optimizer = optimizers.SGD(lr=1 / 64).setup(model)
+    optimizer.add_hook(dist.AllreduceGrads(comm))
+    step = step_of(model, optimizer, F.mean_squared_error)
+    return model, dezero.trace(step) if traced else step
+
+
+def train(out):
+    comm = dist.init()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((32, 6)).astype(np.float32)
+    t = rng.integers(0, 3, 32)
+    xi = rng.integers(-2, 3, (16, 4)).astype(np.float64)
+    ti = rng.integers(-3, 4, (16, 2)).astype(np.float64)
+    mine = dist.shard_indices(32, comm.rank, comm.size, shuffle=False)
+    mine_i = dist.shard_indices(16, comm.rank, comm.size, shuffle=False)
+    results = {}
+    for mode in ("eager", "traced"):
+        model, step = adam_mlp(comm, x, t, mode == "traced")
+        exact, exact_step = exact_linear(comm, mode == "traced")
+        for _ in range(STEPS):
+            step(x[mine], t[mine])
+            exact_step(xi[mine_i], ti[mine_i])
+        for i, p in enumerate(model.params()):
+            results[f"adam_{mode}_{i}"] = p.data
+        for i, p in enumerate(exact.params()):
+            results[f"exact_{mode}_{i}"] = p.data
+        if mode == "traced":
+            ops = [n.op for n in step.graph.nodes if n.kind == "op"]
+            results["allreduce_nodes"] = np.array(ops.count("allreduce"))
+    if comm.rank == 0:
+        np.savez(out, **results)
+
+
+def fail():
+    comm = dist.init()
+    if comm.rank == comm.size - 1:
+        raise ValueError(f"rank {comm.rank} fails on purpose")
+    comm.barrier()  # the others wait here for a rank that never comes
+
+
+if __name__ == "__main__":
+    train(sys.argv[2]) if sys.argv[1] == "train" else fail()
