@@ -61,3 +61,39 @@ def test_trace_errors_keep_their_old_import_paths():
     assert dezero.TraceError is dezero.static.TraceError is dezero.errors.TraceError
     assert dezero.static.GraphError is dezero.errors.GraphError
     assert dezero.static.GraphFileError is dezero.static.saving.GraphFileError
+
+
+# What ir.py may build on: the core, the array modules, the errors and the naming rules.
+BELOW_IR = {"dezero.core", "dezero.cuda", "dezero.errors", "dezero.static.names"}
+
+
+def test_ir_imports_none_of_its_consumers():
+    assert imports("dezero.static.ir") <= BELOW_IR
+    assert "dezero.static.ir" in imports("dezero.static.passes")  # the rule has teeth
+
+
+def cycles(edges: dict) -> list:
+    """The cycles of a graph {module: [modules it imports]}, each as a list of modules
+    (depth-first search)."""
+    found, state = [], {}
+
+    def visit(m, path):
+        state[m] = "open"
+        for n in edges[m]:
+            if state.get(n) == "open":
+                found.append(path[path.index(n):] + [n])
+            elif n not in state:
+                visit(n, path + [n])
+        state[m] = "done"
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m, [m])
+    return found
+
+
+def test_static_has_no_import_cycle():
+    static = [m for m in MODULES if m.startswith("dezero.static.")]
+    assert len(static) > 15
+    assert cycles({m: sorted(imports(m) & set(static)) for m in static}) == []
+    assert cycles({"a": ["b"], "b": ["c"], "c": ["a"]}) == [["a", "b", "c", "a"]]

@@ -573,7 +573,7 @@ def test_in_place_updates_cast_back_to_the_dtype_of_the_state_like_numpy():
 
 
 def test_state_nodes_read_through_typed_slots():
-    from dezero.static.ir import AttrSlot, DataSlot, GradSlot
+    from dezero.static.slots import AttrSlot, DataSlot, GradSlot
 
     class Carry:
         def __init__(self):

@@ -13,7 +13,7 @@ import dezero.layers as L
 from dezero import Variable
 from dezero.static import GraphError, GraphFileError
 from dezero.static.backends.pycode import generate
-from dezero.static.ir import source_literal
+from dezero.static.names import source_literal
 from dezero.static.saving import Field, encode_attr, read_attr
 
 # Code that leaves a trace if it ever runs: a file in the working directory.

@@ -193,9 +193,9 @@ def test_passes_import_only_the_ir_and_leave_the_old_graph_as_it_was(monkeypatch
     imported = {(node.module, alias.name) for node in ast.walk(ast.parse(source))
                 if isinstance(node, ast.ImportFrom) for alias in node.names
                 if node.module.startswith("dezero.static")}
-    # the IR, and the debug log
+    # the IR and the naming rules below it, and the debug log
     assert {m for m, name in imported if (m, name) != ("dezero.static", "debugging")} == \
-        {"dezero.static.ir"}
+        {"dezero.static.ir", "dezero.static.names"}
 
     def snapshot(graph):
         return str(graph), [(id(v), v.name) for n in graph.nodes for v in n.inputs + n.outputs]

@@ -7,11 +7,16 @@ building Variables or a dynamic graph. The package reads as a pipeline:
     trace.py      trace(), TracedFunction: signatures, the cache, check=True
     tracer.py     records the Function calls of one run (core.TracerHooks, per thread)
     guard.py      what user code sees of a traced array while recording (GuardedArray)
-    ir.py         StaticGraph, Node, Value: printing, check(), to_dot(), save/load
+    names.py      the names and literals generated code may hold (below ir)
+    ir.py         Graph, Node, Value, Group: data, printing and check(); no consumer
     passes.py     graph -> graph: dce, cse, fold, simplify, fuse (kernel groups)
     codegen.py    a fused group -> a kernel spec: typed params and a C++ body
     backends/     the reference interpreter, the generated replay code, cupy kernels
     saving.py     the JSON + .npz file format; drawing.py the DOT pictures
+    slots.py      where a state node's array lives (a Variable's .data, .grad, an attribute)
+    graph.py      StaticGraph, the graph users hold: graph(x), .code, .plot(), .save()
+Its errors (TraceError, GraphError, GraphFileError) and where() live in dezero/errors.py,
+below all of it, so the eager library raises them without importing static/.
 
 A tour. One training step of a linear regression, traced::
 
@@ -131,7 +136,8 @@ generated loop).
 """
 from dezero.errors import GraphError, GraphFileError, TraceError
 from dezero.static.debugging import debug
-from dezero.static.ir import Node, StaticGraph, Value
+from dezero.static.graph import StaticGraph
+from dezero.static.ir import Node, Value
 from dezero.static.passes import cse, dce, fold, fuse, optimize
 from dezero.static.trace import TracedFunction, trace
 

@@ -1,14 +1,14 @@
-"""DOT drawings of a StaticGraph (the dynamic graph's are in dezero.utils).
+"""DOT drawings of a static graph (the dynamic graph's are in dezero.utils).
 
-Beside ir.py: StaticGraph.to_dot() and .plot() call graph_to_dot. Inputs are green
-ellipses, captured state orange, constants grey, ops boxes, collectives (an
+Above ir.py: graph.py's StaticGraph.to_dot() and .plot() call graph_to_dot. Inputs
+are green ellipses, captured state orange, constants grey, ops boxes, collectives (an
 allreduce across processes) purple hexagons, outputs double octagons, and state
 writes dashed orange nodes fed by dashed red edges; each fused kernel (graph.groups)
 is a dashed cluster labelled with its name.
 
     graph.plot("step.svg")
 """
-from dezero.static.ir import StaticGraph, format_attr
+from dezero.static.ir import Graph, format_attr
 from dezero.utils import escape_dot
 
 # =============================================================================
@@ -27,7 +27,7 @@ _STYLE = {
 }
 
 
-def graph_to_dot(graph: StaticGraph) -> str:
+def graph_to_dot(graph: Graph) -> str:
     # The name may come from a file: escaped, it stays inside its quotes.
     lines = [f'digraph "{escape_dot(graph.name)}" {{', "  rankdir=TB;"]
     for i, node in enumerate(graph.nodes):
@@ -69,7 +69,7 @@ def graph_to_dot(graph: StaticGraph) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _clusters(graph: StaticGraph) -> list[str]:
+def _clusters(graph: Graph) -> list[str]:
     """One cluster per kernel: its op boxes and the values they make, framed and
     labelled with the kernel's name (naming a node in a subgraph moves it there)."""
     at = {id(n): i for i, n in enumerate(graph.nodes)}

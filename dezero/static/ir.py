@@ -1,28 +1,26 @@
-"""The static IR: StaticGraph, Node and Value, with printing, checking and drawing.
+"""The static IR: Graph, Node, Value and Group, as data, with printing and check().
 
-ir.py sits in the middle of the pipeline: the tracer (tracer.py) builds a StaticGraph,
+ir.py sits in the middle of the pipeline: the tracer (tracer.py) builds a graph,
 passes (passes.py) map graphs to graphs, and backends (backends/) run them. A graph is
 a flat, topologically ordered list of Nodes; each Node names its inputs by Value.
+ir.py imports none of the modules that consume it: running, drawing and saving a
+graph are graph.py's (StaticGraph, the Graph users hold).
 
-    print(graph); graph.check(); graph.plot("graph.svg"); graph(x)
+    print(graph); graph.check()
 """
 from __future__ import annotations
 
-import builtins
-import keyword
-import math
-import re
-import unicodedata
 from dataclasses import dataclass
 
 import numpy as np
 
 from dezero import cuda
-from dezero.core import OPS, TracedArray, Variable
+from dezero.core import OPS
 from dezero.errors import GraphError
+from dezero.static.names import is_source_name, printable
 
 # =============================================================================
-# Values and nodes: Value, Node, type_str, letter_name
+# Values and nodes: Value, Node, type_str
 # =============================================================================
 
 # The kinds of node, in the order they appear in a graph.
@@ -157,126 +155,6 @@ class Group:
 
 
 # =============================================================================
-# State slots: DataSlot, GradSlot, AttrSlot (where a state node's array lives)
-# =============================================================================
-
-
-@dataclass(eq=False)
-class DataSlot:
-    """var.data: a parameter, an optimizer slot, a running statistic."""
-
-    var: Variable
-
-    def read(self):
-        return self.var._data
-
-    def write(self, array) -> None:
-        self.var._data = array
-
-    def __str__(self):
-        return self.var.name or "a state variable"
-
-
-@dataclass(eq=False)
-class GradSlot:
-    """var.grad.data: a gradient that an earlier backward() left on var."""
-
-    var: Variable
-
-    def read(self):
-        return None if self.var.grad is None else self.var.grad._data
-
-    def write(self, array) -> None:
-        self.var.grad = None if array is None else Variable(array)
-
-    def __str__(self):
-        return f".grad of {self.var.name or 'a variable'}"
-
-
-@dataclass(eq=False)
-class AttrSlot:
-    """holder.<name>.data: a Variable an object keeps in a plain attribute (LSTM.h)."""
-
-    holder: object
-    name: str
-
-    def read(self):
-        var = getattr(self.holder, self.name, None)
-        return var._data if isinstance(var, Variable) else None
-
-    def write(self, array) -> None:
-        setattr(self.holder, self.name, Variable(array))
-
-    def __str__(self):
-        return f"{type(self.holder).__name__}.{self.name}"
-
-
-def letter_name(n: int) -> str:
-    """0 -> 'a', 25 -> 'z', 26 -> 'ba': the names a jaxpr gives its values ('id_' and
-    'if_' where the letters spell a builtin or a keyword)."""
-    letters = []
-    while True:
-        letters.append(chr(ord("a") + n % 26))
-        n //= 26
-        if n == 0:
-            name = "".join(reversed(letters))
-            return name if is_source_name(name) else name + "_"
-
-
-# =============================================================================
-# Names and literals of generated code: is_source_name, identifier, source_literal
-# =============================================================================
-
-# Generated code may call any builtin (float("nan")) and names its own helpers with
-# a leading '_' (_xp, _arr), so its variables may be neither.
-_BUILTINS = frozenset(name for name in vars(builtins) if not name.startswith("_"))
-
-
-def is_source_name(text) -> bool:
-    """True for a name generated code may bind: an identifier in normal form (the
-    parser folds 'ｐｒｉｎｔ' to 'print'), no keyword, no builtin, no leading '_'."""
-    return isinstance(text, str) and text.isidentifier() and not text.startswith("_") \
-        and unicodedata.normalize("NFKC", text) == text and text not in _BUILTINS \
-        and not keyword.iskeyword(text) and not keyword.issoftkeyword(text)
-
-
-def identifier(text: str | None, default: str) -> str:
-    """A name generated code may bind (is_source_name), made from any text: values
-    become variables of the replay code."""
-    text = re.sub(r"\W", "_", unicodedata.normalize("NFKC", text or ""))
-    if not text.isidentifier():  # \w admits a few characters identifiers do not
-        text = re.sub(r"[^0-9A-Za-z_]", "_", text)
-    text = text.lstrip("_0123456789") or default
-    if not is_source_name(text):  # a keyword or builtin: 'sum' -> 'sum_'
-        text += "_"
-    return text if is_source_name(text) else default
-
-
-def source_literal(value) -> str | None:
-    """Python source for a plain value (None, bool, int, float, a word of ASCII
-    letters, digits and '_' such as a dtype name, tuples of them), re-rendered from
-    its type, or None for any other value: generated code holds no other literal."""
-    if value is None or type(value) in (bool, int):
-        return repr(value)
-    if type(value) is str and re.fullmatch(r"\w*", value, re.ASCII):
-        return repr(value)  # nothing in it can end the quotes
-    if type(value) is float:
-        return repr(value) if math.isfinite(value) else f"float('{value}')"
-    if type(value) is tuple:
-        parts = [source_literal(v) for v in value]
-        if None in parts:
-            return None
-        return f"({parts[0]},)" if len(parts) == 1 else f"({', '.join(parts)})"
-    return None
-
-
-def printable(text: str) -> str:
-    """text with line breaks and other unprintable characters escaped: safe to put on
-    one line of a comment in generated code."""
-    return text if text.isprintable() else repr(text)[1:-1]
-
-
-# =============================================================================
 # Printing and canonical attributes: format_attr, canonical_attr, format_node, format_graph
 # =============================================================================
 
@@ -377,7 +255,7 @@ def _origin(node: Node) -> str:
     return ""
 
 
-def format_graph(graph: StaticGraph) -> str:
+def format_graph(graph: Graph) -> str:
     """The jaxpr-like text: a header with inputs and captured state, one line per node;
     the nodes of a kernel (graph.groups) under a comment that names it."""
     inputs = ", ".join(repr(v) for v in graph.input_values)
@@ -400,17 +278,16 @@ def format_graph(graph: StaticGraph) -> str:
 
 
 # =============================================================================
-# StaticGraph: the container, check, to_dot, plot, compile, run, save/load
+# Graph: the container, its views and check
 # =============================================================================
 
 
-class StaticGraph:
+class Graph:
     """A recorded computation: nodes in topological order, plus how to rebuild outputs.
 
     `out_tree` describes the structure the traced function returned (see
-    saving.py); `graph(*inputs)` runs the graph on arrays or Variables given in the
-    order of `input_names`, reads captured state afresh, applies the state writes
-    and returns that structure.
+    saving.py). Data only: graph.py's StaticGraph, a subclass, runs, draws and
+    saves it.
     """
 
     def __init__(self, name: str, nodes: list[Node], out_tree):
@@ -424,7 +301,6 @@ class StaticGraph:
         self.device = "cpu"
         # The kernels laid over the node list (passes.fuse); empty before fusion.
         self.groups: list[Group] = []
-        self._compiled = {}  # backend name -> plan
 
     # ---- views ------------------------------------------------------------
     def of_kind(self, kind: str) -> list[Node]:
@@ -447,12 +323,12 @@ class StaticGraph:
     def state(self) -> dict:
         """name -> the Variable each data-state node reads (and writes)."""
         return {n.outputs[0].name: n.payload.var for n in self.nodes
-                if n.kind == "state" and isinstance(n.payload, DataSlot)}
+                if n.kind == "state" and n.attrs.get("field") == "data"}
 
-    def with_nodes(self, nodes: list[Node]) -> StaticGraph:
-        """A new graph with the same name and outputs structure (used by passes);
+    def with_nodes(self, nodes: list[Node]) -> Graph:
+        """A new graph of the same class, name and outputs structure (used by passes);
         it has no groups (fuse sets them)."""
-        graph = StaticGraph(self.name, nodes, self.out_tree)
+        graph = type(self)(self.name, nodes, self.out_tree)
         graph.owns_state, graph.device = self.owns_state, self.device
         return graph
 
@@ -461,11 +337,11 @@ class StaticGraph:
 
     def __repr__(self):
         counts = {k: len(self.of_kind(k)) for k in ("input", "state", "op", "write")}
-        return (f"<StaticGraph {self.name}: {counts['op']} ops, {counts['input']} inputs, "
-                f"{counts['state']} state, {counts['write']} writes>")
+        return (f"<{type(self).__name__} {self.name}: {counts['op']} ops, "
+                f"{counts['input']} inputs, {counts['state']} state, {counts['write']} writes>")
 
     # ---- validation ---------------------------------------------------------
-    def check(self) -> StaticGraph:
+    def check(self) -> Graph:
         """Validate the IR and return the graph; raise GraphError naming the bad node.
 
         Rules: node kinds in order (input, state, const first; op; write; one output
@@ -558,81 +434,3 @@ class StaticGraph:
             if source.shape != target.shape or (field == "data" and
                                                 source.dtype != target.dtype):
                 fail(node, f"write of {source.type} into {target.type}")
-
-    # ---- drawing ----------------------------------------------------------
-    def to_dot(self) -> str:
-        """DOT text: inputs green, captured state orange, constants grey, ops as
-        boxes, the return a double octagon, state writes dashed orange nodes."""
-        from dezero.static.drawing import graph_to_dot
-        return graph_to_dot(self)
-
-    def plot(self, to_file: str = "graph.png"):
-        """Render the graph with Graphviz into to_file (format from the extension)."""
-        from dezero.utils import render_dot
-        return render_dot(self.to_dot(), to_file)
-
-    # ---- running ----------------------------------------------------------
-    def compile(self, backend: str | None = None):
-        """The plan of the named backend (see backends/; None: the default for the
-        graph's device), made on first use and kept."""
-        if backend not in self._compiled:
-            from dezero.static.backends import compile
-            self._compiled[backend] = compile(self, backend)
-        return self._compiled[backend]
-
-    @property
-    def code(self) -> str:
-        """The generated Python replay code, as text (the python backend's where the
-        default backend generates none: the interpreter)."""
-        return getattr(self.compile(), "source", None) or self.compile("python").source
-
-    def __call__(self, *inputs):
-        values = self.input_values
-        if len(inputs) != len(values):
-            raise TypeError(f"graph {self.name} takes {len(values)} inputs "
-                            f"({', '.join(self.input_names)}), got {len(inputs)}")
-        for value, x in zip(values, inputs):
-            data = x._data if isinstance(x, Variable) else x
-            if isinstance(data, TracedArray):
-                data = data.array  # called inside a trace: run() says why it refuses
-            if not isinstance(data, cuda.array_types) or data.shape != value.shape or \
-                    data.dtype != value.dtype:
-                got = type_str(data.shape, data.dtype) if isinstance(
-                    data, cuda.array_types) else type(data).__name__
-                raise TypeError(f"graph {self.name}: input {value.name} must be "
-                                f"{value.type}, got {got}; trace again for other shapes")
-        return self.compile().run(inputs)
-
-    def interpret(self, *inputs):
-        """Run with the reference interpreter (slow, checked); same result as graph(*inputs)."""
-        return self.compile("interpreter").run(inputs)
-
-    # ---- devices ----------------------------------------------------------
-    def to_gpu(self) -> StaticGraph:
-        """Move constants (and state the graph owns, i.e. a loaded graph's) to the GPU.
-        A traced graph's state belongs to its model: move the model too."""
-        return self._move(cuda.as_cupy, "gpu")
-
-    def to_cpu(self) -> StaticGraph:
-        return self._move(cuda.as_numpy, "cpu")
-
-    def _move(self, convert, device):
-        for node in self.nodes:
-            if node.kind == "const":
-                node.payload = convert(node.payload)
-            elif node.kind == "state" and self.owns_state:
-                node.payload.write(convert(node.payload.read()))
-        self.device = device
-        self._compiled = {}  # compiled code closes over the old constants
-        return self
-
-    # ---- files ------------------------------------------------------------
-    def save(self, path: str) -> None:
-        """Write path (.json) and its .npz of arrays; see dezero/static/saving.py."""
-        from dezero.static.saving import save
-        save(self, path)
-
-    @staticmethod
-    def load(path: str) -> StaticGraph:
-        from dezero.static.saving import load
-        return load(path)

@@ -1,4 +1,4 @@
-"""Passes: small functions from StaticGraph to StaticGraph.
+"""Passes: small functions from Graph to Graph.
 
 passes.py sits after the tracer and before the backends, and imports only the IR
 (ir.py) besides numpy and the debug log. Each pass returns a new graph and never
@@ -20,19 +20,18 @@ import numpy as np
 from dezero import cuda
 from dezero.static import debugging
 from dezero.static.ir import (
+    Graph,
     Group,
     Node,
-    StaticGraph,
     Value,
     as_result_array,
     attrs_key,
     format_attr,
     format_node,
-    identifier,
-    letter_name,
     make_function,
     op_fact,
 )
+from dezero.static.names import identifier, letter_name
 
 # =============================================================================
 # Helpers: remap, is_random, is_pinned
@@ -61,7 +60,7 @@ def _is_pinned(node: Node) -> bool:
 # =============================================================================
 
 
-def dce(graph: StaticGraph) -> StaticGraph:
+def dce(graph: Graph) -> Graph:
     """Dead-code elimination: drop ops and consts that no output or write needs.
 
     Roots are the output, the state writes, random ops (a draw advances the
@@ -81,7 +80,7 @@ def dce(graph: StaticGraph) -> StaticGraph:
     return graph.with_nodes(kept)
 
 
-def cse(graph: StaticGraph) -> StaticGraph:
+def cse(graph: Graph) -> Graph:
     """Common-subexpression elimination: one node per (op, attrs, inputs); equal small
     constants merge too. Random and collective ops are never merged (each draw and
     each exchange is its own)."""
@@ -115,7 +114,7 @@ def cse(graph: StaticGraph) -> StaticGraph:
 FOLD_LIMIT = 1 << 16
 
 
-def fold(graph: StaticGraph) -> StaticGraph:
+def fold(graph: Graph) -> Graph:
     """Constant folding: an op whose inputs are all constants becomes a constant.
 
     Never folds captured state (it is read afresh at every replay), random ops or
@@ -158,7 +157,7 @@ def _evaluate(node: Node, arrays):
     return y.copy()
 
 
-def simplify(graph: StaticGraph) -> StaticGraph:
+def simplify(graph: Graph) -> Graph:
     """Algebraic simplification: drop ops that return one of their inputs unchanged
     (the class's `neutral` operand or `neutral_attrs`: x * 1, x / 1, x - 0, x ** 1),
     where that input already has the result's shape and dtype (so nothing is
@@ -194,7 +193,7 @@ def _unchanged_input(node: Node, consts: dict) -> Value | None:
     return None
 
 
-def rename(graph: StaticGraph) -> StaticGraph:
+def rename(graph: Graph) -> Graph:
     """Give computed values and constants the names a, b, c ... in node order again,
     closing the gaps the other passes leave (inputs and state keep their names)."""
     used = {identifier(graph.name, "graph")}
@@ -257,7 +256,7 @@ def _finite_as(value, dtype) -> bool:
             return False
 
 
-def fuse(graph: StaticGraph) -> StaticGraph:
+def fuse(graph: Graph) -> Graph:
     """Group elementwise op nodes into kernels (graph.groups), reordering the nodes
     so that each group's are consecutive.
 
@@ -413,7 +412,7 @@ def _make_groups(nodes: list, groups: list) -> list[Group]:
     return made
 
 
-def _carry_groups(graph: StaticGraph, new: StaticGraph, nodes: dict, values: dict):
+def _carry_groups(graph: Graph, new: Graph, nodes: dict, values: dict):
     """new.groups: graph's groups over new's nodes (nodes and values map ids of the
     old ones to the new ones)."""
     new.groups = [Group(g.name, [nodes[id(n)] for n in g.nodes],
@@ -429,7 +428,7 @@ def _carry_groups(graph: StaticGraph, new: StaticGraph, nodes: dict, values: dic
 PIPELINE = (dce, cse, fold, simplify, cse, dce, rename, fuse)
 
 
-def optimize(graph: StaticGraph, passes=PIPELINE) -> StaticGraph:
+def optimize(graph: Graph, passes=PIPELINE) -> Graph:
     """Run the passes in order, checking the IR after each; a pipeline without rename
     is renamed at the end."""
     for p in passes:

@@ -1,6 +1,6 @@
 """Saving and loading a StaticGraph: a JSON description plus an .npz of arrays.
 
-Beside ir.py (StaticGraph.save / StaticGraph.load call these). A saved graph runs
+Above ir.py, below graph.py (StaticGraph.save / StaticGraph.load call these). A saved graph runs
 with only dezero installed, without the Python function that produced it: its
 captured state is saved with it and owned by the loaded graph.
 
@@ -83,16 +83,10 @@ from dezero import cuda
 from dezero.core import OPS, Variable
 from dezero.errors import GraphError, GraphFileError
 from dezero.files import atomic_file
-from dezero.static.ir import (
-    KINDS,
-    DataSlot,
-    GradSlot,
-    Node,
-    StaticGraph,
-    Value,
-    is_source_name,
-)
+from dezero.static.ir import KINDS, Graph, Node, Value
+from dezero.static.names import is_source_name
 from dezero.static.passes import fuse
+from dezero.static.slots import DataSlot, GradSlot
 
 FORMAT = "dezero.static-graph"
 VERSION = 1
@@ -347,7 +341,7 @@ def _paths(path):
     return stem + ".json", stem + ".npz"
 
 
-def save(graph: StaticGraph, path: str) -> None:
+def save(graph: Graph, path: str) -> None:
     """Write `path` (.json added if missing) and the .npz beside it."""
     json_path, npz_path = _paths(os.fspath(path))
     arrays, nodes = {}, []
@@ -392,9 +386,10 @@ def save(graph: StaticGraph, path: str) -> None:
         f.write(text)
 
 
-def load(path: str) -> StaticGraph:
+def load(path: str, make=Graph) -> Graph:
     """Read a graph saved by save(), checking every field before anything is built;
-    it owns its state (graph.state) and runs standalone."""
+    it owns its state (graph.state) and runs standalone. make: the graph class
+    (graph.StaticGraph.load passes its own, which this module sits below)."""
     _import_ops()
     json_path, _ = _paths(os.fspath(path))
     description = _read_json(json_path)
@@ -411,7 +406,7 @@ def load(path: str) -> StaticGraph:
         Field("version").integer(version, 1, VERSION)
         arrays = _read_arrays(description, json_path)
         # Kernels are not saved: fusing the loaded graph finds them again.
-        return fuse(_build(description, arrays).check()).check()
+        return fuse(_build(description, arrays, make).check()).check()
     except (GraphFileError, GraphError) as e:
         raise GraphFileError(f"{json_path}: {e}") from None
     except RecursionError:
@@ -482,7 +477,7 @@ _NODE_RULES = {"input": (1, ("kind", "outputs"), ()),
                "output": (0, ("kind", "outputs"), ("inputs",))}
 
 
-def _build(description, arrays) -> StaticGraph:
+def _build(description, arrays, make=Graph) -> Graph:
     name = Field("name").text(description["name"])
     values, owned, nodes = {}, {}, []
     for i, entry in enumerate(Field("nodes").items(description["nodes"])):
@@ -493,7 +488,7 @@ def _build(description, arrays) -> StaticGraph:
         raise GraphFileError(f"arrays: the .npz holds {min(unread)!r}, which no node reads")
     n_outputs = len(nodes[-1].inputs) if nodes and nodes[-1].kind == "output" else 0
     tree = _read_tree(description["out_tree"], Field("out_tree"), n_outputs)
-    graph = StaticGraph(name, _own_attributes(nodes), tree)
+    graph = make(name, _own_attributes(nodes), tree)
     graph.owns_state = True
     return graph
 

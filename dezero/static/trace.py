@@ -23,10 +23,12 @@ from dezero.errors import TraceError
 from dezero.static import debugging
 from dezero.static.checking import check_replay, set_attributes, source_text
 from dezero.static.codegen import kernel_spec
+from dezero.static.graph import StaticGraph
 from dezero.static.guard import overlap, root, unguarded, with_leaves
-from dezero.static.ir import GradSlot, StaticGraph, type_str
+from dezero.static.ir import type_str
 from dezero.static.passes import optimize
 from dezero.static.reach import Structure, python_writes, survey
+from dezero.static.slots import GradSlot
 from dezero.static.tracer import Tracer, restore
 from dezero.static.watch import Watch, escaped
 

@@ -18,17 +18,11 @@ import numpy as np
 from dezero import cuda
 from dezero.core import TracerHooks, Variable
 from dezero.errors import TraceError, user_frame, where
+from dezero.static.graph import StaticGraph
 from dezero.static.guard import GuardedArray, RandomWatch, overlap
-from dezero.static.ir import (
-    AttrSlot,
-    DataSlot,
-    GradSlot,
-    Node,
-    StaticGraph,
-    Value,
-    identifier,
-    letter_name,
-)
+from dezero.static.ir import Node, Value
+from dezero.static.names import identifier, letter_name
+from dezero.static.slots import AttrSlot, DataSlot, GradSlot
 
 # =============================================================================
 # Tracer: the core hooks (created, read, assigned, concretized, record, backward_step)

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dezero.errors import GraphError
 from dezero.static.backends.plan import Plan
 from dezero.static.ir import (
+    Graph,
     Node,
-    StaticGraph,
     as_result_array,
     format_node,
     make_function,
@@ -47,7 +47,7 @@ class Interpreter(Plan):
     around it (plan.py) reads and writes the state.
     """
 
-    def __init__(self, graph: StaticGraph):
+    def __init__(self, graph: Graph):
         super().__init__(graph)
         self.functions = {id(n): make_function(n) for n in graph.nodes if n.kind == "op"}
 

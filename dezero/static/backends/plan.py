@@ -1,6 +1,6 @@
 """Plan: what every backend does around running a graph's nodes.
 
-A backend compiles a StaticGraph into a plan (backends/__init__.py chooses it by
+A backend compiles a Graph into a plan (backends/__init__.py chooses it by
 name). Every plan reads the captured state, runs the nodes on arrays, applies the
 state writes and rebuilds what the traced function returned. `Plan` does these
 steps in plain Python around `execute`; the replay code (pycode.py) generates its
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dezero import core
 from dezero.core import Config, Variable, _wrap_output
 from dezero.errors import GraphError, TraceError
-from dezero.static.ir import StaticGraph
+from dezero.static.ir import Graph
 
 # =============================================================================
 # Outputs of a replay: ReplayedOutput, replayed_output
@@ -49,7 +49,7 @@ def replayed_output(array):
     return y
 
 
-def owned_values(graph: StaticGraph) -> set:
+def owned_values(graph: Graph) -> set:
     """Names of the values whose arrays belong to someone else: inputs (the caller's),
     captured state and constants (one array for every replay). A replay stores a copy
     of these as state or as a gradient (after x * 1 = x, W.grad <- x), so that the
@@ -57,14 +57,14 @@ def owned_values(graph: StaticGraph) -> set:
     return {n.outputs[0].name for n in graph.nodes if n.kind in ("input", "state", "const")}
 
 
-def shared_values(graph: StaticGraph) -> set:
+def shared_values(graph: Graph) -> set:
     """owned_values and the sources of state writes: a replay returns a copy of
     these, so that writing into a returned array changes nothing else and no later
     result, as with eager code's fresh results; every other output is fresh already."""
     return owned_values(graph) | {v.name for v in write_sources(graph)}
 
 
-def write_sources(graph: StaticGraph) -> list:
+def write_sources(graph: Graph) -> list:
     """The values the graph's writes store, in the order a plan's execute returns
     them after the outputs (a write that clears a .grad stores none)."""
     return [n.inputs[0] if n.attrs["field"] == "attr" else n.inputs[1]
@@ -97,7 +97,7 @@ class Plan:
     on arrays or Variables; a subclass supplies `execute(*arrays)`, which takes the
     input then the state arrays and returns the outputs then the write sources."""
 
-    def __init__(self, graph: StaticGraph):
+    def __init__(self, graph: Graph):
         self.graph = graph
         self.reads = [n.payload for n in graph.nodes if n.kind == "state"]
         shared, owned, k = shared_values(graph), owned_values(graph), len(graph.output_values)

@@ -1,4 +1,4 @@
-"""Replay code: a StaticGraph compiled into Python source that calls forwards on arrays.
+"""Replay code: a Graph compiled into Python source that calls forwards on arrays.
 
 The fast backend (the interpreter in interpreter.py is its reference). One
 assignment per node, names taken from the IR; each op is a Function instance
@@ -20,21 +20,19 @@ import numpy as np
 from dezero import cuda
 from dezero.core import Variable, _wrap_output
 from dezero.errors import GraphError
-from dezero.static import ir
 from dezero.static.backends.interpreter import reraise
 from dezero.static.backends.plan import Plan, owned_values, replayed_output, shared_values
 from dezero.static.codegen import kernel_spec
 from dezero.static.ir import (
-    AttrSlot,
-    GradSlot,
+    Graph,
     Node,
-    StaticGraph,
     as_result_array,
     format_attr,
-    identifier,
     make_function,
     op_fact,
 )
+from dezero.static.names import identifier, is_source_name, printable, source_literal
+from dezero.static.slots import AttrSlot, GradSlot
 
 # =============================================================================
 # Inline spellings: inline_call (from each op class's `py`)
@@ -73,7 +71,7 @@ def inline_call(node) -> str | None:
         return None
     fields = {name: v.name for name, v in zip(names, node.inputs)}
     for key, value in node.attrs.items():
-        literal = ir.source_literal(value)
+        literal = source_literal(value)
         if literal is None or key in fields:  # an attr may not stand for an input
             return None
         fields[key] = literal
@@ -96,7 +94,7 @@ def _identity_rows(xp):
 # =============================================================================
 
 
-def generate(graph: StaticGraph, factory=None, groups=None):
+def generate(graph: Graph, factory=None, groups=None):
     """(source, globals, line -> node, function name) for the replay function of
     `graph`. With a kernel factory, each of graph.groups is one line that calls
     `factory(kernel_spec(group))` on the group's inputs, instead of its nodes
@@ -104,8 +102,8 @@ def generate(graph: StaticGraph, factory=None, groups=None):
     fname = identifier(graph.name, "graph")
     for node in graph.nodes:  # value names become variables: nothing else may pass
         for v in node.inputs + node.outputs:
-            if not ir.is_source_name(v.name):
-                raise GraphError(f"graph {ir.printable(graph.name)}: value name {v.name!r} is "
+            if not is_source_name(v.name):
+                raise GraphError(f"graph {printable(graph.name)}: value name {v.name!r} is "
                                  f"not a safe name (an identifier, no keyword or builtin, "
                                  f"no leading '_')")
     params = [n.outputs[0].name for n in graph.nodes if n.kind in ("input", "state")]
@@ -120,7 +118,7 @@ def generate(graph: StaticGraph, factory=None, groups=None):
     while fname in consts:  # constants are globals of the code: keep the def apart
         fname += "_"
     lines = [f"def {fname}({', '.join(params)}):  # generated from trace "
-             f"{ir.printable(graph.name)}: {n_ops} ops"
+             f"{printable(graph.name)}: {n_ops} ops"
              + (f", {len(kernels)} kernels" if kernels else "")]
     if consts:
         lines.append(f"    # constants (globals of this code): {', '.join(consts)}")
@@ -156,7 +154,7 @@ def generate(graph: StaticGraph, factory=None, groups=None):
             text = f"    {', '.join(outs)} = {call}"
             if node.attrs and not inlined:
                 attrs = ", ".join(f"{k}={format_attr(v)}" for k, v in sorted(node.attrs.items()))
-                text = f"{text:<40}  # [{ir.printable(attrs)}]"
+                text = f"{text:<40}  # [{printable(attrs)}]"
             lines.append(text)
             line_nodes[len(lines)] = node
             for v in node.outputs if len(outs) > 1 else ():
@@ -165,7 +163,7 @@ def generate(graph: StaticGraph, factory=None, groups=None):
                     line_nodes[len(lines)] = node
         elif node.kind == "write" and node.attrs["field"] == "attr":
             writes.append(_fresh(node.inputs[0].name, owned))
-            target = ir.printable(f"{node.attrs['of']}.{node.attrs['name']}")
+            target = printable(f"{node.attrs['of']}.{node.attrs['name']}")
             lines.append(f"    # {target} <- {node.inputs[0].name}")
         elif node.kind == "write" and node.inputs[0].name in inputs:  # an input's .grad
             source = node.inputs[1].name if len(node.inputs) > 1 else "None"
@@ -183,7 +181,7 @@ def generate(graph: StaticGraph, factory=None, groups=None):
     return "\n".join(lines) + "\n", env, line_nodes, fname
 
 
-def _steps(graph: StaticGraph, factory, groups) -> tuple[list, dict]:
+def _steps(graph: Graph, factory, groups) -> tuple[list, dict]:
     """The nodes the replay code runs, in order: with a factory, each group's nodes
     become one op node named after it (reads its inputs, defines its outputs), mapped
     by id in the dict returned with the list; without one, the graph's nodes."""
@@ -203,7 +201,7 @@ def _steps(graph: StaticGraph, factory, groups) -> tuple[list, dict]:
     return steps, kernels
 
 
-def _last_uses(graph: StaticGraph, steps: list) -> dict:
+def _last_uses(graph: Graph, steps: list) -> dict:
     """id(node) -> names of the values it defines or reads that no later node reads.
 
     The replay code deletes them right after that node: a value lives from the op
@@ -237,7 +235,7 @@ def _fresh(name: str, owned: set) -> str:
     return f"{name}.copy()" if name in owned else name
 
 
-def _state_writes(graph: StaticGraph, env: dict) -> dict:
+def _state_writes(graph: Graph, env: dict) -> dict:
     """value name -> the lines that store it into captured state (.data or .grad),
     emitted right after the node that defines it; a write that clears a .grad is
     keyed by its target, an in-place write by None (emitted before the return).
@@ -287,7 +285,7 @@ def _state_writes(graph: StaticGraph, env: dict) -> dict:
 # =============================================================================
 
 
-def compile_graph(graph: StaticGraph, factory=None) -> Compiled:
+def compile_graph(graph: Graph, factory=None) -> Compiled:
     return Compiled(graph, factory)
 
 
@@ -301,7 +299,7 @@ class Compiled(Plan):
     output arrays of a codegen.KernelSpec; each of graph.groups then runs as one
     call of its kernel (`groups`: only these of them)."""
 
-    def __init__(self, graph: StaticGraph, factory=None, groups=None):
+    def __init__(self, graph: Graph, factory=None, groups=None):
         super().__init__(graph)
         # A distinct pseudo-file per graph, registered with linecache, so that
         # tracebacks through the replay code show its source lines.
@@ -343,7 +341,7 @@ class Compiled(Plan):
 # =============================================================================
 
 
-def generate_glue(graph: StaticGraph, fname: str, env: dict) -> str:
+def generate_glue(graph: Graph, fname: str, env: dict) -> str:
     """Source of `_replay(leaves, _fn=<replay function>)`, adding its globals to env."""
     env["_Variable"], env["_wrap"], env["_out"] = Variable, _wrap_output, replayed_output
     # Builtins under reserved names: a value may be called `isinstance`.

@@ -1,0 +1,104 @@
+"""StaticGraph: the graph users hold, an ir.Graph that runs, draws and saves itself.
+
+Above ir.py and the modules that consume it (backends/, drawing.py, saving.py): the
+tracer makes a StaticGraph, passes keep its class, and its methods are shortcuts to
+those modules, so that ir.py stays data and printing.
+
+    graph = step.graph; graph(x, t); print(graph.code); graph.plot("g.svg")
+    graph.save("step.json"); graph = StaticGraph.load("step.json")
+"""
+from __future__ import annotations
+
+from dezero import cuda
+from dezero.core import TracedArray, Variable
+from dezero.static import backends, drawing, saving
+from dezero.static.ir import Graph, Node, type_str
+from dezero.utils import render_dot
+
+# =============================================================================
+# StaticGraph: to_dot, plot, compile, code, run, devices, save/load
+# =============================================================================
+
+
+class StaticGraph(Graph):
+    """A recorded computation users run and inspect: `graph(*inputs)` runs it on arrays
+    or Variables given in the order of `input_names`, reads captured state afresh,
+    applies the state writes and returns the structure the traced function returned.
+    """
+
+    def __init__(self, name: str, nodes: list[Node], out_tree):
+        super().__init__(name, nodes, out_tree)
+        self._compiled = {}  # backend name -> plan
+
+    # ---- drawing ----------------------------------------------------------
+    def to_dot(self) -> str:
+        """DOT text: inputs green, captured state orange, constants grey, ops as
+        boxes, the return a double octagon, state writes dashed orange nodes."""
+        return drawing.graph_to_dot(self)
+
+    def plot(self, to_file: str = "graph.png"):
+        """Render the graph with Graphviz into to_file (format from the extension)."""
+        return render_dot(self.to_dot(), to_file)
+
+    # ---- running ----------------------------------------------------------
+    def compile(self, backend: str | None = None):
+        """The plan of the named backend (see backends/; None: the default for the
+        graph's device), made on first use and kept."""
+        if backend not in self._compiled:
+            self._compiled[backend] = backends.compile(self, backend)
+        return self._compiled[backend]
+
+    @property
+    def code(self) -> str:
+        """The generated Python replay code, as text (the python backend's where the
+        default backend generates none: the interpreter)."""
+        return getattr(self.compile(), "source", None) or self.compile("python").source
+
+    def __call__(self, *inputs):
+        values = self.input_values
+        if len(inputs) != len(values):
+            raise TypeError(f"graph {self.name} takes {len(values)} inputs "
+                            f"({', '.join(self.input_names)}), got {len(inputs)}")
+        for value, x in zip(values, inputs):
+            data = x._data if isinstance(x, Variable) else x
+            if isinstance(data, TracedArray):
+                data = data.array  # called inside a trace: run() says why it refuses
+            if not isinstance(data, cuda.array_types) or data.shape != value.shape or \
+                    data.dtype != value.dtype:
+                got = type_str(data.shape, data.dtype) if isinstance(
+                    data, cuda.array_types) else type(data).__name__
+                raise TypeError(f"graph {self.name}: input {value.name} must be "
+                                f"{value.type}, got {got}; trace again for other shapes")
+        return self.compile().run(inputs)
+
+    def interpret(self, *inputs):
+        """Run with the reference interpreter (slow, checked); same result as graph(*inputs)."""
+        return self.compile("interpreter").run(inputs)
+
+    # ---- devices ----------------------------------------------------------
+    def to_gpu(self) -> StaticGraph:
+        """Move constants (and state the graph owns, i.e. a loaded graph's) to the GPU.
+        A traced graph's state belongs to its model: move the model too."""
+        return self._move(cuda.as_cupy, "gpu")
+
+    def to_cpu(self) -> StaticGraph:
+        return self._move(cuda.as_numpy, "cpu")
+
+    def _move(self, convert, device):
+        for node in self.nodes:
+            if node.kind == "const":
+                node.payload = convert(node.payload)
+            elif node.kind == "state" and self.owns_state:
+                node.payload.write(convert(node.payload.read()))
+        self.device = device
+        self._compiled = {}  # compiled code closes over the old constants
+        return self
+
+    # ---- files ------------------------------------------------------------
+    def save(self, path: str) -> None:
+        """Write path (.json) and its .npz of arrays; see dezero/static/saving.py."""
+        saving.save(self, path)
+
+    @staticmethod
+    def load(path: str) -> StaticGraph:
+        return saving.load(path, StaticGraph)
