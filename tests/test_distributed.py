@@ -288,7 +288,7 @@ def test_a_saved_graph_with_an_allreduce_runs_after_loading(comm, tmp_path):
     traced = dezero.trace(lambda x: comm.allreduce(x * 3.0, op="mean") + 1.0)
     expected = traced(x).data
     traced.graph.save(str(tmp_path / "g.json"))
-    loaded = dezero.static.ir.StaticGraph.load(str(tmp_path / "g.json"))
+    loaded = dezero.static.StaticGraph.load(str(tmp_path / "g.json"))
     assert "allreduce(" in str(loaded)
     np.testing.assert_array_equal(loaded(x).data, expected)
 
