@@ -1251,6 +1251,13 @@ def batch_norm(x, gamma, beta, mean, var, decay=0.9, eps=2e-5):
                 f"({where()}); its in-place update would not be replayed\n  fix: keep it "
                 f"in a Variable, e.g. {name} = Variable(array), as the BatchNorm layer does")
     m = x.size // channels
+    if m == 0:  # an empty batch: an empty output, the running statistics unchanged
+        return x * reshape(gamma, stat_shape) + reshape(beta, stat_shape)
+    if m == 1:
+        raise ValueError(f"batch_norm: one value per channel in training (x of shape "
+                         f"{x.shape}) has variance 0: the output would be beta and the "
+                         f"running variance would shrink to 0; use a batch of two or more, "
+                         f"or test mode (dezero.test_mode())")
     # Batch statistics are outputs of Functions, so backward reaches them.
     mu = sum(x, axis=axes, keepdims=True) * (1 / m)
     xc = x - mu
@@ -1258,7 +1265,7 @@ def batch_norm(x, gamma, beta, mean, var, decay=0.9, eps=2e-5):
     inv_std = (sigma2 + eps) ** -0.5
     y = xc * inv_std * reshape(gamma, stat_shape) + reshape(beta, stat_shape)
 
-    unbias = m / (m - 1) if m > 1 else 1.0
+    unbias = m / (m - 1)
     with no_grad():
         new_mean = as_variable(mean) * decay + reshape(mu, mean.shape) * (1 - decay)
         new_var = as_variable(var) * decay + reshape(sigma2, var.shape) * ((1 - decay) * unbias)

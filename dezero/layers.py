@@ -88,12 +88,16 @@ class Layer:
         for key, _, _, var in self._owned(prefix):
             yield key, var
 
-    def _owned(self, prefix=""):
+    def _owned(self, prefix="", path=()):
         # ("l0/W", layer, "W", variable): _named with the layer that holds each one.
+        # path: the layers above; one that refers back to them (a child keeping its
+        # parent) is not walked again, which would never end.
+        path = (*path, self)
         for name in self.__dict__.get("_params", ()):
             obj = self.__dict__[name]
             if isinstance(obj, Layer):
-                yield from obj._owned(prefix + name + "/")
+                if not any(obj is layer for layer in path):
+                    yield from obj._owned(prefix + name + "/", path)
             else:
                 yield prefix + name, self, name, obj
 
@@ -147,20 +151,22 @@ class Layer:
         """The Parameters of this layer and its sub-layers, in definition order
         (a Parameter shared by two layers comes once)."""
         seen = set()
-        for param in self._all_params():
+        for param in self._all_params({id(self)}):
             if id(param) not in seen:
                 seen.add(id(param))
                 yield param
 
-    def _all_params(self):
+    def _all_params(self, walked):
         # Like _named without building key strings: params() runs at every step.
+        # walked: ids of the layers already walked (a layer may refer back to its parent).
         attrs = self.__dict__
         for name in attrs.get("_params", ()):
             obj = attrs[name]
             if isinstance(obj, Parameter):
                 yield obj
-            elif isinstance(obj, Layer):
-                yield from obj._all_params()
+            elif isinstance(obj, Layer) and id(obj) not in walked:
+                walked.add(id(obj))
+                yield from obj._all_params(walked)
 
     def cleargrads(self):
         params = list(self.params())
@@ -373,6 +379,18 @@ def _randn(xp, shape, scale, dtype):
 # =============================================================================
 
 
+def _check_input(layer, x, ndim):
+    """x is a Variable or an array with at least ndim axes, or a TypeError/ValueError
+    naming the layer (rather than an AttributeError from x.shape)."""
+    if not isinstance(x, (Variable, *cuda.array_types, core.TracedArray)):
+        raise TypeError(f"{type(layer).__name__}: the input must be a Variable or an array, "
+                        f"got {type(x).__name__}; convert it first, e.g. "
+                        f"np.asarray(x, dtype=np.float32)")
+    if x.ndim < ndim:
+        raise ValueError(f"{type(layer).__name__}: the input needs at least {ndim} axes, "
+                         f"got shape {x.shape}")
+
+
 def _check_nobias(layer, nobias, usage):
     # PyTorch's Linear(in, out) read in the book's order Linear(out_size, nobias)
     # would build a layer of in outputs without a bias, in silence.
@@ -412,6 +430,7 @@ class Linear(Layer):
         return None
 
     def forward(self, x):
+        _check_input(self, x, 1)
         if self.W.data is None:
             self.in_size = x.shape[-1]
             xp = cuda.get_array_module(x)
@@ -462,6 +481,7 @@ class _ConvBase(Layer):
         return None
 
     def _lazy_init(self, x):
+        _check_input(self, x, 4)
         if self.W.data is None:
             self.in_channels = x.shape[1]
             xp = cuda.get_array_module(x)
@@ -514,12 +534,23 @@ class RNN(Layer):
         self.h = None
 
     def forward(self, x):
+        _check_state(self, x, self.h)
         if self.h is None:
             h_new = F.tanh(self.x2h(x))
         else:
             h_new = F.tanh(self.x2h(x) + self.h2h(self.h))
         self.h = h_new
         return h_new
+
+
+def _check_state(layer, x, h):
+    # Broadcasting would pair a carried state with a batch of another size in
+    # silence (one state for 5 inputs, or 5 outputs for one input).
+    _check_input(layer, x, 2)
+    if h is not None and h.shape[0] != x.shape[0]:
+        raise ValueError(f"{type(layer).__name__}: the carried state is for a batch of "
+                         f"{h.shape[0]}, the input is a batch of {x.shape[0]} (shape "
+                         f"{x.shape}); call reset_state() before a batch of another size")
 
 
 class LSTM(Layer):
@@ -544,6 +575,7 @@ class LSTM(Layer):
         self.c = None
 
     def forward(self, x):
+        _check_state(self, x, self.h)
         f, i, o, u = self.x2f(x), self.x2i(x), self.x2o(x), self.x2u(x)
         if self.h is not None:
             f = f + self.h2f(self.h)
@@ -612,6 +644,7 @@ class BatchNorm(Layer):
                     var.data = xp.full(D, fill, dtype=x.dtype)
 
     def forward(self, x):
+        _check_input(self, x, 2)
         if self.avg_mean.data is None or self.gamma.data is None:
             self._init_params(x)
         return F.batch_norm(x, self.gamma, self.beta, self.avg_mean, self.avg_var,

@@ -513,3 +513,95 @@ def test_embed_id_is_float32_normal():
     layer = L.EmbedID(1000, 20)
     assert layer.W.dtype == np.float32 and layer.W.shape == (1000, 20)
     assert abs(layer.W.data.std() - 1) < 0.02
+
+
+# =============================================================================
+# Inputs that once gave a silent wrong result or a bare error
+# =============================================================================
+
+
+@pytest.mark.parametrize("cls", [L.RNN, L.LSTM])
+@pytest.mark.parametrize("first, second", [(1, 5), (5, 1)])
+def test_recurrent_layers_refuse_a_carried_state_of_another_batch_size(cls, first, second):
+    layer = cls(3)
+    layer(np.zeros((first, 4), np.float32))
+    with pytest.raises(ValueError, match=rf"{cls.__name__}: the carried state is for a batch "
+                                         rf"of {first}, the input is a batch of {second}.*"
+                                         r"reset_state\(\)"):
+        layer(np.zeros((second, 4), np.float32))
+    layer.reset_state()
+    assert layer(np.zeros((second, 4), np.float32)).shape == (second, 3)
+    assert layer(Variable(np.zeros((second, 4), np.float32))).shape == (second, 3)
+
+
+def test_torch_refuses_a_hidden_state_of_another_batch_size_too(torch):
+    rnn = torch.nn.RNN(4, 3, batch_first=True)
+    with pytest.raises(RuntimeError):
+        rnn(torch.zeros(5, 1, 4), torch.zeros(1, 1, 3))
+
+
+@pytest.mark.parametrize("shape", [(1, 3), (1, 2, 1, 1)], ids=str)
+def test_batch_norm_refuses_one_value_per_channel_in_training(shape):
+    layer = L.BatchNorm()
+    with pytest.raises(ValueError, match=r"batch_norm: one value per channel in training"):
+        layer(np.ones(shape, np.float32))
+    with dezero.test_mode():  # the running statistics normalise a single example
+        assert layer(np.ones(shape, np.float32)).shape == shape
+    assert layer(np.ones((1, shape[1], 2, 2) if len(shape) == 4 else (2, 3),
+                         np.float32)).data.shape  # two values per channel train
+
+
+def test_torch_refuses_one_value_per_channel_in_training_too(torch):
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        torch.nn.BatchNorm1d(3)(torch.ones(1, 3))
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (0, 2, 4, 4)], ids=str)
+def test_batch_norm_of_an_empty_batch_is_empty_and_keeps_the_running_statistics(shape):
+    layer = L.BatchNorm()
+    layer(rand(4, shape[1]) if len(shape) == 2 else rand(4, shape[1], 2, 2))
+    stats = layer.avg_mean.data.copy(), layer.avg_var.data.copy()
+    x = Variable(np.zeros(shape))
+    y = layer(x)
+    assert y.shape == shape
+    F.sum(y).backward()
+    assert x.grad.shape == shape and not layer.gamma.grad.data.any()
+    np.testing.assert_array_equal(layer.avg_mean.data, stats[0])
+    np.testing.assert_array_equal(layer.avg_var.data, stats[1])
+
+
+def test_torch_gives_an_empty_output_for_an_empty_batch_too(torch):
+    assert torch.nn.BatchNorm1d(3)(torch.zeros(0, 3)).shape == (0, 3)
+
+
+def test_a_layer_referring_back_to_its_parent_is_walked_once(tmp_path):
+    model = dezero.Model()
+    model.l1 = L.Linear(2, in_size=3)
+    model.l1.parent = model  # a back reference, as a tree of layers may keep
+    params = list(model.params())
+    assert params == [model.l1.W, model.l1.b]
+    model.cleargrads()
+    model.to_cpu()
+    path = model.save_weights(tmp_path / "w.npz")
+    assert sorted(np.load(path).files) == ["l1/W", "l1/b"]
+    model.load_weights(path)
+    assert "l1: Linear" in repr(model)
+
+
+@pytest.mark.parametrize("layer, value", [
+    (lambda: L.Linear(2), [[1.0, 2.0]]), (lambda: L.Linear(2), 3.0),
+    (lambda: L.Conv2d(2, 3), [[[[1.0]]]]), (lambda: L.BatchNorm(), [[1.0, 2.0]]),
+    (lambda: L.RNN(2), [[1.0]]), (lambda: L.LSTM(2), (1.0, 2.0))], ids=str)
+def test_layers_name_themselves_for_an_input_that_is_no_array(layer, value):
+    layer = layer()
+    with pytest.raises(TypeError, match=rf"{type(layer).__name__}: the input must be a "
+                                        r"Variable or an array, got .*np\.asarray"):
+        layer(value)
+
+
+@pytest.mark.parametrize("layer, shape", [(L.Linear(2), ()), (L.Conv2d(2, 3), (1, 3, 3)),
+                                          (L.BatchNorm(), (4,)), (L.RNN(2), (4,))], ids=str)
+def test_layers_name_themselves_for_an_input_with_too_few_axes(layer, shape):
+    with pytest.raises(ValueError, match=rf"{type(layer).__name__}: the input needs at "
+                                         rf"least \d axes, got shape"):
+        layer(np.ones(shape, np.float32))

@@ -217,7 +217,7 @@ def test_vgg16_forward_on_a_small_image(cheap_init):
 ])
 def test_resnet_parameter_count_matches_the_published_one(cheap_init, make, count):
     model = make()
-    with dezero.no_grad():
+    with dezero.no_grad(), dezero.test_mode():  # one image: batch statistics need two
         y = model(np.ones((1, 3, 32, 32), dtype=np.float32))
     assert y.shape == (1, 1000) and y.dtype == np.float32
     assert sum(p.size for p in model.params()) == count
