@@ -473,7 +473,9 @@ class Function:
                 fused only where its inputs and its result share one dtype,
                 float32 or float64, and its attrs are finite numbers; a node that
                 promotes dtypes, reads integers or has other attrs runs forward.
-                Not inherited past an overridden forward
+                Not inherited past an overridden forward. Or a function of the
+                attrs -> the expression, decided when the kernel is written
+                (Pow: sqrt for c = 0.5, else pow)
       cpp_type  the C++ type cpp yields where it is not the inputs' type ("bool"
                 for a comparison); the kernel casts it to the result's type
       random    the op draws random numbers (never folded or deduplicated)

@@ -129,8 +129,13 @@ def neg(x):
 
 class Pow(Function):
     """y = x ** c for a constant exponent c."""
-    # numpy computes x ** 0.5 as sqrt(x), which differs from pow at -0.0 and -inf.
-    cpp = "({c} == 0.5) ? sqrt({x}) : pow({x}, {c})"
+
+    @staticmethod
+    def cpp(c):
+        # Decided when the kernel is written, c being a constant: numpy computes
+        # x ** 0.5 as sqrt(x), which differs from pow at -0.0 and -inf.
+        return "sqrt({x})" if c == 0.5 else "pow({x}, {c})"
+
     py = "{x} ** {c}"
     neutral_attrs = {"c": 1}  # x ** 1 == x
 

@@ -289,6 +289,17 @@ def test_float64_kernels_write_double_literals_and_attrs_in_the_kernel_type():
     assert "pow(b, 3.0f);" in spec32.body and "c * 0.1f;" in spec32.body
 
 
+def test_a_constant_exponent_is_decided_when_the_kernel_is_written():
+    # x ** 0.5 is sqrt as numpy computes it (pow differs at -0.0 and -inf); any
+    # other exponent is pow; the body never tests the constant at run time.
+    def f(x):
+        return F.exp(x ** 2) + F.exp(x ** 0.5) * F.exp(x ** -0.5)
+
+    body = kernel_spec(fused(f, np.ones(5, np.float32)).groups[0]).body
+    assert "pow(x, 2.0f)" in body and "sqrt(x)" in body and "pow(x, (-0.5f))" in body
+    assert "==" not in body and "?" not in body
+
+
 def test_literals_of_each_type():
     assert c_literal(0.1, np.float32) == "0.1f" and c_literal(0.1, np.float64) == "0.1"
     assert c_literal(2, np.float32) == "2.0f" and c_literal(-0.25, np.float64) == "(-0.25)"

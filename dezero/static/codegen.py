@@ -139,7 +139,7 @@ def _template(node) -> str:
     if text is None:
         raise GraphError(f"{format_node(node)}: {node.op} has no cpp expression of its own "
                          f"and cannot be part of a kernel")
-    return text
+    return text(**node.attrs) if callable(text) else text
 
 
 def _expression(node, names: dict) -> str:
