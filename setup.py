@@ -20,10 +20,12 @@ EXTRAS = {
     "distributed": DISTRIBUTED,
     "test": ["pytest>=7", "hypothesis>=6", "pillow>=9", "tqdm>=4", *GPU_COMPILE, *DISTRIBUTED],
     "reference": ["torch==2.13.0"],
-    # The Jupyter kernel is ipykernel; graphviz-pure renders graphs where `dot` is missing.
+    # JupyterLab opens the notebooks, nbconvert runs them from the shell (jupyter
+    # nbconvert --execute), nbclient runs them in the tests; the kernel is ipykernel;
+    # graphviz-pure renders graphs where `dot` is missing.
     "notebooks": [
-        "nbclient>=0.7", "nbformat>=5", "ipykernel>=6", "matplotlib>=3.5",
-        "scikit-learn>=1.1", "graphviz>=0.20", "graphviz-pure",
+        "jupyterlab>=4", "nbconvert>=7", "nbclient>=0.7", "nbformat>=5", "ipykernel>=6",
+        "matplotlib>=3.5", "scikit-learn>=1.1", "graphviz>=0.20", "graphviz-pure",
     ],
     "docs": ["mkdocs>=1.5", "mkdocs-material>=9", "mkdocstrings[python]>=0.24"],
 }

@@ -4,10 +4,12 @@ each one runs top to bottom in a fresh python3 kernel.
 Running them needs the `notebooks` extra (pip install -e ".[notebooks]") and a
 Graphviz renderer (`dot`, or `graphviz-pure` from the `viz` extra).
 """
+import ast
 import importlib.util
 import json
 import os
 import pathlib
+import re
 import sys
 
 import pytest
@@ -29,6 +31,21 @@ def test_every_source_has_a_notebook_and_they_are_numbered():
     assert sources == [p.stem for p in NOTEBOOKS]
     assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(1, len(NOTEBOOKS) + 1)]
     assert len(NOTEBOOKS) >= 7
+
+
+def _extra(name):
+    """The requirements of one extra of setup.py, a literal list there."""
+    tree = ast.parse((ROOT / "setup.py").read_text(encoding="utf-8"))
+    extras = next(n.value for n in tree.body if isinstance(n, ast.Assign)
+                  and getattr(n.targets[0], "id", None) == "EXTRAS")
+    value = next(v for k, v in zip(extras.keys, extras.values) if ast.literal_eval(k) == name)
+    return ast.literal_eval(value)
+
+
+def test_the_notebooks_extra_brings_a_way_to_open_and_to_execute_them():
+    names = {re.split(r"[<>=;\[ ]", text)[0] for text in _extra("notebooks")}
+    assert names & {"jupyterlab", "notebook"}, names  # `jupyter lab notebooks/`
+    assert {"nbconvert", "ipykernel"} <= names  # `jupyter nbconvert --execute`
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
