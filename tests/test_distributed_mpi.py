@@ -85,3 +85,18 @@ def test_import_dezero_does_not_import_mpi4py():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
     assert run.stdout.strip() == "False", run.stderr
+
+
+def test_step71_trains_the_spiral_on_two_ranks(tmp_path):
+    env = {**os.environ, **ONE_THREAD, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([mpiexec(), "-n", "2", sys.executable, "-m", "mpi4py",
+                          str(ROOT / "steps" / "step71.py")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = run.stdout
+    assert out.count("a world of 2 rank(s)") == 1  # printed by rank 0 alone
+    assert "ranks hold equal parameters: True" in out
+    assert "trace train_step(x: f32[15,2], t: i64[15])" in out  # 15 examples per rank
+    assert out.count("= allreduce(") == 1
+    loss = float(out.split("epoch 300: loss ")[1].split()[0])
+    assert loss < 0.2

@@ -192,6 +192,12 @@ CHECKS = {
          r"graphs: 2", r"retrace predict: x shape \(4, 3\) -> \(2, 3\)",
          r"retrace predict: x dtype float32 -> float64",
          r"retrace predict: net\.fc was replaced or removed", r"graphs kept: 1"],
+    # Run alone (a world of one); tests/test_distributed_mpi.py runs it on two ranks.
+    71: [r"a world of 1 rank", between(rf"epoch 300: loss {NUMBER}", 0.0, 0.2),
+         between(rf"accuracy on the whole set: {NUMBER}", 0.9, 1.0),
+         r"ranks hold equal parameters: True",
+         r"\n  \w+: f32\[2,10\], \w+: f32\[10\], \w+: f32\[10,3\], \w+: f32\[3\] = "
+         r"allreduce\(\w+, \w+, \w+, \w+\) \[comm='world', op='mean'\]\n", GRAPH],
 }
 
 
@@ -239,7 +245,7 @@ def test_step(path, tmp_path):
 
 def test_the_path_is_complete_and_every_step_has_checks():
     numbers = {int(p.stem[len("step"):]) for p in STEP_FILES}
-    expected = set(range(1, 71))
+    expected = set(range(1, 72))
     assert numbers == expected, f"missing steps: {sorted(expected - numbers)}"
     assert numbers == set(CHECKS)
 

@@ -1,0 +1,141 @@
+"""Data-parallel training: one training step of a 784-1000-10 ReLU MLP with Adam on
+1, 2 and 4 ranks (mpiexec, one thread per rank), each rank on its own batch of
+--batch samples (weak scaling: the global batch grows with the ranks).
+
+Prints per rank count: samples per second of the whole job, milliseconds per
+step, milliseconds of it in the allreduce (the gradients' exchange, including the
+wait for the slowest rank), and weak-scaling efficiency, samples/s at R ranks over
+R times samples/s at one. Run by hand from the repository root:
+
+    python benchmarks/bench_distributed.py [--ranks 1 2 4] [--rounds 5] [--eager]
+
+It starts `mpiexec -n R python -m mpi4py benchmarks/bench_distributed.py --worker`
+for each R (the mpich wheel of `pip install 'dezero[distributed]'` brings
+mpiexec). Each rank count is timed in rounds of --steps steps; the fastest round
+counts. Results: see benchmarks/README.md.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                     "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")}
+
+# =============================================================================
+# One rank: the worker
+# =============================================================================
+
+
+def worker(args):
+    import dezero
+    import dezero.distributed as dist
+    import dezero.functions as F
+    from dezero import optimizers
+    from dezero.models import MLP
+
+    comm = dist.init()
+    rng = np.random.default_rng(comm.rank)
+    x = rng.random((args.batch, 784), dtype=np.float32)
+    t = rng.integers(0, 10, args.batch)
+    model = MLP((1000, 10), activation=F.relu)
+    model(x[:1])
+    comm.broadcast_params(model)
+    optimizer = optimizers.Adam().setup(model)
+    optimizer.add_hook(dist.AllreduceGrads(comm))
+
+    exchange = [0.0]  # seconds spent in the allreduce
+    reduce_arrays = comm._reduce_arrays
+
+    def timed(arrays, op):
+        start = time.perf_counter()
+        result = reduce_arrays(arrays, op)
+        exchange[0] += time.perf_counter() - start
+        return result
+
+    comm._reduce_arrays = timed
+
+    def step(x, t):
+        loss = F.softmax_cross_entropy(model(x), t)
+        model.cleargrads()
+        loss.backward()
+        optimizer.update()
+        return loss
+
+    if not args.eager:
+        step = dezero.trace(step)
+    for _ in range(args.warmup):  # the trace, its kernels' compilation, the caches
+        step(x, t)
+    best = (float("inf"), 0.0)  # the fastest round: others' load slows some rounds
+    for _ in range(args.rounds):
+        comm.barrier()
+        exchange[0] = 0.0
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            step(x, t)
+        comm.barrier()
+        elapsed = comm.mpi.bcast(time.perf_counter() - start)  # rank 0's clock
+        best = min(best, (elapsed / args.steps, exchange[0] / args.steps))
+    exchanges = comm.mpi.gather(best[1], root=0)  # None off rank 0
+    if comm.rank == 0:
+        print(json.dumps({"ranks": comm.size, "step_s": best[0],
+                          "allreduce_s": float(np.mean(exchanges))}))
+
+
+# =============================================================================
+# The driver: one mpiexec per rank count, then the table
+# =============================================================================
+
+
+def launch(ranks, args):
+    mpiexec = Path(sys.executable).with_name("mpiexec")
+    command = [str(mpiexec) if mpiexec.exists() else "mpiexec", "-n", str(ranks),
+               sys.executable, "-m", "mpi4py", __file__, "--worker",
+               "--batch", str(args.batch), "--steps", str(args.steps),
+               "--warmup", str(args.warmup), "--rounds", str(args.rounds)]
+    command += ["--eager"] if args.eager else []
+    env = {**os.environ, **ONE_THREAD, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    if run.returncode != 0:
+        raise SystemExit(f"mpiexec -n {ranks} failed:\n{run.stderr}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--batch", type=int, default=100, help="samples per rank and step")
+    parser.add_argument("--steps", type=int, default=10, help="steps per timed round")
+    parser.add_argument("--rounds", type=int, default=5, help="timed rounds (best kept)")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--eager", action="store_true", help="eager steps, not traced")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args)
+    print(f"784-1000-10 ReLU MLP, Adam, {args.batch} samples per rank and step, "
+          f"{'eager' if args.eager else 'traced'}, one thread per rank, "
+          f"{os.cpu_count()} cores")
+    print(f"{'ranks':>5} {'samples/s':>10} {'ms/step':>8} {'allreduce ms':>13} "
+          f"{'vs 1 rank':>10} {'efficiency':>10}")
+    base = None
+    for ranks in args.ranks:
+        result = launch(ranks, args)
+        rate = ranks * args.batch / result["step_s"]
+        base = base or (rate if ranks == 1 else None)
+        speedup = f"{rate / base:.2f}x" if base else "-"
+        efficiency = f"{rate / (ranks * base):.0%}" if base else "-"
+        print(f"{ranks:>5} {rate:>10.0f} {result['step_s'] * 1e3:>8.1f} "
+              f"{result['allreduce_s'] * 1e3:>13.2f} {speedup:>10} {efficiency:>10}")
+
+
+if __name__ == "__main__":
+    main()
