@@ -13,8 +13,11 @@ GPU_COMPILE = [
 # `mpiexec` comes with it (mpi4py alone fails at import without a system MPI).
 DISTRIBUTED = ["mpi4py>=4,<5", 'mpich; sys_platform == "linux" or sys_platform == "darwin"']
 
+# The gpu extra installs cupy as a wheel built for CUDA 12 drivers (the source package
+# `cupy` would compile itself and needs the CUDA toolkit); with CUDA 13 drivers,
+# pip install cupy-cuda13x instead (README.md).
 EXTRAS = {
-    "gpu": ["cupy>=12"],
+    "gpu": ['cupy-cuda12x>=13; sys_platform == "linux" or sys_platform == "win32"'],
     "gpu-compile": GPU_COMPILE,
     "viz": ["graphviz>=0.20", "matplotlib>=3.5", "graphviz-pure"],
     "distributed": DISTRIBUTED,

@@ -322,12 +322,18 @@ class Variable:
 
     # ---- devices -----------------------------------------------------------
     def to_cpu(self):
-        if self._data is not None:
-            self.data = cuda.as_numpy(self._data)
+        self._move(cuda.as_numpy)
 
     def to_gpu(self):
+        cuda.require_gpu(f"{type(self).__name__}.to_gpu()")
+        self._move(cuda.as_cupy)
+
+    def _move(self, convert):
+        # The gradient too: an update after the move reads it with the data.
         if self._data is not None:
-            self.data = cuda.as_cupy(self._data)
+            self.data = convert(self._data)
+        if self.grad is not None:
+            self.grad._move(convert)
 
 
 def _wrap_output(data):

@@ -7,24 +7,36 @@ backends/gpu.py), and there dezero runs on numpy as if it were absent.
 
     xp = dezero.cuda.get_array_module(x)   # numpy or cupy
 """
+import os
+import sys
+
 import numpy as np
 
-_NO_CUPY = ("CuPy is not installed, so dezero cannot use a GPU. "
-            "Install the extra: pip install 'dezero[gpu]' (needs CUDA).")
+_INSTALL = ("pip install 'dezero[gpu]' (the cupy-cuda12x wheel; for CUDA 13 drivers "
+            "pip install cupy-cuda13x)")
 
 
 def _find_gpu():
-    """(the cupy module, None) where cupy finds a GPU, else (None, why not)."""
+    """(the cupy module, None) where cupy finds a GPU, else (None, why not). Never
+    raises: `import dezero` must not fail because of the GPU (cupy's import itself
+    raises OSErrors, making ~/.cupy in a home that cannot be written)."""
     try:
         import cupy
     except ImportError:
-        return None, _NO_CUPY
+        return None, f"CuPy is not installed ({_INSTALL})"
+    except Exception as error:  # noqa: BLE001 - whatever the import raises, numpy serves
+        return None, f"CuPy is installed but cannot be imported ({type(error).__name__}: " \
+                     f"{error})"
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as error:  # noqa: BLE001 - no driver raises cupy's CUDARuntimeError
-        return None, f"CuPy is installed but finds no GPU ({error}), so dezero runs on numpy."
+        # Without any NVIDIA driver CUDA reports an "insufficient" one: say which it is.
+        if "InsufficientDriver" in str(error) and sys.platform.startswith("linux") and \
+                not os.path.exists("/proc/driver/nvidia/version"):
+            return None, f"CuPy is installed but this machine has no NVIDIA driver ({error})"
+        return None, f"CuPy is installed but finds no usable GPU ({error})"
     if count == 0:
-        return None, "CuPy is installed but finds no GPU, so dezero runs on numpy."
+        return None, "CuPy is installed but finds no GPU"
     return cupy, None
 
 
@@ -58,11 +70,18 @@ def as_numpy(x):
     return cp.asnumpy(x)
 
 
+def require_gpu(caller: str) -> None:
+    """Raise a RuntimeError naming `caller` (the call that needs a GPU) and what is
+    missing, where dezero runs on numpy."""
+    if cp is None:
+        raise RuntimeError(f"{caller} needs a GPU, and dezero has none: {no_gpu_reason}\n"
+                           f"  fix: run where cupy finds a GPU, or stay on the CPU (numpy)")
+
+
 def as_cupy(x):
-    """x as a cupy array; raises a clear error when cupy is missing."""
+    """x as a cupy array; raises a clear error when there is no GPU."""
     from dezero.core import Variable
     if isinstance(x, Variable):
         x = x.data
-    if cp is None:
-        raise RuntimeError(no_gpu_reason)
+    require_gpu("dezero.cuda.as_cupy()")
     return cp.asarray(x)

@@ -16,9 +16,7 @@ import numpy as np
 # =============================================================================
 def _require_cupy(caller):
     from dezero import cuda
-    if not cuda.gpu_enable:
-        raise RuntimeError(f'{caller} needs cupy and a GPU: {cuda.no_gpu_reason} '
-                           f'Keep the loader on the CPU, or run where cupy finds a GPU')
+    cuda.require_gpu(caller)
 
 
 def _to_device(array, gpu):

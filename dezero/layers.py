@@ -180,6 +180,7 @@ class Layer:
             var.to_cpu()
 
     def to_gpu(self):
+        cuda.require_gpu(f"{type(self).__name__}.to_gpu()")
         for _, var in self._named():
             var.to_gpu()
 

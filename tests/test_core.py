@@ -1,9 +1,7 @@
 """The dynamic core: Variable's API, backward and its options, higher-order
 derivatives, deep graphs, memory, the op registry and error messages."""
 import gc
-import sys
 import threading
-import types
 import weakref
 
 import numpy as np
@@ -434,20 +432,9 @@ def test_to_cpu_keeps_numpy_and_to_gpu_is_clear_without_cupy():
     assert isinstance(x.data, np.ndarray)
     if cuda.gpu_enable:
         pytest.skip("cupy finds a GPU")
-    with pytest.raises(RuntimeError, match="CuPy is not installed.*pip install|finds no GPU"):
+    with pytest.raises(RuntimeError, match=r"Variable.to_gpu\(\) needs a GPU, and dezero has "
+                       r"none: CuPy is (not installed|installed but).*\n  fix: "):
         x.to_gpu()
-
-
-def test_cupy_that_finds_no_gpu_counts_as_no_gpu(monkeypatch):
-    # cupy imports on a machine without a GPU (CI installs it for its compiler);
-    # dezero must then keep to numpy and say why a move to the GPU fails.
-    def no_driver():
-        raise RuntimeError("cudaErrorInsufficientDriver")
-    runtime = types.SimpleNamespace(getDeviceCount=no_driver)
-    monkeypatch.setitem(sys.modules, "cupy",
-                        types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=runtime)))
-    module, why = cuda._find_gpu()
-    assert module is None and "finds no GPU (cudaErrorInsufficientDriver)" in why
 
 
 def test_scalar_operands_are_made_once_read_only_and_keep_signed_zero():

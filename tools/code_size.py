@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Module (relative to the repository) -> most code lines it may have.
 BUDGETS = {
-    "dezero/core.py": 360,
+    "dezero/core.py": 365,
     "dezero/static/trace.py": 448,
     "dezero/static/tracer.py": 370,
     "dezero/static/guard.py": 230,
@@ -32,7 +32,7 @@ BUDGETS = {
     "dezero/static/checking.py": 130,
     "dezero/static/debugging.py": 40,
     "dezero/static/codegen.py": 130,
-    "dezero/static/backends/__init__.py": 20,
+    "dezero/static/backends/__init__.py": 28,
     "dezero/static/backends/interpreter.py": 70,
     "dezero/static/backends/plan.py": 90,
     "dezero/static/backends/pycode.py": 295,

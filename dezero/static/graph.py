@@ -79,6 +79,7 @@ class StaticGraph(Graph):
     def to_gpu(self) -> StaticGraph:
         """Move constants (and state the graph owns, i.e. a loaded graph's) to the GPU.
         A traced graph's state belongs to its model: move the model too."""
+        cuda.require_gpu(f"graph {self.name}: to_gpu()")
         return self._move(cuda.as_cupy, "gpu")
 
     def to_cpu(self) -> StaticGraph:

@@ -16,8 +16,9 @@ the captured state. BACKENDS names them:
     cupy          gpu.py: the same replay code with each fused group one
                   cupy.ElementwiseKernel (the default for graphs on the GPU)
 
-DEZERO_BACKEND=<name> sets the default on the CPU (the test suite sets python
-unless told otherwise; DEZERO_BACKEND=cpu runs it with fused kernels).
+DEZERO_BACKEND=<name> sets the default on the CPU: interpreter, python or cpu (the
+test suite sets python unless told otherwise; DEZERO_BACKEND=cpu runs it with fused
+kernels); graphs on the GPU replay with cupy whatever it says.
 
     plan = compile(graph, "interpreter"); plan(x)   # or graph.compile("interpreter")
 """
@@ -39,7 +40,16 @@ DEFAULT = os.environ.get("DEZERO_BACKEND") or "cpu"
 
 def default_backend(graph) -> str:
     """The backend a graph replays with unless one is named, by where its arrays are."""
-    return "cupy" if graph.device == "gpu" else DEFAULT
+    if graph.device == "gpu":
+        return "cupy"
+    if DEFAULT not in BACKENDS or DEFAULT == "cupy":
+        from dezero import cuda
+        raise ValueError(
+            f"DEZERO_BACKEND={DEFAULT!r} cannot replay graph {graph.name}, which is on the "
+            f"CPU: it takes interpreter, python or cpu (graphs on the GPU replay with cupy "
+            f"kernels{'' if cuda.gpu_enable else '; ' + cuda.no_gpu_reason})\n  fix: unset "
+            f"DEZERO_BACKEND, or set it to one of those")
+    return DEFAULT
 
 
 def compile(graph, backend: str | None = None):  # noqa: A001 - the pipeline's word for it
