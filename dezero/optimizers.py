@@ -84,13 +84,10 @@ def _hyperparameters(cls):
                  if isinstance(attr, Hyperparameter))
 
 
-def _to_device_of(variables, like):
-    """Move 0-d Variables (counters) to the device of `like`, since numpy and
-    cupy arrays do not mix in one operation."""
-    xp = cuda.get_array_module(like)
-    for var in variables:
-        if cuda.get_array_module(var.data) is not xp:
-            var.to_cpu() if xp is np else var.to_gpu()
+def _move_like(var, like):
+    """Move var (a Variable, or anything else: left alone) to the device of `like`."""
+    if isinstance(var, Variable) and type(var._data) is not type(like):
+        var.to_cpu() if cuda.get_array_module(like) is np else var.to_gpu()
 
 
 def _zeros_like(param):
@@ -169,6 +166,8 @@ class Optimizer:
             params = [p for p in params if p.grad is not None]
             if not params:
                 return
+            if cuda.gpu_enable:
+                self._follow(params)
             self._prepare(params[0])
             for hook in self.hooks:
                 if hook not in first:
@@ -177,6 +176,16 @@ class Optimizer:
                 # A hook may drop a gradient (FreezeParam, or a user's hook).
                 if param.grad is not None:
                     self.update_one(param)
+
+    def _follow(self, params):
+        """State follows its parameter: slots made before model.to_gpu() (or to_cpu())
+        move to their parameter's device, the step counters to the first one's."""
+        with _untraced():  # a one-time move, not part of a step to replay
+            for _, table in self._slot_tables():
+                for param in params:
+                    _move_like(table.get(param), param._data)
+            for name in self.counters:
+                _move_like(getattr(self, name), params[0]._data)
 
     def _prepare(self, like):
         """Per-update work shared by every parameter (hyperparameters follow the
@@ -472,8 +481,6 @@ class Adam(Optimizer):
     def _prepare(self, like):
         super()._prepare(like)
         t = self._t
-        if cuda.gpu_enable:
-            _to_device_of([t], like)
         t.data = (t + 1).data
         self._lr_t = self._bias_corrected_lr(t)
         self._one_minus_beta1 = 1 - self._beta1
