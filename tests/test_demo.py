@@ -5,6 +5,9 @@ import pathlib
 import re
 import subprocess
 import sys
+import time
+
+import pytest
 
 import dezero
 from dezero import demo
@@ -81,3 +84,41 @@ def test_demo_leaves_the_global_random_state_alone():
     with demo._seeded(3):
         np.random.rand()
     np.testing.assert_array_equal(np.random.get_state()[1], before)
+
+
+def _demo_args(tmp_path, epochs):
+    return demo.build_parser().parse_args(["--epochs", str(epochs), "--out", str(tmp_path)])
+
+
+def test_the_time_of_compiling_is_reported_alone_not_in_the_fused_row(
+        tmp_path, monkeypatch, capsys):
+    if cpu.missing_reason() is not None:
+        pytest.skip(cpu.missing_reason())
+    build = cpu.build_library
+
+    def slow_build(source):  # a cold cache on a loaded machine: compiling takes long
+        time.sleep(1.5)
+        return build(source)
+
+    monkeypatch.setattr(cpu, "build_library", slow_build)
+    monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path / "empty-cache"))
+    assert demo.main(_demo_args(tmp_path, 2)) == 0
+    out = capsys.readouterr().out
+    seconds = dict(re.findall(r"^(eager|traced|fused) *: +(\d+\.\d+) s", out, re.M))
+    assert float(seconds["fused"]) < 1.0, out  # 19 replayed steps, without the compile
+    compiled = re.search(r"^first call of the traced step, once: recording \d+\.\d+ s; 5 C\+\+ "
+                         r"kernels compiled in (\d+\.\d+) s", out, re.M)
+    assert compiled and float(compiled.group(1)) >= 1.5, out
+
+
+def test_a_cold_kernel_cache_gives_the_ratios_of_a_warm_one(tmp_path, monkeypatch):
+    if cpu.missing_reason() is not None:
+        pytest.skip(cpu.missing_reason())
+    monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path / "empty-cache"))
+    outputs = [run_cli("demo", "--epochs", "30", cwd=tmp_path).stdout for _ in range(2)]
+    assert "5 C++ kernels compiled in" in outputs[0], outputs[0]
+    assert "5 C++ kernels loaded from the kernel cache" in outputs[1], outputs[1]
+    for out in outputs:
+        ratios = re.search(r"^traced / eager: (\d+\.\d)x as fast; fused / eager: "
+                           r"(\d+\.\d)x as fast$", out, re.M)
+        assert ratios and float(ratios.group(1)) > 1 and float(ratios.group(2)) > 1, out
