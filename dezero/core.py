@@ -96,6 +96,11 @@ class TracedArray:
 
     __slots__ = ()
 
+    def operand_of(self, ref):
+        """What as_operand makes of it beside the array ref: itself, unless the
+        eager value was a numpy float64 scalar, weak like a Python float."""
+        return self
+
 
 class _ThreadTracer(threading.local):
     tracer = None
@@ -410,20 +415,18 @@ def as_operand(x, like):
             and ref.dtype.kind == "f":
         return _scalar_array(x, ref.dtype)
     if isinstance(x, (bool, int, float)) and isinstance(ref, cuda.array_types):
-        xp = np if type(ref) is np.ndarray else cuda.get_array_module(ref)
-        dtype = ref.dtype
+        xp, dtype = cuda.get_array_module(ref), ref.dtype
         if dtype.kind in "iu" and not isinstance(x, float) and \
                 not np.iinfo(dtype).min <= x <= np.iinfo(dtype).max:
             # What numpy 1.x's value-based casting gives (int8 [1, 2] * 200 is
             # int16 [200, 400]) rather than wrapping around or numpy 2's error.
             dtype = np.min_scalar_type(x)
-        if dtype.kind in "fc" or (dtype.kind in "iu" and not isinstance(x, float)):
-            return xp.array(x, dtype=dtype)
-        return xp.array(x)
+        weak = dtype.kind in "fc" or (dtype.kind in "iu" and not isinstance(x, float))
+        return xp.array(x, dtype=dtype if weak else None)
     if np.isscalar(x):
         return np.array(x)
     if isinstance(x, TracedArray):
-        return x  # Function.__call__ wraps it; the tracer unwraps it
+        return x.operand_of(ref)  # Function.__call__ wraps it; the tracer unwraps it
     return x if x is None else np.asarray(x)  # None is refused by the op, by name
 
 

@@ -140,3 +140,25 @@ def test_setting_a_rate_inside_a_traced_step_says_to_set_it_outside():
     with pytest.raises(TraceError, match=r"SGD.lr is set inside a traced function .*"
                                          r"`optimizer.lr = lr`(.|\n)*set it outside"):
         dezero.trace(step)(np.ones((2, 2), np.float32), 0.05)
+
+
+@pytest.mark.parametrize("form", ["scalar * var", "var * scalar", "var + -x", "x - var",
+                                  "numpy: W.data * scalar", "numpy: W.data * np.float64"])
+def test_numpy_arithmetic_on_a_0d_float64_argument_keeps_eagers_dtype(form):
+    # Eager numpy returns a numpy float64 scalar for x * 2.0, which meets a float32
+    # Variable as a Python float would; x itself is a 0-d array and stays float64.
+    W = Variable(np.array([1.5, -2.0, 0.25], np.float32), name="W")
+    step = {"scalar * var": lambda x: (x * 2.0) * F.sum(W),
+            "var * scalar": lambda x: W * (x / 3.0),
+            "var + -x": lambda x: W + -x,
+            "x - var": lambda x: x - W,
+            # numpy's own promotion among arrays and numpy scalars, not dezero's:
+            "numpy: W.data * scalar": lambda x: W.data * (x * 2.0),
+            "numpy: W.data * np.float64": lambda x: W.data * np.float64(3.0)}[form]
+    traced = dezero.trace(step)
+    for value in (0.1, 2.0, -7.3, 1e-3):
+        x = np.array(value)
+        got, want = traced(x), step(x)
+        assert got.dtype == want.dtype, f"{form}: {got.dtype}, eager {want.dtype}"
+        np.testing.assert_allclose(getattr(got, "data", got), getattr(want, "data", want),
+                                   rtol=1e-6)

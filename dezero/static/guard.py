@@ -79,6 +79,10 @@ class GuardedArray(TracedArray):
         if isinstance(other, Variable):
             return NotImplemented  # the Variable's operator runs (and keeps the graph)
         self._alive(f"`{name}`")
+        if isinstance(other, (GuardedArray, np.generic)):
+            # numpy's promotion among arrays and numpy scalars (a float64 scalar is
+            # strong in numpy 2), not as_operand's, which takes it as a Python float.
+            other = Variable(other if isinstance(other, GuardedArray) else np.asarray(other))
         with no_grad():
             y = _OPERATORS[name](Variable(self), other)
         return self.tracer.guard(y)
@@ -94,6 +98,15 @@ class GuardedArray(TracedArray):
             with no_grad():
                 result = self.tracer.guard(F.astype(Variable(result), self.dtype))
         return self._write_back(result)
+
+    def operand_of(self, ref):
+        # numpy returns a scalar for 0-d arithmetic (a guard with no source); as a
+        # float64 it is a Python float to as_operand, taking a float ref's dtype.
+        if self.source is None and self.shape == () and self.dtype == np.float64 and \
+                ref.dtype.kind in "fc" and ref.dtype != np.float64:
+            with no_grad():
+                return self.tracer.guard(F.astype(Variable(self), ref.dtype))
+        return self
 
     def __neg__(self):
         self._alive("`-`")
