@@ -10,13 +10,13 @@ Calling a Function on Variables computes at once (define-by-run) and, while
 import contextlib
 import heapq
 import itertools
-import re
 import threading
 import weakref
 
 import numpy as np
 
 from dezero import cuda
+from dezero.op_record import OPS, register  # noqa: F401 - OPS: the registry's old home
 
 # =============================================================================
 # Config: enable_backprop, train, using_config, no_grad, test_mode
@@ -459,20 +459,15 @@ def _scalar_array(x, dtype):
 # Function: the base class of every op, and the op registry
 # =============================================================================
 
-# op name -> Function class; a recorded call (op, attrs) is rebuilt from here.
-OPS = {}
 # Names the core sets on a Function instance; everything else in vars() is an attr.
 _RESERVED = frozenset(("inputs", "outputs", "generation"))
-
-
-def _snake_case(name):
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
 
 
 class Function:
     """One op: `forward` on arrays, `backward` with Functions on Variables.
 
-    Class facts read by the trace compiler:
+    Class facts, which the trace compiler reads from the op's record (op_record.py,
+    made when the class is defined):
       cpp       C++ expression of an elementwise op ("{x} * {y}"), else None;
                 placeholders are forward's parameter names and the op's attrs.
                 The fusion pass puts it into a kernel that computes in one float
@@ -515,21 +510,7 @@ class Function:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if "op_name" not in cls.__dict__:
-            base = _snake_case(cls.__name__)
-            # User-defined ops are namespaced so they never shadow dezero's.
-            cls.op_name = base if cls.__module__.startswith("dezero") \
-                else f"{cls.__module__}.{cls.__qualname__}"
-        registered = OPS.get(cls.op_name)
-        if registered is not None and cls.__module__.startswith("dezero") \
-                and registered.__module__ != cls.__module__:
-            raise TypeError(f"op name {cls.op_name!r} is used by both "
-                            f"{registered.__module__} and {cls.__module__}")
-        OPS[cls.op_name] = cls
-
-    @classmethod
-    def elementwise(cls):
-        return cls.cpp is not None
+        register(cls)  # names the op and records its facts (op_record.py)
 
     @property
     def attrs(self):

@@ -50,7 +50,7 @@ with contextlib.redirect_stderr(decisions), dezero.static.debug(3):
 graph = step.graph
 print(graph)
 
-elementwise = sum(1 for n in graph.of_kind("op") if n.function_class.cpp is not None)
+elementwise = sum(1 for n in graph.of_kind("op") if n.record.elementwise)
 print(f"{len(graph.of_kind('op'))} ops, {elementwise} of them elementwise, "
       f"in {len(graph.groups)} kernels:")
 for group in graph.groups:

@@ -1,6 +1,6 @@
 """A numpy reference kernel factory for fused replay tests: each kernel runs its
 group's nodes through their forwards, as the interpreter would."""
-from dezero.static.ir import as_result_array, make_function
+from dezero.op_record import as_result_array
 
 
 def reference_factory(graph, made=None):
@@ -14,7 +14,7 @@ def reference_factory(graph, made=None):
         assert [p.shape for p in spec.outputs] == [v.shape for v in group.outputs]
         if made is not None:
             made.append(spec)
-        functions = [make_function(n) for n in group.nodes]
+        functions = [n.record.function(n.attrs) for n in group.nodes]
 
         def kernel(*arrays):
             env = {id(v): a for v, a in zip(group.inputs, arrays, strict=True)}

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import dezero
-from dezero.core import OPS
+from dezero.op_record import RECORDS
 from dezero.static import codegen
 from dezero.static.backends import cpu
-from dezero.static.ir import Group, make_function, op_fact
+from dezero.static.ir import Group
 
 pytestmark = pytest.mark.skipif(cpu.missing_reason() is not None,
                                 reason=str(cpu.missing_reason()))
@@ -26,8 +26,9 @@ EDGES = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, 1e-30, 100.0, -100.0,
 
 
 def elementwise_ops():
-    for name, cls in sorted(OPS.items()):
-        if op_fact(cls, "cpp") is None or cls.random:
+    for name, record in sorted(RECORDS.items()):
+        cls = record.cls
+        if not record.elementwise or record.random:
             continue
         wanted = [p for p in list(inspect.signature(cls.__init__).parameters)[1:]
                   if p not in ("args", "kwargs")]
@@ -76,7 +77,7 @@ def test_cpp_equals_forward(compiled, case):
     node, unique, spec, arrays = made[case]
     by_value = dict(zip((id(v) for v in node.inputs), arrays))
     with np.errstate(all="ignore"):
-        want = np.asarray(make_function(node).forward(*arrays))
+        want = np.asarray(node.record.function(node.attrs).forward(*arrays))
     got, = library.kernel(spec)(*(by_value[id(v)] for v in unique))
     assert got.dtype == want.dtype
     tolerance = 4e-6 if dtype == "float32" else 1e-13  # vector math: a few ulp

@@ -247,7 +247,7 @@ def test_a_traced_step_has_one_allreduce_node_between_backward_and_the_update(co
     graph = traced.graph
     ops = [n for n in graph.nodes if n.kind == "op"]
     allreduce, = [n for n in ops if n.op == "allreduce"]
-    assert allreduce.function_class.collective
+    assert allreduce.record.collective
     assert allreduce.attrs == {"comm": "world", "op": "mean"}
     assert len(allreduce.inputs) == len(allreduce.outputs) == 4  # every gradient at once
     lines = [line for line in str(graph).splitlines() if "allreduce(" in line]

@@ -115,7 +115,7 @@ def test_dropout_replays_fresh_masks():
 
     a, b = twins(Net, batches[0][0])
     traced = run_lockstep(a, b, optimizers.SGD(lr=0.1), optimizers.SGD(lr=0.1), batches)
-    assert any(n.function_class.random for n in traced.graph.of_kind("op"))
+    assert any(n.record.random for n in traced.graph.of_kind("op"))
 
 
 def test_batchnorm_train_and_test_mode():

@@ -9,16 +9,14 @@ body in a loop; the cupy backend hands it to cupy.ElementwiseKernel as is.
 """
 from __future__ import annotations
 
-import functools
 import hashlib
-import inspect
 import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from dezero.errors import GraphError
-from dezero.static.ir import Group, format_node, op_fact
+from dezero.static.ir import Group, format_node
 
 # =============================================================================
 # The spec: Param, KernelSpec
@@ -129,13 +127,8 @@ def c_names(group: Group) -> dict:
 # =============================================================================
 
 
-@functools.cache
-def _forward_names(cls) -> list:
-    return list(inspect.signature(cls.forward).parameters)[1:]
-
-
 def _template(node) -> str:
-    text = op_fact(node.function_class, "cpp")
+    text = node.record.cpp
     if text is None:
         raise GraphError(f"{format_node(node)}: {node.op} has no cpp expression of its own "
                          f"and cannot be part of a kernel")
@@ -148,8 +141,7 @@ def _expression(node, names: dict) -> str:
     dtype = node.outputs[0].dtype
     text = _NUMBER.sub(lambda m: c_literal(float(m.group(1)), dtype), _template(node))
     fields = {k: c_literal(v, dtype) for k, v in node.attrs.items()}
-    fields.update(zip(_forward_names(node.function_class),
-                      (names[id(v)] for v in node.inputs)))
+    fields.update(zip(node.record.params, (names[id(v)] for v in node.inputs)))
     try:
         return text.format(**fields)
     except (KeyError, IndexError) as e:
@@ -172,7 +164,7 @@ def kernel_spec(group: Group) -> KernelSpec:
             raise GraphError(f"{format_node(node)}: kernel {group.name} neither reads "
                              f"{', '.join(missing)} nor makes it before this node")
         expression = _expression(node, reads)
-        cpp_type = op_fact(node.function_class, "cpp_type")
+        cpp_type = node.record.cpp_type
         if cpp_type is not None and cpp_type != ctype:
             expression = f"({ctype})({expression})"
         local = names[("local", id(value))]

@@ -40,7 +40,7 @@ def graph_to_dot(graph: Graph) -> str:
         elif node.kind == "op":
             attrs = ", ".join(f"{k}={format_attr(a)}" for k, a in sorted(node.attrs.items()))
             label = node.op + (f"\\n[{escape_dot(attrs)}]" if attrs else "")
-            style = _STYLE["collective" if node.function_class.collective else "op"]
+            style = _STYLE["collective" if node.record.collective else "op"]
             lines.append(f'  "op{i}" [label="{label}", {style}];')
             for v in node.inputs:
                 lines.append(f'  "{v.name}" -> "op{i}";')

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from dezero import cuda
-from dezero.core import OPS
 from dezero.errors import GraphError
+from dezero.op_record import RECORDS, OpRecord
 from dezero.static.names import is_source_name, printable
 
 # =============================================================================
@@ -59,7 +59,7 @@ class Node:
     """One step of a graph.
 
     kind     input | state | const | op | write | output
-    op       the registered Function name (OPS key) of an op node, else None
+    op       the registered Function name (op_record.RECORDS key) of an op node, else None
     inputs   Values read by the node (for a write: [target, source])
     attrs    fixed Python values: the op's attrs; for state and write nodes
              {"field": "data" | "grad" | "attr"} (a data write may add "in_place":
@@ -89,45 +89,17 @@ class Node:
         self.source = None
 
     @property
-    def function_class(self):
-        """The Function class of an op node (where its facts live: cpp, random ...)."""
-        cls = OPS.get(self.op)
-        if cls is None:
+    def record(self) -> OpRecord:
+        """The facts about an op node's op (cpp, random ...), from its Function class."""
+        record = RECORDS.get(self.op)
+        if record is None:
             raise GraphError(
                 f"op {self.op!r} is not registered; import the module that defines it "
                 f"before running this graph")
-        return cls
+        return record
 
     def __repr__(self):
         return format_node(self)
-
-
-def op_fact(cls, name: str):
-    """A fact about an op read from its class (py, neutral, neutral_attrs): None when
-    a subclass overrides forward after the class that states it, whose fact then
-    says nothing about the new forward."""
-    owner = next((k for k in cls.__mro__ if name in vars(k)), None)
-    if owner is None or getattr(owner, "forward", None) is not cls.forward:
-        return None
-    return getattr(cls, name)
-
-
-def make_function(node: Node):
-    """A Function instance for an op node, rebuilt from its attrs alone.
-
-    The attrs are set directly rather than passed to __init__, so an op whose
-    constructor normalises its arguments is rebuilt exactly as recorded.
-    """
-    cls = node.function_class
-    f = cls.__new__(cls)
-    f.__dict__.update(node.attrs)
-    return f
-
-
-def as_result_array(y):
-    """forward may return a numpy scalar for a 0-d result; the graph holds arrays."""
-    return y if isinstance(y, cuda.array_types) else np.asarray(y)
-
 
 
 @dataclass(eq=False)
@@ -379,10 +351,9 @@ class Graph:
                         node.outputs[0].shape or array.dtype != node.outputs[0].dtype:
                     fail(node, "const payload does not match its type")
             elif node.kind == "op":
-                cls = node.function_class
                 if not node.outputs:
                     fail(node, "an op node needs at least one output")
-                if cls.elementwise() and len(node.outputs) == 1:
+                if node.record.elementwise and len(node.outputs) == 1:
                     try:
                         shape = np.broadcast_shapes(*(v.shape for v in node.inputs))
                     except ValueError:

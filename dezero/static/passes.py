@@ -1,10 +1,11 @@
 """Passes: small functions from Graph to Graph.
 
 passes.py sits after the tracer and before the backends, and imports only the IR
-(ir.py) besides numpy and the debug log. Each pass returns a new graph and never
-edits the old one's nodes or values (the old graph stays printable), and reads op
-facts from the Function classes (`random`, `collective`, `commutative`, `neutral`,
-`neutral_attrs`, `cpp`), never from lists of op names. The last pass, fuse, lays
+(ir.py and the names below it) besides numpy, the op records and the debug log. Each
+pass returns a new graph and never edits the old one's nodes or values (the old graph
+stays printable), and reads op facts from each node's record (`node.record.random`,
+`collective`, `commutative`, `neutral`, `neutral_attrs`, `elementwise`), never from
+lists of op names. The last pass, fuse, lays
 kernel groups (ir.Group) over the node list for codegen.py and the kernel backends.
 
     graph = optimize(graph)   # dce, cse, fold, simplify, cse, dce, rename, fuse;
@@ -18,18 +19,16 @@ import keyword
 import numpy as np
 
 from dezero import cuda
+from dezero.op_record import as_result_array
 from dezero.static import debugging
 from dezero.static.ir import (
     Graph,
     Group,
     Node,
     Value,
-    as_result_array,
     attrs_key,
     format_attr,
     format_node,
-    make_function,
-    op_fact,
 )
 from dezero.static.names import identifier, letter_name
 
@@ -45,14 +44,13 @@ def _remap(node: Node, mapping: dict) -> Node:
 
 
 def _is_random(node: Node) -> bool:
-    return node.kind == "op" and node.function_class.random
+    return node.kind == "op" and node.record.random
 
 
 def _is_pinned(node: Node) -> bool:
     """A random or collective op: it must run as recorded, each call on its own (a draw
     advances the random state; every process must meet a collective, in order)."""
-    return node.kind == "op" and (node.function_class.random or
-                                  node.function_class.collective)
+    return node.kind == "op" and (node.record.random or node.record.collective)
 
 
 # =============================================================================
@@ -96,7 +94,7 @@ def cse(graph: Graph) -> Graph:
         elif node.kind == "op" and not _is_pinned(node):
             attrs = attrs_key(node.attrs)
             names = [id(v) for v in node.inputs]
-            if node.function_class.commutative:
+            if node.record.commutative:
                 names.sort()
             key = None if attrs is None else (node.op, attrs, tuple(names))
         if key is not None and key in seen:
@@ -148,7 +146,7 @@ def _evaluate(node: Node, arrays):
     if int(np.prod(value.shape)) > limit:
         return None
     try:
-        y = as_result_array(make_function(node).forward(*arrays))
+        y = as_result_array(node.record.function(node.attrs).forward(*arrays))
     except Exception:  # noqa: BLE001 - left to fail at run time, with the node's line
         return None
     if y.shape != value.shape or y.dtype != value.dtype:
@@ -180,13 +178,13 @@ def simplify(graph: Graph) -> Graph:
 
 def _unchanged_input(node: Node, consts: dict) -> Value | None:
     """The input an op node returns unchanged, by its class's facts, or None."""
-    cls = node.function_class
-    attrs = op_fact(cls, "neutral_attrs")
+    record = node.record
+    attrs = record.neutral_attrs
     if attrs and len(node.inputs) == 1 and all(
             type(node.attrs.get(k)) in (int, float) and node.attrs[k] == v
             for k, v in attrs.items()):
         return node.inputs[0]
-    for i, neutral in (op_fact(cls, "neutral") or {}).items():
+    for i, neutral in (record.neutral or {}).items():
         const = consts.get(id(node.inputs[i])) if len(node.inputs) == 2 else None
         if const is not None and bool((const == neutral).all()):
             return node.inputs[1 - i]
@@ -226,12 +224,12 @@ KERNEL_DTYPES = ("float32", "float64")
 def fusion_refusal(node: Node) -> str | None:
     """Why an op node cannot be part of a kernel, or None when it can: the rule
     stated with Function.cpp (one float dtype in and out, attrs finite numbers)."""
-    cls = node.function_class
-    if cls.random:
+    record = node.record
+    if record.random:
         return "a random op (each replay draws afresh)"
-    if cls.collective:
+    if record.collective:
         return "a collective (it exchanges data with other processes)"
-    if op_fact(cls, "cpp") is None:
+    if not record.elementwise:
         return "not elementwise (no cpp on its class)"
     if len(node.outputs) != 1:
         return f"{len(node.outputs)} results"
@@ -305,7 +303,7 @@ def fuse(graph: Graph) -> Graph:
         if reason is not None:
             log(f"boundary {format_node(node)}: {reason}")
             deps[id(node)] = inputs_deps
-            phase += node.function_class.collective
+            phase += node.record.collective
             continue
         near = []
         for v in node.inputs:

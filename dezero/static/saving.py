@@ -66,9 +66,7 @@ what it emits: only such names and literals re-rendered from plain values
 """
 from __future__ import annotations
 
-import functools
 import hashlib
-import inspect
 import io
 import json
 import math
@@ -80,9 +78,10 @@ import zipfile
 import numpy as np
 
 from dezero import cuda
-from dezero.core import OPS, Variable
+from dezero.core import Variable
 from dezero.errors import GraphError, GraphFileError
 from dezero.files import atomic_file
+from dezero.op_record import RECORDS
 from dezero.static.ir import KINDS, Graph, Node, Value
 from dezero.static.names import is_source_name
 from dezero.static.passes import fuse
@@ -302,32 +301,14 @@ _DECODERS = {
 }
 
 
-@functools.cache
-def _attr_names(cls) -> tuple | None:
-    """The attributes an op stores: its constructor's parameters (Function's convention,
-    so that type(f)(**f.attrs) rebuilds it); None for a constructor with **kwargs."""
-    if cls.__init__ is object.__init__:
-        return ()
-    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
-    if any(p.kind is p.VAR_KEYWORD for p in params):
-        return None
-    return tuple(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD,
-                                                      p.KEYWORD_ONLY))
-
-
-def _input_counts(cls) -> tuple:
-    """(fewest, most) inputs the op's forward takes."""
-    params = list(inspect.signature(cls.forward).parameters.values())[1:]
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return 0, math.inf
-    return sum(p.default is p.empty for p in params), len(params)
-
-
-def _read_op_attrs(cls, attrs, at) -> dict:
-    names = _attr_names(cls)
-    if names is None:  # any keyword: an identifier that names nothing on the class
+def _read_op_attrs(record, attrs, at) -> dict:
+    """The attrs an op stores: its constructor's parameters (Function's convention, so
+    that type(f)(**f.attrs) rebuilds it); with **kwargs, any identifier that names
+    nothing on the class."""
+    names = record.attr_names
+    if names is None:
         names = tuple(k for k in at.record(attrs, ()) if is_source_name(k)
-                      and not hasattr(cls, k))
+                      and not hasattr(record.cls, k))
     return {k: read_attr(v, at[k]) for k, v in at.record(attrs, names).items()}
 
 
@@ -505,15 +486,15 @@ def _read_node(entry, at, values, owned, arrays) -> Node:
         inputs.append(values[name])
     attrs, payload = {}, None
     if kind == "op":
-        cls = OPS.get(entry["op"]) if isinstance(entry["op"], str) else None
-        if cls is None:
+        record = RECORDS.get(entry["op"]) if isinstance(entry["op"], str) else None
+        if record is None:
             at["op"].fail("a registered op (import the module that defines it before "
                           "loading)", entry["op"])
-        attrs = _read_op_attrs(cls, entry["attrs"], at["attrs"])
-        low, high = _input_counts(cls)
+        attrs = _read_op_attrs(record, entry["attrs"], at["attrs"])
+        low, high = record.arity
         takes = low if low == high else f"{low}..{high}"
         at["inputs"].expect(len(inputs), low <= len(inputs) <= high,
-                            f"{takes} inputs for {cls.op_name}")
+                            f"{takes} inputs for {record.name}")
     elif kind in ("state", "write"):
         attrs = _read_slot_attrs(entry["attrs"], at, kind, len(inputs), owned)
     defined = at["outputs"].items(entry["outputs"])

@@ -469,7 +469,7 @@ class TracedFunction:
         # check=True replays random ops from the random state before the run; state
         # initialised in the run drew from it first, so the next call is checked.
         unchecked = self.check and watch.did_initialise and any(
-            getattr(n.function_class, "random", False) for n in graph.of_kind("op"))
+            n.record.random for n in graph.of_kind("op"))
         kept = not tracer.uninitialised and not new and not unchecked and not writes
         entry = Entry(graph, tracer, structure, watch.fresh_grads)
         if debugging.LEVEL >= 4:  # the interpreter generates no code

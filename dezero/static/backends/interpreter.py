@@ -10,13 +10,12 @@ re-raises any failure with the printed line of the node that failed.
 from __future__ import annotations
 
 from dezero.errors import GraphError
+from dezero.op_record import as_result_array
 from dezero.static.backends.plan import Plan
 from dezero.static.ir import (
     Graph,
     Node,
-    as_result_array,
     format_node,
-    make_function,
 )
 
 # =============================================================================
@@ -49,7 +48,8 @@ class Interpreter(Plan):
 
     def __init__(self, graph: Graph):
         super().__init__(graph)
-        self.functions = {id(n): make_function(n) for n in graph.nodes if n.kind == "op"}
+        self.functions = {id(n): n.record.function(n.attrs) for n in graph.nodes
+                          if n.kind == "op"}
 
     def execute(self, *arrays):
         self.env, self.feed, self.written, self.returned = {}, iter(arrays), [], ()

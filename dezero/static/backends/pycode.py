@@ -12,7 +12,6 @@ applies the state writes and rebuilds the outputs.
 from __future__ import annotations
 
 import functools
-import inspect
 import linecache
 
 import numpy as np
@@ -20,16 +19,14 @@ import numpy as np
 from dezero import cuda
 from dezero.core import Variable, _wrap_output
 from dezero.errors import GraphError
+from dezero.op_record import as_result_array
 from dezero.static.backends.interpreter import reraise
 from dezero.static.backends.plan import Plan, owned_values, replayed_output, shared_values
 from dezero.static.codegen import kernel_spec
 from dezero.static.ir import (
     Graph,
     Node,
-    as_result_array,
     format_attr,
-    make_function,
-    op_fact,
 )
 from dezero.static.names import identifier, is_source_name, printable, source_literal
 from dezero.static.slots import AttrSlot, GradSlot
@@ -39,15 +36,11 @@ from dezero.static.slots import AttrSlot, GradSlot
 # =============================================================================
 
 # Where an op's forward is one array expression, its class states that expression
-# (`py`, see core.Function) and the replay code writes it inline instead of calling
-# forward, which saves a Python call (and an array-module lookup) per node.
+# (`py`, see core.Function; read from the op's record) and the replay code writes it
+# inline instead of calling forward, which saves a Python call (and an array-module
+# lookup) per node.
 # Placeholders are forward's parameter names and the op's attrs, as in `cpp`; the
 # code's globals _xp (numpy or cupy, by the graph's device), _eye and _sum serve it.
-
-
-@functools.cache
-def _forward_names(cls) -> list:
-    return list(inspect.signature(cls.forward).parameters)[1:]
 
 
 # numpy 1.x casts by value: a 0-d float32 array meeting a Python number in an
@@ -60,13 +53,12 @@ def inline_call(node) -> str | None:
     """The inline expression for an op node, or None to call its forward."""
     if _VALUE_BASED_CASTING and all(v.shape == () for v in node.inputs):
         return None
-    cls = node.function_class
-    text = op_fact(cls, "py")
+    text = node.record.py
     if callable(text):
         text = text([v.shape for v in node.inputs], node.outputs[0].shape, node.attrs)
     elif isinstance(text, dict):  # spelled by the number of inputs (linear: with b?)
         text = text.get(len(node.inputs))
-    names = _forward_names(cls)[:len(node.inputs)]
+    names = node.record.params[:len(node.inputs)]
     if text is None or len(node.inputs) != len(names):
         return None
     fields = {name: v.name for name, v in zip(names, node.inputs)}
@@ -147,7 +139,7 @@ def generate(graph: Graph, factory=None, groups=None):
                 while f"_{base}{k}" in env:  # a kernel's name (_k0)
                     k = counts[base] = k + 1
                 callee = f"_{base}{k}"
-                env[callee] = make_function(node).forward
+                env[callee] = node.record.function(node.attrs).forward
                 call = f"{callee}({', '.join(v.name for v in node.inputs)})"
             if len(outs) == 1 and node.outputs[0].shape == ():
                 call = f"_arr({call})"  # numpy returns a scalar for a 0-d result
