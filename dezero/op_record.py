@@ -49,7 +49,7 @@ class OpRecord:
     params: tuple         # forward's parameter names, without self
     arity: tuple          # (fewest, most) inputs forward takes
     attr_names: tuple | None  # the constructor's parameters (None: it takes **kwargs)
-    cpp: str | None       # the C++ expression of an elementwise op
+    cpp: object           # the C++ expression of an elementwise op (str, or a function of attrs)
     cpp_type: str | None  # the C++ type cpp yields where it is not the inputs' type
     py: object            # the replay code's inline spelling (str, dict or function)
     neutral: dict | None  # simplify: {input position: constant} that leaves the other
