@@ -98,8 +98,7 @@ class Communicator:
         and dtype; numpy or cupy)."""
         x = _plain_array(x, "broadcast")
         flat = x.reshape(-1).copy()
-        if self.size > 1:
-            self._exchange(flat, "broadcast", root=root)
+        self._exchange(flat, "broadcast", root=root)
         return flat.reshape(x.shape)
 
     def broadcast_params(self, model, root=0):
@@ -149,8 +148,7 @@ class Communicator:
                 raise TypeError(f"allreduce: op='mean' of {dtype} arrays would round; "
                                 f"reduce with op='sum' or cast to a float dtype first")
             flat = xp.concatenate([arrays[i].reshape(-1) for i in positions])
-            if self.size > 1:
-                self._exchange(flat, op)
+            self._exchange(flat, "allreduce", op)  # also alone: the same path at any size
             if op == "mean" and self.size > 1:
                 flat /= dtype.type(self.size)
             start = 0

@@ -1,10 +1,13 @@
 """A training run that test_distributed_mpi.py starts under `mpiexec -n R` (or as one
 plain process): R ranks, each on its shard of a fixed batch, or one process on the
 whole batch. Rank 0 writes the final parameters to the .npz file named by argv[2].
+With DEZERO_WORKER_GPU=1 the models and batches live on the GPU (each rank on its
+local rank's), and the exchanges go through NCCL.
 
     python -m mpi4py tests/distributed_worker.py train out.npz
     python -m mpi4py tests/distributed_worker.py fail
 """
+import os
 import sys
 
 import numpy as np
@@ -13,10 +16,15 @@ import dezero
 import dezero.distributed as dist
 import dezero.functions as F
 import dezero.layers as L
-from dezero import optimizers
+from dezero import cuda, optimizers
 from dezero.models import MLP
 
 STEPS = 5
+GPU = os.environ.get("DEZERO_WORKER_GPU") == "1"
+
+
+def on_device(array):
+    return cuda.as_cupy(array) if GPU else array
 
 
 def step_of(model, optimizer, loss_of):
@@ -34,9 +42,11 @@ def adam_mlp(comm, x, t, traced):
     np.random.seed(100 + comm.rank)
     model = MLP((16, 3))
     model(x[:1])
-    before = comm.mpi.allgather(model.l0.W.data)
+    if GPU:
+        model.to_gpu()
+    before = comm.mpi.allgather(cuda.as_numpy(model.l0.W.data))
     comm.broadcast_params(model)
-    after = comm.mpi.allgather(model.l0.W.data)
+    after = comm.mpi.allgather(cuda.as_numpy(model.l0.W.data))
     if comm.size > 1:
         assert not all(np.array_equal(before[0], w) for w in before[1:])
         assert all(np.array_equal(after[0], w) for w in after[1:])
@@ -52,6 +62,8 @@ def exact_linear(comm, traced):
     model = L.Linear(2, in_size=4, dtype=np.float64)
     model.W.data = np.arange(-4, 4, dtype=np.float64).reshape(4, 2)
     model.b.data = np.array([1.0, -1.0])
+    if GPU:
+        model.to_gpu()
     optimizer = optimizers.SGD(lr=1 / 64).setup(model)
     optimizer.add_hook(dist.AllreduceGrads(comm))
     step = step_of(model, optimizer, F.mean_squared_error)
@@ -60,6 +72,8 @@ def exact_linear(comm, traced):
 
 def train(out):
     comm = dist.init()
+    if GPU:
+        comm.use_gpu()
     rng = np.random.default_rng(0)
     x = rng.standard_normal((32, 6)).astype(np.float32)
     t = rng.integers(0, 3, 32)
@@ -72,15 +86,16 @@ def train(out):
         model, step = adam_mlp(comm, x, t, mode == "traced")
         exact, exact_step = exact_linear(comm, mode == "traced")
         for _ in range(STEPS):
-            step(x[mine], t[mine])
-            exact_step(xi[mine_i], ti[mine_i])
+            step(on_device(x[mine]), on_device(t[mine]))
+            exact_step(on_device(xi[mine_i]), on_device(ti[mine_i]))
         for i, p in enumerate(model.params()):
-            results[f"adam_{mode}_{i}"] = p.data
+            results[f"adam_{mode}_{i}"] = cuda.as_numpy(p.data)
         for i, p in enumerate(exact.params()):
-            results[f"exact_{mode}_{i}"] = p.data
+            results[f"exact_{mode}_{i}"] = cuda.as_numpy(p.data)
         if mode == "traced":
             ops = [n.op for n in step.graph.nodes if n.kind == "op"]
             results["allreduce_nodes"] = np.array(ops.count("allreduce"))
+    results["nccl"] = np.array(bool(comm._nccl))  # the exchanges went through NCCL
     if comm.rank == 0:
         np.savez(out, **results)
 

@@ -152,6 +152,13 @@ def _labels():
     return np.array([0, 2, 1, 2])
 
 
+def _allreduce(x):
+    # Registered by dezero.distributed; in a world of one (mpi4py comes with the test
+    # extra) the mean over the ranks is x itself.
+    import dezero.distributed as dist
+    return dist.init().allreduce(x, op="mean")
+
+
 EXTRA_CALLS = {
     "sign": lambda: F.sign(Variable(np.array([-1.0, 0.0, 2.0]))),
     # ---- neural-network functions (tested in depth in test_functions_nn.py) --
@@ -178,4 +185,6 @@ EXTRA_CALLS = {
                                                               _x(1, 2, 4, 4, seed=1)),
     "average_pooling": lambda: F.average_pooling(_x(1, 2, 4, 4), 2, 2),
     "first_max_mask": lambda: F.pooling_simple(_x(1, 2, 4, 4), 2, 2),
+    # ---- collectives (tested in test_distributed.py and test_distributed_mpi.py) --
+    "allreduce": lambda: _allreduce(_x(2, 3)),
 }
