@@ -544,6 +544,9 @@ class Function:
             for i, x in enumerate(xs):  # kinds object, bytes, str, void
                 if not isinstance(x, cuda.array_types) or x.dtype.kind in "OSUV":
                     raise TypeError(_non_numeric_message(self.op_name, i, x)) from e
+            mixed = cuda.gpu_enable and cuda.two_devices_error(self.op_name, xs)
+            if mixed:
+                raise mixed from e
             raise
         outputs = [_wrap_output(y) for y in ys] if type(ys) is tuple else [_wrap_output(ys)]
 

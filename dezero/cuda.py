@@ -70,6 +70,39 @@ def as_numpy(x):
     return cp.asnumpy(x)
 
 
+# What an op says when given numpy and cupy arrays together (trace.py looks for it).
+TWO_DEVICES = "arrays on two devices"
+
+
+def where(x) -> str:
+    """Where array x lives, in words."""
+    return "the CPU (numpy)" if isinstance(x, np.ndarray) else "the GPU (cupy)"
+
+
+def two_devices_error(op: str, xs) -> TypeError | None:
+    """The error for op given numpy and cupy arrays together (cupy's own says only
+    "Unsupported type"), or None if they are on one device."""
+    places = [where(x) if isinstance(x, array_types) else None for x in xs]
+    if len({p for p in places if p}) < 2:
+        return None
+    listing = ", ".join(f"x{i} on {p}" for i, p in enumerate(places) if p)
+    return TypeError(f"{op}: {TWO_DEVICES} ({listing}); one op's arrays must be on one "
+                     f"device\n  fix: move them to one: model.to_gpu() and "
+                     f"dezero.cuda.as_cupy(x), or model.to_cpu() and dezero.cuda.as_numpy(x)")
+
+
+def argument_error(fn: str, label: str, array, error) -> TypeError:
+    """The error for a traced call whose argument meets state on the other device."""
+    array = getattr(array, "_data", array)  # a Variable's
+    here, gpu = where(array), not isinstance(array, np.ndarray)
+    fix = f"model.to_gpu() (or dezero.cuda.as_numpy({label}))" if gpu else \
+        f"dezero.cuda.as_cupy({label}) (or DataLoader(..., gpu=True)), or model.to_cpu()"
+    there = "the CPU (numpy)" if gpu else "the GPU (cupy)"
+    return TypeError(f"{fn}: argument {label} is on {here} but the state it meets is on "
+                     f"{there}; the arrays of one call must be on one device\n  fix: {fix}"
+                     f"\n  (while recording: {str(error).splitlines()[0]})")
+
+
 def require_gpu(caller: str) -> None:
     """Raise a RuntimeError naming `caller` (the call that needs a GPU) and what is
     missing, where dezero runs on numpy."""

@@ -140,8 +140,10 @@ class GuardedArray(TracedArray):
             self._refuse(f"a write into part of it ([{key!r}] = ...)")
         self._alive("`[...] =`")
         with no_grad():
-            y = F.broadcast_to(F.astype(Variable(new) if isinstance(new, GuardedArray) else
-                                        np.asarray(new), self.dtype), self.shape)
+            # The array's own module: np.asarray of a cupy array raises on the GPU.
+            new = Variable(new) if isinstance(new, GuardedArray) else \
+                cuda.get_array_module(self.array).asarray(new)
+            y = F.broadcast_to(F.astype(new, self.dtype), self.shape)
         self._write_back(self.tracer.guard(y))
 
     # ---- reading numbers: refused ------------------------------------------------

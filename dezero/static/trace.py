@@ -431,7 +431,7 @@ class TracedFunction:
         previous, observer = core.set_tracer(tracer), layers.set_observer(watch)
         try:
             result = self.fn(*call_args, **call_kwargs)
-        except TraceError as e:
+        except (TraceError, TypeError) as e:
             _explain_dtypes(tracer, leaf_labels, leaves, e)
             raise
         finally:
@@ -540,7 +540,12 @@ class TracedFunction:
 
 def _explain_dtypes(tracer, labels, leaves, error):
     """Re-raise a recording's TraceError as a dtype mismatch when a float argument
-    meets float state of another dtype (a float64 batch into a float32 model)."""
+    meets float state of another dtype (a float64 batch into a float32 model), or
+    an op's arrays on two devices as an argument meeting state on the other one."""
+    if cuda.TWO_DEVICES in str(error) and leaves:
+        raise cuda.argument_error(tracer.name, labels[0], leaves[0], error) from error
+    if not isinstance(error, TraceError):
+        return
     state = [c for c in tracer.captures if c.before_data is not None
              and c.before_data.dtype.kind == "f"]
     for label, leaf in zip(labels, leaves):

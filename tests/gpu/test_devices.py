@@ -81,3 +81,103 @@ def test_optimizer_state_follows_its_parameters_both_ways(name, traced):
         assert _on(xp, _state_arrays(optimizer)), f"{name} state left behind on {device}"
     for p, q in zip(reference.params(), moved.params()):
         np.testing.assert_allclose(p.data, q.data, rtol=1e-5, atol=1e-7)
+
+
+def test_a_variable_moves_with_its_gradient_both_ways():
+    x = Variable(np.array([1.0, 2.0]))
+    (x * x).backward()
+    x.to_gpu()
+    assert type(x.data) is cp.ndarray and type(x.grad.data) is cp.ndarray
+    y = x * x
+    y.backward()  # the gradient on the GPU accumulates
+    x.to_cpu()
+    assert type(x.data) is np.ndarray and type(x.grad.data) is np.ndarray
+    np.testing.assert_array_equal(x.grad.data, [4.0, 8.0])
+
+
+def test_dataloader_batches_move_both_ways():
+    loader = dezero.DataLoader(dezero.datasets.Spiral(), batch_size=30, shuffle=False)
+    x_cpu, _ = loader.next()
+    loader.to_gpu()
+    x, t = loader.next()
+    assert type(x) is cp.ndarray and type(t) is cp.ndarray
+    loader.to_cpu()
+    x, t = loader.next()
+    assert type(x) is np.ndarray and type(t) is np.ndarray
+    loader.reset()
+    loader.to_gpu()
+    np.testing.assert_array_equal(cp.asnumpy(loader.next()[0]), x_cpu)
+
+
+def test_a_traced_forward_follows_its_model_between_devices():
+    x, _ = _batch()
+    model = _model(x)
+    forward = dezero.trace(lambda x: F.softmax(model(x)))
+    expected = F.softmax(model(x)).data
+    for device in ("cpu", "gpu", "cpu", "gpu"):
+        (model.to_gpu if device == "gpu" else model.to_cpu)()
+        xp = cp if device == "gpu" else np
+        for _ in range(2):  # records on this device, then replays
+            y = forward(xp.asarray(x))
+            assert type(y.data) is xp.ndarray
+            np.testing.assert_allclose(cp.asnumpy(y.data), expected, rtol=1e-5)
+
+
+def test_a_graph_saved_on_the_cpu_replays_loaded_onto_the_gpu(tmp_path):
+    x, t = _batch()
+    model = _model(x)
+    optimizer = optimizers.Adam(alpha=0.01).setup(model)
+    step = dezero.trace(_step(model, optimizer))
+    step(x, t)
+    step.graph.save(str(tmp_path / "step.json"))
+    expected = [step(x, t).data for _ in range(3)]  # the saved state, stepped on the CPU
+    loaded = dezero.static.load(str(tmp_path / "step.json")).to_gpu()
+    assert loaded.device == "gpu"
+    for want in expected:
+        loss = loaded(cp.asarray(x), cp.asarray(t))
+        loss = loss.data if isinstance(loss, Variable) else loss
+        assert type(loss) is cp.ndarray
+        np.testing.assert_allclose(cp.asnumpy(loss), want, rtol=1e-5)
+    loaded.to_cpu()
+    loss = loaded(x, t)
+    assert type(getattr(loss, "data", loss)) is np.ndarray
+
+
+def test_a_full_write_of_a_cupy_array_into_state_inside_a_trace():
+    v = Variable(cp.zeros(3, cp.float32))
+    source = cp.asarray([1.0, 2.0, 3.0], cp.float32)
+
+    @dezero.trace
+    def reset(x):
+        v.data[...] = source  # the book's in-place idiom, with a plain cupy array
+        return x + v
+
+    for _ in range(2):
+        v.data = cp.zeros(3, cp.float32)
+        y = reset(cp.ones(3, cp.float32))
+        assert v.data.get().tolist() == [1.0, 2.0, 3.0] and y.data.get().tolist() == \
+            [2.0, 3.0, 4.0]
+
+
+@pytest.mark.parametrize("where", ["model on the GPU", "model on the CPU"])
+def test_a_batch_on_the_other_device_than_the_model_is_a_clear_error(where):
+    x, t = _batch()
+    model = _model(x)
+    step = dezero.trace(_step(model, optimizers.SGD().setup(model)))
+    if where == "model on the GPU":
+        model.to_gpu()
+        batch, message = x, (r"argument x is on the CPU \(numpy\) but the state it meets is "
+                             r"on the GPU \(cupy\).*\n  fix: dezero.cuda.as_cupy\(x\)")
+    else:
+        batch, message = cp.asarray(x), (r"argument x is on the GPU \(cupy\) but the state "
+                                         r"it meets is on the CPU \(numpy\).*\n  fix: model."
+                                         r"to_gpu\(\)")
+    with pytest.raises(TypeError, match=message):
+        step(batch, t if where == "model on the CPU" else t)
+
+
+def test_an_op_given_arrays_on_two_devices_names_them_eagerly():
+    W = Variable(cp.ones((2, 3)))
+    with pytest.raises(TypeError, match=r"^matmul: arrays on two devices \(x0 on the CPU "
+                       r"\(numpy\), x1 on the GPU \(cupy\)\); .*\n  fix: move them to one"):
+        F.matmul(np.ones((1, 2)), W)
