@@ -286,6 +286,10 @@ class Variable:
                 for x, gx in zip(f.inputs, gxs):
                     if gx is None:
                         continue
+                    if gx.dtype != x._data.dtype and x._data.dtype.kind == "f":
+                        # A gradient has its Variable's dtype, whatever the Variable
+                        # met (a float64 batch must not turn float32 weights float64).
+                        gx = F.astype(gx, x._data.dtype)
                     x.grad = gx if x.grad is None else x.grad + gx
                     creator = x.creator
                     if creator is not None and creator not in seen:

@@ -28,15 +28,17 @@ class Hyperparameter:
 
     Reading gives the float last set. Setting assigns the Variable's data, so an
     update, traced or not, reads the new value. The update math reads the
-    Variable as `opt._<name>`; before each update it takes the parameters'
-    device and float dtype (`follow`), so float32 models stay float32 and
-    float64 models get the exact float64 value.
+    Variable as `opt._<name>`; before it updates parameters of a device and float
+    dtype, `follow` makes that the Variable of their kind, so float32 parameters
+    stay float32 and float64 ones get the exact float64 value, also side by side
+    in one model (a 0-d float64 array would turn float32 arrays float64).
     """
 
     def __set_name__(self, owner, name):
         self.name = name
         self.var_key = "_" + name
         self.value_key = "_" + name + "_value"
+        self.kinds_key = "_" + name + "_kinds"  # the Variables of other kinds
 
     def __get__(self, obj, owner=None):
         if obj is None:
@@ -52,19 +54,49 @@ class Hyperparameter:
         if var is None:
             obj.__dict__[self.var_key] = Variable(np.array(value, dtype=np.float32),
                                                   name=self.name)
+            obj.__dict__[self.kinds_key] = []
         else:
-            xp = cuda.get_array_module(var.data)
-            var.data = xp.array(value, dtype=var.data.dtype)
+            for each in (var, *obj.__dict__[self.kinds_key]):
+                xp = cuda.get_array_module(each.data)
+                each.data = xp.array(value, dtype=each.data.dtype)
         obj.__dict__[self.value_key] = value
 
-    def follow(self, obj, like):
-        """Give the Variable the device and float dtype of the array `like`."""
+    def follow(self, obj, like, mixed=False):
+        """Make `opt._<name>` a Variable of the device and float dtype of the array
+        `like`. The one there is converted, unless the parameters are `mixed`
+        (of several kinds): then each kind gets a Variable of its own, kept."""
         var = obj.__dict__[self.var_key]
         xp = cuda.get_array_module(like)
         dtype = like.dtype if like.dtype.kind == "f" else np.dtype(np.float32)
-        if var.data.dtype != dtype or cuda.get_array_module(var.data) is not xp:
-            with _untraced():  # a one-time conversion, not part of a step to replay
-                var.data = xp.array(obj.__dict__[self.value_key], dtype=dtype)
+        if var.data.dtype == dtype and cuda.get_array_module(var.data) is xp:
+            return
+        kinds = obj.__dict__[self.kinds_key]
+        for other in kinds:
+            if other.data.dtype == dtype and cuda.get_array_module(other.data) is xp:
+                kinds[kinds.index(other)] = var
+                obj.__dict__[self.var_key] = other
+                return
+        with _untraced():  # a one-time conversion, not part of a step to replay
+            array = xp.array(obj.__dict__[self.value_key], dtype=dtype)
+            if mixed:
+                kinds.append(var)
+                obj.__dict__[self.var_key] = Variable(array, name=self.name)
+            else:
+                var.data = array
+
+
+def _follow_kind(obj, like, mixed=False):
+    """All of obj's hyperparameters follow the array `like` (see Hyperparameter)."""
+    for hyperparameter in _hyperparameters(type(obj)):
+        hyperparameter.follow(obj, like, mixed)
+
+
+def _by_kind(params):
+    """params in groups of one device and dtype, in order of first appearance."""
+    groups = {}
+    for param in params:
+        groups.setdefault((type(param.data), param.data.dtype), []).append(param)
+    return list(groups.values())
 
 
 def _refuse_parameters(obj, name, value):
@@ -168,13 +200,16 @@ class Optimizer:
                 return
             if cuda.gpu_enable:
                 self._follow(params)
-            self._prepare(params[0])
+            self._count(params[0])
             for hook in self.hooks:
                 if hook not in first:
+                    _follow_kind(hook, params[0].data)
                     hook(params)
-            for param in params:
-                # A hook may drop a gradient (FreezeParam, or a user's hook).
-                if param.grad is not None:
+            # A hook may drop a gradient (FreezeParam, or a user's hook).
+            groups = _by_kind([p for p in params if p.grad is not None])
+            for group in groups:
+                self._prepare(group[0], mixed=len(groups) > 1)
+                for param in group:
                     self.update_one(param)
 
     def _follow(self, params):
@@ -187,12 +222,13 @@ class Optimizer:
             for name in self.counters:
                 _move_like(getattr(self, name), params[0]._data)
 
-    def _prepare(self, like):
-        """Per-update work shared by every parameter (hyperparameters follow the
-        parameters' device and dtype; step counters)."""
-        for obj in (self, *self.hooks):
-            for hyperparameter in _hyperparameters(type(obj)):
-                hyperparameter.follow(obj, like.data)
+    def _count(self, like):
+        """Once per update: step counters."""
+
+    def _prepare(self, like, mixed=False):
+        """Before the parameters of like's device and dtype are updated: the
+        hyperparameters follow them (and the values derived from them)."""
+        _follow_kind(self, like.data, mixed)
 
     def update_one(self, param):
         raise NotImplementedError(f"{type(self).__name__}.update_one is not defined")
@@ -290,6 +326,7 @@ class WeightDecay:
 
     def __call__(self, params):
         for param in params:
+            _follow_kind(self, param.data, mixed=True)  # rate in each parameter's dtype
             param.grad = param.grad + self._rate * param
 
 
@@ -311,8 +348,8 @@ class ClipGrad:
             total = s if total is None else total + s
         # Branch-free min(1, .): a traced step cannot branch on a computed value.
         rate = F.clip(self._max_norm / (F.sqrt(total) + 1e-6), 0.0, 1.0)
-        for param in params:
-            param.grad = param.grad * rate
+        for param in params:  # rate in each gradient's dtype
+            param.grad = param.grad * F.astype(rate, param.grad.dtype)
 
 
 class FreezeParam:
@@ -407,8 +444,8 @@ class AdaDelta(Optimizer):
         self.msg = _slots()
         self.msdx = _slots()
 
-    def _prepare(self, like):
-        super()._prepare(like)
+    def _prepare(self, like, mixed=False):
+        super()._prepare(like, mixed)
         self._one_minus_rho = 1 - self._rho
 
     def update_one(self, param):
@@ -478,11 +515,13 @@ class Adam(Optimizer):
         raise AttributeError(f"{type(self).__name__}.lr is derived from alpha, beta1, "
                              f"beta2 and the step count; set alpha instead")
 
-    def _prepare(self, like):
-        super()._prepare(like)
+    def _count(self, like):
         t = self._t
         t.data = (t + 1).data
-        self._lr_t = self._bias_corrected_lr(t)
+
+    def _prepare(self, like, mixed=False):
+        super()._prepare(like, mixed)
+        self._lr_t = self._bias_corrected_lr(self._t)
         self._one_minus_beta1 = 1 - self._beta1
         self._one_minus_beta2 = 1 - self._beta2
 
@@ -524,8 +563,8 @@ class AdamW(Adam):
         super().__init__(alpha, beta1, beta2, eps)
         self.weight_decay = weight_decay
 
-    def _prepare(self, like):
-        super()._prepare(like)
+    def _prepare(self, like, mixed=False):
+        super()._prepare(like, mixed)
         self._keep = 1 - self._alpha * self._weight_decay
 
     def update_one(self, param):

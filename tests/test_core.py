@@ -444,3 +444,31 @@ def test_scalar_operands_are_made_once_read_only_and_keep_signed_zero():
     assert not a.data.flags.writeable
     y = x * -0.0
     assert np.signbit(y.data[0]) and not np.signbit(y.data[1])
+
+
+@pytest.mark.parametrize("dtype, other", [(np.float32, np.float64), (np.float64, np.float32),
+                                          (np.float16, np.float32)])
+def test_a_gradient_has_its_variables_dtype_whatever_the_variable_met(dtype, other):
+    # A float64 batch into float32 weights: the weights' gradient stays float32
+    # (PyTorch's rule), the float64 gradient rounded once.
+    rng = np.random.default_rng(0)
+    W = Parameter(rng.standard_normal((3, 2)).astype(dtype))
+    x = Variable(rng.standard_normal((4, 3)).astype(other))
+    y = F.sum(F.tanh(F.matmul(x, W)))
+    assert y.dtype == np.result_type(dtype, other)
+    y.backward(create_graph=True)
+    assert W.grad.dtype == dtype and x.grad.dtype == other
+    wide = np.result_type(dtype, other)
+    ref = x.data.astype(wide).T @ (1 - np.tanh(x.data.astype(wide) @ W.data.astype(wide)) ** 2)
+    np.testing.assert_array_equal(W.grad.data, ref.astype(dtype))
+    gW = W.grad
+    W.cleargrad()
+    F.sum(gW * gW).backward()  # the cast is part of the graph: double backprop works
+    assert W.grad.dtype == dtype
+
+
+def test_integer_inputs_get_no_cast_gradient():
+    x = Variable(np.array([1.0, 2.0]))
+    t = Variable(np.array([1, 2]))
+    (x * t).backward()
+    assert x.grad.dtype == np.float64

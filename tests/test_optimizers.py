@@ -5,6 +5,8 @@ import math
 import numpy as np
 import pytest
 
+import dezero.functions as F
+import dezero.layers as L
 import dezero.optimizers as O
 from dezero import Parameter, Variable
 from dezero.layers import Layer
@@ -478,3 +480,112 @@ def test_adam_given_a_new_target_directly_updates_it_as_a_fresh_one(make):
     step(make().setup(fresh), fresh, 1.0)
     for p, q in zip(second.params(), fresh.params()):
         np.testing.assert_array_equal(p.data, q.data)
+
+
+# =============================================================================
+# Parameters of several dtypes, and gradients that met another dtype
+# =============================================================================
+
+ALL = [O.SGD, O.MomentumSGD, O.AdaGrad, O.AdaDelta, O.Adam, O.AdamW]
+
+
+class Mixed(Layer):
+    """A float64 parameter first, then float32 ones (a float64 first layer)."""
+
+    def __init__(self, dtypes=(np.float64, np.float32, np.float32)):
+        super().__init__()
+        rng = np.random.RandomState(1)
+        for i, dtype in enumerate(dtypes):
+            setattr(self, f"p{i}", Parameter(rng.randn(3).astype(dtype)))
+        self.grads = [[rng.randn(3).astype(p.dtype) for p in self.params()]
+                      for _ in range(STEPS)]
+
+
+@pytest.mark.parametrize("make", ALL)
+def test_each_parameter_is_updated_in_its_own_dtype_as_alone(make):
+    # Each parameter moves as under an optimizer of its own: the float32 ones as in
+    # a float32 model (bit for bit), the float64 one as in a float64 model.
+    got = run(make(), Mixed())
+    start = Mixed()
+    for i, p in enumerate(start.params()):
+        alone = Layer()
+        alone.p = Parameter(p.data.copy())
+        alone.grads = [[step[i]] for step in start.grads]
+        want = run(make(), alone)
+        for step in range(STEPS):
+            assert got[step][i].dtype == want[step][0].dtype == p.dtype
+            np.testing.assert_array_equal(got[step][i], want[step][0])
+
+
+@pytest.mark.parametrize("make", ALL)
+def test_hooks_keep_each_parameter_and_gradient_in_its_dtype(make):
+    mixed = Mixed((np.float64, np.float32))
+    opt = make()
+    opt.add_hook(O.WeightDecay(1e-3))
+    opt.add_hook(O.ClipGrad(0.5))
+    run(opt, mixed)
+    assert [p.dtype for p in mixed.params()] == [np.float64, np.float32]
+    assert [p.grad.dtype for p in mixed.params()] == [np.float64, np.float32]
+    for slots in ("vs", "hs", "msg", "msdx", "ms"):
+        for param, var in getattr(opt, slots, {}).items():
+            assert var.dtype == param.dtype
+
+
+def test_a_rate_set_later_reaches_every_dtype():
+    mixed = Mixed((np.float64, np.float32))
+    opt = O.SGD(lr=0.1)
+    run(opt, mixed)
+    before = [p.data.copy() for p in mixed.params()]
+    opt.lr = 0.0
+    for p in mixed.params():
+        p.grad = Variable(np.ones_like(p.data))
+    opt.update()
+    for b, p in zip(before, mixed.params()):
+        np.testing.assert_array_equal(p.data, b)
+
+
+@pytest.mark.parametrize("make", ALL)
+def test_a_float64_batch_leaves_a_float32_model_float32(make):
+    # steps/step60.py feeds float64 SinCurve data into a float32 LSTM.
+    np.random.seed(0)
+    model = L.LSTM(4, in_size=1)
+    fc = L.Linear(1, in_size=4)
+    model.fc = fc
+    opt = make().setup(model)
+    x = np.random.rand(5, 1)  # float64
+    for _ in range(3):
+        model.reset_state()
+        loss = F.mean_squared_error(fc(model(x)), np.sin(x))
+        model.cleargrads()
+        loss.backward()
+        assert all(p.grad.dtype == np.float32 for p in model.params() if p.grad is not None)
+        opt.update()
+    assert all(p.dtype == np.float32 for p in model.params())
+
+
+@pytest.mark.parametrize("make", [lambda: O.SGD(lr=0.1), lambda: O.Adam(alpha=0.01)])
+def test_traced_step_on_mixed_dtypes_matches_eager_and_records_once(make):
+    import dezero
+    runs = []
+    for traced in (False, True):
+        model, opt = Mixed(), make()
+        opt.setup(model).add_hook(O.WeightDecay(0.01))
+
+        def step(k, model=model, opt=opt):
+            loss = F.sum(F.square(model.p0)) + F.sum(model.p1 * model.p2) * k
+            model.cleargrads()
+            loss.backward()
+            opt.update()
+            return loss
+
+        if traced:
+            step = dezero.trace(step)
+        for i in range(4):
+            if i == 2:  # a new rate reaches both dtypes' updates
+                setattr(opt, "alpha" if isinstance(opt, O.Adam) else "lr", 0.05)
+            step(np.array(i + 1, np.float32))
+        runs.append([p.data for p in model.params()])
+    for eager, replayed in zip(*runs):
+        assert replayed.dtype == eager.dtype
+        np.testing.assert_allclose(replayed, eager, rtol=1e-6)
+    assert step.entries == 1
