@@ -1,0 +1,137 @@
+"""Every row of the op table traced (forward and backward) and replayed on every backend,
+with the reference interpreter as the oracle.
+
+All rows go into one traced function, so their graph is one graph and its kernels one
+C++ library (cached on disk, compiled once), which keeps this in the quick loop. Each
+row's result passes through an elementwise tail (y * 0.5 + 0.25), so that an
+elementwise op shares a kernel with it and its `cpp` is compiled and run; the python
+backend writes each op's `py` inline. A wrong `py` or `cpp` makes a replay differ from
+the interpreter, which runs the ops' own forwards; an op no row reaches fails the
+coverage test, naming it.
+"""
+import dataclasses
+
+import numpy as np
+import pytest
+from op_table import ROWS, Row
+
+import dezero
+import dezero.functions as F
+from dezero import Variable
+from dezero.op_record import RECORDS
+from dezero.static.backends import cpu, pycode
+from dezero.static.codegen import kernel_spec
+
+# Elementwise and inline-spelled ops of the neural-network functions, which the op
+# table (about the book's math) leaves to test_functions_nn.py.
+NN_ROWS = [
+    Row("sigmoid", F.sigmoid, ((2, 3),), None),
+    Row("relu", F.relu, ((2, 3),), None, away_from_zero=0.1),
+    Row("leaky_relu", F.leaky_relu, ((2, 3),), None, away_from_zero=0.1),
+    Row("softplus", F.softplus, ((2, 3),), None),
+    Row("softmax", F.softmax, ((3, 3),), None),
+    Row("log_softmax", F.log_softmax, ((3, 3),), None),
+    Row("mean_squared_error", F.mean_squared_error, ((2, 3), (2, 3)), None),
+    # Labels from an input (0, 1 or 2), so that their one_hot is computed at every call.
+    Row("softmax_cross_entropy", lambda x, t: F.softmax_cross_entropy(
+        x, F.astype(t, np.int64)), ((3, 3), (3,)), None, low=0.0, high=2.99),
+    Row("sign", F.sign, ((2, 3),), None, away_from_zero=0.1),
+    # Max's backward reaches equal only where a kernel cannot hold it (a reduction
+    # between it and its reader): here it is 1 where |x| <= 1.
+    Row("equal", lambda x: F.Equal()(x, F.clip(x, -1.0, 1.0)), ((2, 3),), None),
+]
+TABLE = ROWS + NN_ROWS
+
+
+def table(*arrays):
+    """Each row's forward and backward on its own inputs: {"<row> y": y, "<row> loss":
+    sum(y * 0.5 + 0.25), "<row> grad 0": the gradient of its first input ...} (sign has
+    none)."""
+    results, k = {}, 0
+    for row in TABLE:
+        xs = [Variable(a) for a in arrays[k:k + len(row.shapes)]]
+        k += len(row.shapes)
+        y = results[f"{row.name} y"] = row.fn(*xs)
+        loss = results[f"{row.name} loss"] = F.sum(y * 0.5 + 0.25)
+        loss.backward()
+        results.update((f"{row.name} grad {i}", x.grad) for i, x in enumerate(xs)
+                       if x.grad is not None)
+    return results
+
+
+def table_inputs(rows=TABLE):
+    return [x for i, row in enumerate(rows) for x in row.inputs(np.float64, seed=i)]
+
+
+def plans(graph) -> dict:
+    """backend -> a plan: the python replay code, and the same code with every kernel of
+    the graph compiled into one library (the cpu backend runs only the kernels that pay
+    for their call; here every one runs)."""
+    made = {"python": graph.compile("python")}
+    if cpu.missing_reason() is None:
+        library = cpu.KernelLibrary([kernel_spec(g) for g in graph.groups])
+        made["cpu kernels"] = pycode.Compiled(graph, library.kernel, graph.groups)
+    return made
+
+
+def mismatches(graph, arrays) -> list:
+    """'backend: row result' for each result a backend replays unlike the interpreter."""
+    want = graph.interpret(*arrays)
+    found = []
+    for backend, plan in plans(graph).items():
+        # Kernels compute tanh, exp ... with the C library's vector math: a few ulp.
+        rtol = 0 if backend == "python" else 1e-13
+        for label, y in plan.run(arrays).items():
+            w = want[label].data
+            if not np.allclose(y.data, w, rtol=rtol, atol=rtol, equal_nan=True) or \
+                    y.data.dtype != w.dtype:
+                found.append(f"{backend}: {label}")
+    return found
+
+
+# The gradients of sums and products are the same at every call: constant outputs.
+pytestmark = pytest.mark.filterwarnings("ignore:table. output .* depends on no argument")
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    arrays = table_inputs()
+    graph = dezero.trace(table).lower(*arrays)
+    return graph, arrays
+
+
+def test_the_interpreter_replays_what_eager_code_computed(recorded):
+    graph, arrays = recorded
+    eager = table(*arrays)
+    replayed = graph.interpret(*arrays)
+    assert replayed.keys() == eager.keys()
+    for label, y in replayed.items():
+        np.testing.assert_array_equal(y.data, eager[label].data, err_msg=label)
+
+
+def test_every_backend_replays_every_row_as_the_interpreter(recorded):
+    graph, arrays = recorded
+    assert mismatches(graph, arrays) == []
+
+
+def test_every_elementwise_op_runs_in_a_kernel_and_every_spelled_op_inline(recorded):
+    graph, _ = recorded
+    fused = {n.op for g in graph.groups for n in g.nodes}
+    ops = {n.op for n in graph.of_kind("op")}
+    ours = {name: r for name, r in RECORDS.items() if r.cls.__module__.startswith("dezero")}
+    unfused = sorted(n for n, r in ours.items() if r.elementwise and not r.random
+                     and n not in fused)
+    assert unfused == [], "add a row that reaches these ops to tests/op_table.py"
+    unspelled = sorted(n for n, r in ours.items() if r.py and n not in ops)
+    assert unspelled == [], "add a row that reaches these ops to tests/op_table.py"
+
+
+@pytest.mark.parametrize("fact, wrong", [("py", "{x} * 2.0"), ("cpp", "cos({x})")])
+def test_a_wrong_spelling_of_an_op_is_caught(monkeypatch, fact, wrong):
+    if fact == "cpp" and cpu.missing_reason() is not None:
+        pytest.skip(cpu.missing_reason())
+    arrays = table_inputs()
+    monkeypatch.setitem(RECORDS, "sin", dataclasses.replace(RECORDS["sin"], **{fact: wrong}))
+    graph = dezero.trace(table).lower(*arrays)
+    backend = "python" if fact == "py" else "cpu kernels"
+    assert f"{backend}: sin y" in mismatches(graph, arrays)
