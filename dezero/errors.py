@@ -53,9 +53,10 @@ def user_frame():
     return frame
 
 
-def where() -> str:
-    """'train.py:12, `if float(loss) > 10:`' for the user's line, or '' if unknown."""
-    frame = user_frame()
+def where(frame=None) -> str:
+    """'train.py:12, `if float(loss) > 10:`' for the user's line (or frame's), or ''
+    if unknown."""
+    frame = frame or user_frame()
     if frame is None:
         return ""
     filename, lineno = frame.f_code.co_filename, frame.f_lineno

@@ -9,15 +9,12 @@ W.grad.data` become state writes, replayed in place. Any other use (a Python num
 indexing, .tolist()) would freeze the numbers it read into every replay, so it
 raises TraceError naming the line and the way out. Functions never see a guard:
 the core hands it to the tracer, which unwraps it to the real array. Also here:
-where() (the user's line, for every TraceError), with_leaves and unguarded
-(arguments in, results out) and RandomWatch (draws from global generators).
+with_leaves and unguarded (arguments in, results out); random numbers drawn
+outside an op are watched in randomness.py.
 
     h.data.shape   # fine while tracing;   float(h.data)   # TraceError
 """
 from __future__ import annotations
-
-import ctypes
-import random
 
 import numpy as np
 
@@ -292,60 +289,3 @@ def unguarded(obj):
     if isinstance(obj, dict):
         return {k: unguarded(v) for k, v in obj.items()}
     return obj
-
-
-# =============================================================================
-# RandomWatch: draws from the global generators outside a dezero random op
-# =============================================================================
-
-
-class RandomWatch:
-    """Sees numpy's or Python's global random state move during a recording: numbers
-    drawn outside a dezero random op would be frozen into the graph.
-
-    At each recorded op it compares a cheap mark of numpy's generator (MT19937's
-    first key word and position, read in place), which names the line; at the end
-    it compares the full states, which catches what the mark misses.
-    """
-
-    def __init__(self):
-        try:
-            address = np.random.mtrand._rand._bit_generator.ctypes.state_address
-            self._mt = (ctypes.c_uint32 * 625).from_address(address)  # key[624], pos
-        except AttributeError:  # another numpy layout: the full check at the end only
-            self._mt = None
-        self.drew = False
-        self.restart()
-
-    def restart(self) -> None:
-        """Forget earlier draws (made while the tracer was paused, e.g. layer init)."""
-        self.start = (np.random.get_state(), random.getstate())
-        self.mark = self._mark()
-
-    def _mark(self):
-        return None if self._mt is None else (self._mt[0], self._mt[624])
-
-    def look(self, name: str, drawing_op: bool = False) -> None:
-        """At a recorded op; `drawing_op`: a dezero random op has just drawn."""
-        mark = self._mark()
-        if mark != self.mark and not drawing_op:
-            self._refuse(name, f"seen before {where()}")
-        self.mark, self.drew = mark, self.drew or drawing_op
-
-    def finish(self, name: str) -> None:
-        if self._mark() != self.mark:  # the user's line has returned: say when instead
-            self._refuse(name, "seen after the last recorded op")
-        numpy_state, python_state = self.start
-        now = np.random.get_state()
-        moved = not self.drew and not (numpy_state[2:] == now[2:] and
-                                       np.array_equal(numpy_state[1], now[1]))
-        if moved or random.getstate() != python_state:
-            self._refuse(name, "seen at the end of the run")
-
-    @staticmethod
-    def _refuse(name, seen):
-        raise TraceError(
-            f"{name} drew random numbers from np.random or Python's random module while "
-            f"it was traced, outside a dezero random op ({seen}); every replay would "
-            f"reuse the numbers drawn\n  fix: use dezero's random ops (F.dropout), or "
-            f"draw outside the traced function and pass the array in")

@@ -19,9 +19,10 @@ from dezero import cuda
 from dezero.core import TracerHooks, Variable
 from dezero.errors import TraceError, user_frame, where
 from dezero.static.graph import StaticGraph
-from dezero.static.guard import GuardedArray, RandomWatch, overlap
+from dezero.static.guard import GuardedArray, overlap
 from dezero.static.ir import Node, Value
 from dezero.static.names import identifier, letter_name
+from dezero.static.randomness import RandomWatch
 from dezero.static.slots import AttrSlot, DataSlot, GradSlot
 
 # =============================================================================
