@@ -34,13 +34,30 @@ def _outsize(op, size, kernel_size, stride, pad):
     return oh, ow
 
 
+_LOWEST = {"kernel_size": 1, "stride": 1, "pad": 0}
+_WHY = {"kernel_size": "a window of no pixels has no value",
+        "stride": "stride=1 moves the window one pixel at a time",
+        "pad": "pad=0 adds no border"}
+
+
+def _pair(op, name, value):
+    """A kernel_size, stride or pad as a pair of ints in range (a stride of 0 would
+    divide the output size by zero, a kernel of 0 average no pixels)."""
+    if isinstance(value, list):
+        value = tuple(value)
+    items = value if isinstance(value, tuple) and len(value) == 2 else (value,)
+    if not all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in items):
+        raise TypeError(f"{op}: {name} must be an int or a pair of ints, got {value!r}")
+    value = tuple(int(v) for v in items)
+    value = value * 2 if len(value) == 1 else value
+    if min(value) < _LOWEST[name]:
+        raise ValueError(f"{op}: {name} must be at least {_LOWEST[name]}, got {value}; "
+                         f"{_WHY[name]}")
+    return value
+
+
 def _stride(op, stride):
-    """stride as a pair of ints of at least 1 (0 would divide the output size by zero)."""
-    stride = pair(stride)
-    if min(stride) < 1:
-        raise ValueError(f"{op}: stride must be at least 1, got {stride}; stride=1 moves "
-                         f"the window one pixel at a time")
-    return stride
+    return _pair(op, "stride", stride)
 
 
 def im2col_array(img, kernel_size, stride, pad, to_matrix=True, pad_value=0):
@@ -91,9 +108,9 @@ def col2im_array(col, img_shape, kernel_size, stride, pad, to_matrix=True):
 
 class Im2col(Function):
     def __init__(self, kernel_size, stride=1, pad=0, to_matrix=True):
-        self.kernel_size = pair(kernel_size)
+        self.kernel_size = _pair(self.op_name, "kernel_size", kernel_size)
         self.stride = _stride(self.op_name, stride)
-        self.pad = pair(pad)
+        self.pad = _pair(self.op_name, "pad", pad)
         self.to_matrix = to_matrix
 
     def forward(self, x):
@@ -118,9 +135,9 @@ def im2col(x, kernel_size, stride=1, pad=0, to_matrix=True):
 class Col2im(Function):
     def __init__(self, input_shape, kernel_size, stride=1, pad=0, to_matrix=True):
         self.input_shape = tuple(input_shape)
-        self.kernel_size = pair(kernel_size)
+        self.kernel_size = _pair(self.op_name, "kernel_size", kernel_size)
         self.stride = _stride(self.op_name, stride)
-        self.pad = pair(pad)
+        self.pad = _pair(self.op_name, "pad", pad)
         self.to_matrix = to_matrix
 
     def forward(self, x):
@@ -164,7 +181,7 @@ class Conv2d(Function):
 
     def __init__(self, stride=1, pad=0):
         self.stride = _stride(self.op_name, stride)
-        self.pad = pair(pad)
+        self.pad = _pair(self.op_name, "pad", pad)
 
     def forward(self, x, W, b=None):
         _check_conv(self.op_name, x, W, b, 1, "(OC, C, KH, KW)")
@@ -210,7 +227,7 @@ class Deconv2d(Function):
 
     def __init__(self, stride=1, pad=0, outsize=None):
         self.stride = _stride(self.op_name, stride)
-        self.pad = pair(pad)
+        self.pad = _pair(self.op_name, "pad", pad)
         self.outsize = None if outsize is None else pair(tuple(outsize))
 
     def forward(self, x, W, b=None):
@@ -294,7 +311,7 @@ def conv2d_simple(x, W, b=None, stride=1, pad=0):
     x, W = as_variable(x), as_variable(W)
     n, _, h, w = x.shape
     oc, _, kh, kw = W.shape
-    (sh, sw), (ph, pw) = _stride("conv2d_simple", stride), pair(pad)
+    (sh, sw), (ph, pw) = _stride("conv2d_simple", stride), _pair("conv2d_simple", "pad", pad)
     oh, ow = get_conv_outsize(h, kh, sh, ph), get_conv_outsize(w, kw, sw, pw)
     col = im2col(x, (kh, kw), stride, pad, to_matrix=True)
     y = linear(col, W.reshape(oc, -1).transpose(), b)
@@ -327,9 +344,9 @@ class Pooling(Function):
     """Max pooling of x (N, C, H, W) over kernel-sized windows."""
 
     def __init__(self, kernel_size, stride=1, pad=0):
-        self.kernel_size = pair(kernel_size)
+        self.kernel_size = _pair(self.op_name, "kernel_size", kernel_size)
         self.stride = _stride(self.op_name, stride)
-        self.pad = pair(pad)
+        self.pad = _pair(self.op_name, "pad", pad)
         half = tuple(k // 2 for k in self.kernel_size)
         if any(p > h for p, h in zip(self.pad, half)):
             # Windows of padding alone would have -inf (padding never wins) as maximum.
@@ -409,9 +426,9 @@ class AveragePooling(Function):
     """Mean of each kernel-sized window of x (N, C, H, W); padding counts as zeros."""
 
     def __init__(self, kernel_size, stride=1, pad=0):
-        self.kernel_size = pair(kernel_size)
+        self.kernel_size = _pair(self.op_name, "kernel_size", kernel_size)
         self.stride = _stride(self.op_name, stride)
-        self.pad = pair(pad)
+        self.pad = _pair(self.op_name, "pad", pad)
 
     def forward(self, x):
         _check_image(self.op_name, x)
@@ -471,7 +488,8 @@ def pooling_simple(x, kernel_size, stride=1, pad=0):
     (the book's first version); unlike pooling, its padding is zeros."""
     x = as_variable(x)
     n, c, h, w = x.shape
-    (kh, kw), (ph, pw) = pair(kernel_size), pair(pad)
+    (kh, kw), (ph, pw) = (_pair("pooling_simple", "kernel_size", kernel_size),
+                          _pair("pooling_simple", "pad", pad))
     sh, sw = _stride("pooling_simple", stride)
     oh, ow = get_conv_outsize(h, kh, sh, ph), get_conv_outsize(w, kw, sw, pw)
     col = im2col(x, kernel_size, stride, pad, to_matrix=True).reshape(-1, kh * kw)

@@ -18,7 +18,7 @@ import dezero.functions as F
 from dezero import core, cuda
 from dezero.core import Parameter, Variable
 from dezero.files import atomic_file
-from dezero.utils import pair
+from dezero.functions_conv import _pair
 
 # =============================================================================
 # Layer: the base class, params, devices, save_weights / load_weights
@@ -452,6 +452,7 @@ class _ConvBase(Layer):
         super().__init__()
         self.in_channels = in_channels
         self.out_channels = out_channels
+        _pair(type(self).__name__, "kernel_size", kernel_size)  # refused now, not at the call
         self.kernel_size = kernel_size
         self.stride = stride
         self.pad = pad
@@ -469,14 +470,14 @@ class _ConvBase(Layer):
 
     def _init_W(self, xp=np):
         C, OC = self.in_channels, self.out_channels
-        KH, KW = pair(self.kernel_size)
+        KH, KW = _pair(type(self).__name__, "kernel_size", self.kernel_size)
         with _untraced():
             self.W.data = _randn(xp, self._w_shape(C, OC, KH, KW), np.sqrt(1 / (C * KH * KW)),
                                  self.dtype)
 
     def _unbuilt(self, name):
         if name == "W":
-            KH, KW = pair(self.kernel_size)
+            KH, KW = _pair(type(self).__name__, "kernel_size", self.kernel_size)
             C = "in_channels" if self.in_channels is None else self.in_channels
             return self._w_shape(C, self.out_channels, KH, KW), self.dtype
         return None

@@ -34,6 +34,11 @@ class Hyperparameter:
     in one model (a 0-d float64 array would turn float32 arrays float64).
     """
 
+    def __init__(self, below=None, at_most=None):
+        # Every rate is a finite number >= 0; some also have a ceiling: beta1 = 1
+        # turns weights into NaN (Adam divides by 1 - beta1 ** t).
+        self.below, self.at_most = below, at_most
+
     def __set_name__(self, owner, name):
         self.name = name
         self.var_key = "_" + name
@@ -50,6 +55,13 @@ class Hyperparameter:
             layers.observer().hyperparameter_set(obj, self.name)
         _refuse_parameters(obj, self.name, value)
         value = float(value)
+        if not (math.isfinite(value) and value >= 0) or \
+                (self.below is not None and value >= self.below) or \
+                (self.at_most is not None and value > self.at_most):
+            interval = f"in [0, {self.below})" if self.below is not None else \
+                f"in [0, {self.at_most}]" if self.at_most is not None else "a finite number >= 0"
+            raise ValueError(f"{type(obj).__name__}: {self.name} must be {interval}, "
+                             f"got {value}")
         var = obj.__dict__.get(self.var_key)
         if var is None:
             obj.__dict__[self.var_key] = Variable(np.array(value, dtype=np.float32),
@@ -433,7 +445,7 @@ class AdaDelta(Optimizer):
     """msg <- rho msg + (1 - rho) grad^2; dx = sqrt((msdx + eps) / (msg + eps)) grad;
     msdx <- rho msdx + (1 - rho) dx^2; param <- param - dx."""
 
-    rho = Hyperparameter()
+    rho = Hyperparameter(at_most=1)
     eps = Hyperparameter()
     per_update = ("_one_minus_rho",)
 
@@ -476,8 +488,8 @@ class Adam(Optimizer):
     """
 
     alpha = Hyperparameter()
-    beta1 = Hyperparameter()
-    beta2 = Hyperparameter()
+    beta1 = Hyperparameter(below=1)
+    beta2 = Hyperparameter(below=1)
     eps = Hyperparameter()
     per_update = ("_lr_t", "_one_minus_beta1", "_one_minus_beta2")
     counters = ("_t",)

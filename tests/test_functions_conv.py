@@ -362,3 +362,62 @@ def test_small_cnn_step_on_digit_sized_images_is_fast():
         loss.backward()
     assert W1.grad.dtype == np.float32 and W2.grad.shape == W2.shape
     assert time.perf_counter() - start < 3.0  # about 0.03 s a step on one core
+
+
+@pytest.mark.parametrize("op", sorted(STRIDE_ZERO))
+@pytest.mark.parametrize("stride", [1.0, (1, 1.5), "1", (1, 1, 1), True], ids=str)
+def test_a_stride_that_is_no_int_or_pair_of_ints_names_the_op(op, stride):
+    with pytest.raises(TypeError, match=rf"^{op}: stride must be an int or a pair of ints, "
+                                        r"got"):
+        STRIDE_ZERO[op](stride)
+
+
+@pytest.mark.parametrize("op", sorted(STRIDE_ZERO))
+def test_a_stride_given_as_a_list_is_read_as_a_pair_as_torch_does(op):
+    np.testing.assert_array_equal(STRIDE_ZERO[op]([1, 1]).data, STRIDE_ZERO[op]((1, 1)).data)
+
+
+@pytest.mark.parametrize("pad, error, message", [
+    (1.0, TypeError, r"pad must be an int or a pair of ints, got 1\.0"),
+    ([1, 0.5], TypeError, r"pad must be an int or a pair of ints"),
+    (-1, ValueError, r"pad must be at least 0, got \(-1, -1\)")], ids=str)
+@pytest.mark.parametrize("op", ["conv2d", "deconv2d", "conv2d_simple", "im2col", "col2im",
+                                "pooling", "pooling_simple", "average_pooling"])
+def test_a_bad_pad_names_the_op(op, pad, error, message):
+    calls = {
+        "conv2d": lambda: F.conv2d(np.zeros((1, 1, 4, 4)), np.ones((1, 1, 3, 3)), pad=pad),
+        "deconv2d": lambda: F.deconv2d(np.zeros((1, 1, 4, 4)), np.ones((1, 1, 3, 3)), pad=pad),
+        "conv2d_simple": lambda: F.conv2d_simple(np.zeros((1, 1, 4, 4)), np.ones((1, 1, 3, 3)),
+                                                 pad=pad),
+        "im2col": lambda: F.im2col(np.zeros((1, 1, 4, 4)), 3, pad=pad),
+        "col2im": lambda: F.col2im(np.zeros((4, 9)), (1, 1, 4, 4), 3, pad=pad),
+        "pooling": lambda: F.pooling(np.zeros((1, 1, 4, 4)), 3, pad=pad),
+        "pooling_simple": lambda: F.pooling_simple(np.zeros((1, 1, 4, 4)), 3, pad=pad),
+        "average_pooling": lambda: F.average_pooling(np.zeros((1, 1, 4, 4)), 3, pad=pad)}
+    with pytest.raises(error, match=rf"^{op}: {message}"):
+        calls[op]()
+
+
+@pytest.mark.parametrize("op", ["pooling", "pooling_simple", "average_pooling", "im2col"])
+@pytest.mark.parametrize("kernel", [0, (2, 0), 2.0], ids=str)
+def test_a_kernel_of_no_pixels_or_no_int_names_the_op(op, kernel):
+    # average_pooling of a 0x0 window was NaN everywhere (the mean of nothing).
+    error, message = (TypeError, "must be an int or a pair of ints") if kernel == 2.0 else \
+        (ValueError, "must be at least 1")
+    with pytest.raises(error, match=rf"^{op}: kernel_size {message}"):
+        getattr(F, op)(np.ones((1, 1, 4, 4)), kernel)
+
+
+def test_torch_refuses_a_kernel_of_zero_too(torch):
+    with pytest.raises(RuntimeError):
+        torch.nn.functional.avg_pool2d(torch.ones(1, 1, 4, 4), 0)
+
+
+@pytest.mark.parametrize("cls", [L.Conv2d, L.Deconv2d])
+def test_conv_layers_refuse_a_bad_kernel_size_when_made_and_take_a_list(cls):
+    with pytest.raises(TypeError, match=rf"^{cls.__name__}: kernel_size must be an int or a "
+                                        r"pair of ints, got 3\.0"):
+        cls(2, 3.0)
+    with pytest.raises(ValueError, match=rf"^{cls.__name__}: kernel_size must be at least 1"):
+        cls(2, 0)
+    assert cls(2, [3, 3])(np.ones((1, 1, 5, 5), np.float32)).shape[1] == 2

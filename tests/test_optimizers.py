@@ -589,3 +589,35 @@ def test_traced_step_on_mixed_dtypes_matches_eager_and_records_once(make):
         assert replayed.dtype == eager.dtype
         np.testing.assert_allclose(replayed, eager, rtol=1e-6)
     assert step.entries == 1
+
+
+@pytest.mark.parametrize("make, name, value, interval", [
+    (lambda v: O.Adam(beta1=v), "beta1", 1.0, r"in \[0, 1\)"),
+    (lambda v: O.AdamW(beta2=v), "beta2", 1.5, r"in \[0, 1\)"),
+    (lambda v: O.Adam(beta1=v), "beta1", -0.1, r"in \[0, 1\)"),
+    (lambda v: O.AdaDelta(rho=v), "rho", 1.01, r"in \[0, 1\]"),
+    (lambda v: O.SGD(lr=v), "lr", -0.1, "a finite number >= 0"),
+    (lambda v: O.MomentumSGD(momentum=v), "momentum", float("nan"), "a finite number >= 0"),
+    (lambda v: O.AdaGrad(eps=v), "eps", -1e-8, "a finite number >= 0"),
+    (lambda v: O.Adam(alpha=v), "alpha", float("inf"), "a finite number >= 0"),
+    (lambda v: O.AdamW(weight_decay=v), "weight_decay", -0.01, "a finite number >= 0"),
+    (lambda v: O.WeightDecay(v), "rate", -1.0, "a finite number >= 0"),
+    (lambda v: O.ClipGrad(v), "max_norm", float("nan"), "a finite number >= 0")], ids=str)
+def test_impossible_hyperparameters_raise_naming_the_optimizer_and_the_range(
+        make, name, value, interval):
+    # Adam(beta1=1.0) divided by 1 - beta1 ** t = 0 and turned every weight into NaN.
+    with pytest.raises(ValueError, match=rf"\w+: {name} must be {interval}, got"):
+        make(value)
+
+
+def test_a_hyperparameter_set_later_is_checked_too_and_the_old_value_kept():
+    opt = O.Adam()
+    with pytest.raises(ValueError, match="Adam: beta1 must be in"):
+        opt.beta1 = 1.0
+    assert opt.beta1 == 0.9 and float(opt._beta1.data) == np.float32(0.9)
+    O.Adam(beta1=0.0, beta2=0.0, eps=0.0)  # the edges PyTorch allows
+
+
+def test_torch_refuses_beta1_of_one_too(torch):
+    with pytest.raises(ValueError, match="beta"):
+        torch.optim.Adam([torch.zeros(1, requires_grad=True)], betas=(1.0, 0.999))
