@@ -10,10 +10,19 @@ ElementwiseKernel per fused group), the unfused replay (backend "python" on cupy
 arrays: one cupy call per node), eager dezero, and the chain written with cupy by
 hand. Times are medians of calls with the device synchronised around each.
 
-    python benchmarks/bench_gpu.py [--repeat 50]
+Then the targets, measured and printed against what they ask for (--json writes
+them too, for benchmarks/gpu_check.sh):
+- the arithmetic chain fused on --n float32 elements (1e8) at 80% or more of the
+  device's memory bandwidth (its peak from the device's properties where they give
+  it, else the triad's), and at least as fast as cupy.fuse on the same chain;
+- the traced 784-1000-10 Adam step at least 2x as fast as eager dezero on cupy;
+- the kernel launches of that step's replay (fused kernels plus library calls).
+
+    python benchmarks/bench_gpu.py [--repeat 50] [--json results.json]
     python benchmarks/bench_gpu.py --cpu    # the same on numpy (unfused): checks the script
 """
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -125,10 +134,67 @@ def bench_steps(xp, sync, repeat):
         print(f"| {name} | {' | '.join(cells)} | {len(traced.graph.groups)} |")
 
 
+def peak_bandwidth(xp):
+    """Bytes per second the device's memory moves at its peak (DDR: two transfers a
+    clock), or None where its properties do not say (CUDA 13 dropped the clock)."""
+    props = xp.cuda.runtime.getDeviceProperties(0)
+    clock_khz, bus_bits = props.get("memoryClockRate", 0), props.get("memoryBusWidth", 0)
+    return 2 * clock_khz * 1e3 * bus_bits / 8 if clock_khz and bus_bits else None
+
+
+def launches(graph):
+    """Kernel launches of one replay: a fused group is one, each node outside them a
+    library call (at least one launch)."""
+    grouped = {id(n) for g in graph.groups for n in g.nodes}
+    return len(graph.groups) + sum(1 for n in graph.of_kind("op") if id(n) not in grouped)
+
+
+def bench_targets(xp, sync, repeat, n):
+    """The measured targets, as a list of dicts (name, measured, target, met)."""
+    chain, by_hand = CHAINS["arithmetic"]
+    x = xp.asarray(np.random.default_rng(0).standard_normal(n), xp.float32)
+    a, b = xp.asarray(0.5, xp.float32), xp.asarray(0.25, xp.float32)
+    traced = dezero.trace(chain)
+    traced(x, a, b)
+    fused = median_time(sync, repeat, traced.graph.compile("cupy"), x, a, b)
+    fuse = xp.fuse(kernel_name="chain")(lambda x, a, b: by_hand(xp, x, a, b))
+    cupy_fuse = median_time(sync, repeat, fuse, x, a, b)
+    peak = peak_bandwidth(xp) or triad_bandwidth(xp, sync, n, repeat)
+    rate = 8 * n / fused  # x read, y written
+
+    rng = np.random.default_rng(0)
+    xs = xp.asarray(rng.standard_normal((100, 784)), xp.float32)
+    t = xp.asarray(rng.integers(0, 10, 100))
+    model = MLP((1000, 10), activation=F.relu)
+    model(dezero.cuda.as_numpy(xs[:1]))
+    model.to_gpu()
+    step = step_function(model, optimizers.Adam().setup(model))
+    traced_step = dezero.trace(step)
+    traced_step(xs, t)
+    replay = median_time(sync, repeat, traced_step, xs, t)
+    eager = median_time(sync, repeat, step, xs, t)
+    return [
+        {"name": f"fused chain, {n:.0e} float32: share of memory bandwidth",
+         "measured": rate / peak, "target": ">= 0.80", "met": rate / peak >= 0.8,
+         "detail": f"{rate / 1e9:.0f} GB/s of {peak / 1e9:.0f} GB/s"},
+        {"name": "fused chain against cupy.fuse (time ratio, fused / cupy.fuse)",
+         "measured": fused / cupy_fuse, "target": "<= 1.00", "met": fused <= cupy_fuse,
+         "detail": f"{fused * 1e3:.3f} ms against {cupy_fuse * 1e3:.3f} ms"},
+        {"name": "traced MLP Adam step against eager on cupy (speed-up)",
+         "measured": eager / replay, "target": ">= 2.0", "met": eager / replay >= 2,
+         "detail": f"{replay * 1e6:.0f} us against {eager * 1e6:.0f} us"},
+        {"name": "kernel launches per traced MLP Adam step", "measured":
+         launches(traced_step.graph), "target": "as few as fusion allows", "met": None,
+         "detail": f"{len(traced_step.graph.groups)} fused kernels"},
+    ]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--cpu", action="store_true", help="run on numpy, unfused")
+    parser.add_argument("--n", type=float, default=1e8, help="elements of the target chain")
+    parser.add_argument("--json", help="write the targets' measurements to this file")
     args = parser.parse_args()
     if args.cpu:
         xp, sync = np, (lambda: None)
@@ -141,6 +207,17 @@ def main():
               f"cupy {xp.__version__}")
     bench_chains(xp, sync, args.repeat)
     bench_steps(xp, sync, args.repeat)
+    if xp is np:
+        return
+    targets = bench_targets(xp, sync, args.repeat, int(args.n))
+    print("\n| target | measured | asked | met | |\n|---|---|---|---|---|")
+    for row in targets:
+        met = {True: "yes", False: "NO", None: "-"}[row["met"]]
+        print(f"| {row['name']} | {row['measured']:.3g} | {row['target']} | {met} "
+              f"| {row['detail']} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(targets, f, indent=1)
 
 
 if __name__ == "__main__":

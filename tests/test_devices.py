@@ -109,3 +109,18 @@ def test_no_extra_installs_cupys_source_package(monkeypatch):
                      for req in reqs] for extra, reqs in captured["extras_require"].items()}
     assert names["gpu"] == ["cupy-cuda12x"]
     assert [extra for extra, packages in names.items() if "cupy" in packages] == []
+
+
+@pytest.mark.slow  # runs a shell script that starts python
+@pytest.mark.skipif(cuda.gpu_enable, reason="a GPU is here: the check would run")
+def test_the_device_check_says_there_is_no_gpu_and_exits_0(tmp_path):
+    import json
+    root = os.path.dirname(os.path.dirname(dezero.__file__))
+    done = subprocess.run(["bash", os.path.join(root, "benchmarks", "gpu_check.sh"),
+                           str(tmp_path / "report")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"gpu_check: no GPU here ({cuda.no_gpu_reason})")
+    assert json.loads((tmp_path / "report" / "gpu_check.json").read_text()) == {
+        "gpu": False, "reason": cuda.no_gpu_reason, "parts": []}
+    assert "No GPU: " in (tmp_path / "report" / "gpu_check.md").read_text()

@@ -54,6 +54,14 @@ def get_array_module(*args):
     return cupy if any(isinstance(a, ndarray) for a in args) else numpy
 
 
+def fuse(*args, **kwargs):
+    """cupy.fuse: here the decorated function runs as written, one call per op (the
+    double fuses nothing; speed is not what it checks)."""
+    if len(args) == 1 and callable(args[0]) and not kwargs:
+        return args[0]
+    return lambda fn: fn
+
+
 def is_available():
     from cupy import cuda
     return cuda.is_available()
