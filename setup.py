@@ -30,7 +30,10 @@ EXTRAS = {
         "jupyterlab>=4", "nbconvert>=7", "nbclient>=0.7", "nbformat>=5", "ipykernel>=6",
         "matplotlib>=3.5", "scikit-learn>=1.1", "graphviz>=0.20", "graphviz-pure",
     ],
-    "docs": ["mkdocs>=1.5", "mkdocs-material>=9", "mkdocstrings[python]>=0.24"],
+    # The docs build executes the notebooks and renders them as pages (mkdocs-jupyter).
+    "docs": ["mkdocs>=1.5", "mkdocs-material>=9", "mkdocstrings[python]>=0.24",
+             "mkdocs-jupyter>=0.24", "nbclient>=0.7", "nbformat>=5", "ipykernel>=6",
+             "matplotlib>=3.5", "scikit-learn>=1.1", "graphviz>=0.20", "graphviz-pure"],
 }
 
 setup(

@@ -56,3 +56,16 @@ def kernel_cache(request, tmp_path_factory):
     os.environ["DEZERO_CACHE_DIR"] = str(folder)
     yield str(folder)
     del os.environ["DEZERO_CACHE_DIR"]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def notebook_cache(tmp_path_factory):
+    """Executed notebooks, kept for this run only: the docs build executes each
+    notebook once, and tests/test_notebooks.py reads the same copies."""
+    if "DEZERO_NOTEBOOK_CACHE" in os.environ:  # the caller chose one
+        yield os.environ["DEZERO_NOTEBOOK_CACHE"]
+        return
+    folder = tmp_path_factory.mktemp("notebooks")
+    os.environ["DEZERO_NOTEBOOK_CACHE"] = str(folder)
+    yield str(folder)
+    del os.environ["DEZERO_NOTEBOOK_CACHE"]

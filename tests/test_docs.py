@@ -1,6 +1,8 @@
 """The documentation site builds with `mkdocs build --strict` (no broken link, no
-missing page, no module the API reference cannot find), and its generated indexes
-list the steps and notebooks that exist.
+missing page, no module the API reference cannot find), its generated indexes
+list the steps and notebooks that exist, every page that explains a graph shows a
+picture of it that is legible at the page's width, and every notebook is a page
+with its outputs.
 
 Building needs the `docs` extra: pip install -e ".[docs]".
 """
@@ -49,22 +51,75 @@ def test_pages_with_markers_are_filled():
     assert "{{ steps_index }}" in page and "{{" not in filled
 
 
-def test_docs_build_strict(tmp_path):
-    missing = [name for name in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers")
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The site, built once with `mkdocs build --strict` (which also executes the
+    notebooks, docs/hooks/notebook_pages.py)."""
+    missing = [name for name in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers",
+                                 "mkdocs_jupyter", "nbclient", "ipykernel")
                if importlib.util.find_spec(name) is None]
     if missing:
         pytest.skip(f"building the docs needs the `docs` extra; missing: {missing}")
+    from dezero.utils import find_dot
+    if find_dot() is None:
+        pytest.skip("the notebooks in the docs need Graphviz `dot` or `graphviz-pure`")
+    site = tmp_path_factory.mktemp("site")
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-q",
-         "-f", str(ROOT / "mkdocs.yml"), "-d", str(tmp_path / "site")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+         "-f", str(ROOT / "mkdocs.yml"), "-d", str(site)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
-    site = tmp_path / "site"
+    return site
+
+
+def test_docs_build_strict(site):
     assert "Variable" in (site / "api" / "core" / "index.html").read_text(encoding="utf-8")
     steps_page = (site / "steps" / "index.html").read_text(encoding="utf-8")
     has_steps = (ROOT / "steps" / "step01.py").exists()
     assert ("<td><code>steps/step01.py</code>" in steps_page) == has_steps
+
+
+# The pages that explain a graph, each of which must show one.
+PAGES_WITH_GRAPHS = ["index.md", "concepts/define-by-run.md", "concepts/trace-mode.md",
+                     "define-and-run/index.md", "define-and-run/kernels.md"]
+# A picture wider than this is scaled down by the page's column (about 800 px) until
+# its 14 pt labels can no longer be read; a large graph is linked, not shown.
+LEGIBLE_WIDTH_PT = 600
+
+
+def _page_html(site, page):
+    path = page[:-3]
+    folder = site if path == "index" else site / path.removesuffix("/index")
+    return folder / "index.html"
+
+
+@pytest.mark.parametrize("page", PAGES_WITH_GRAPHS)
+def test_pages_that_explain_a_graph_show_a_legible_picture_of_it(site, page):
+    html = _page_html(site, page)
+    sources = re.findall(r'<img [^>]*src="([^"]+\.svg)"', html.read_text(encoding="utf-8"))
+    assert sources, f"{page} shows no picture"
+    for source in sources:
+        picture = (html.parent / source).resolve()
+        assert picture.is_file(), f"{page}: {source} is not in the site"
+        head = picture.read_text(encoding="utf-8")[:2000]
+        width = float(re.search(r'<svg width="([0-9.]+)pt"', head).group(1))
+        assert width <= LEGIBLE_WIDTH_PT, f"{page}: {source} is {width} pt wide"
+
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+DRAWS = re.compile(r"plot_dot_graph|\.plot\(|plt\.show|display\(")
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_pages_show_the_executed_notebook(site, notebook):
+    page = site / "notebooks" / notebook.stem / "index.html"
+    assert page.is_file(), f"no page for {notebook.name}"
+    html = page.read_text(encoding="utf-8")
+    outputs = re.findall(r'class="jp-Rendered(\w+) jp-OutputArea-output', html)
+    assert outputs, f"{notebook.name}: the page shows no output"
+    if DRAWS.search(notebook.read_text(encoding="utf-8")):
+        assert {"Image", "SVG"} & set(outputs), f"{notebook.name}: no picture on its page"
 
 
 def python_blocks(page):

@@ -45,7 +45,8 @@ def notebooks_index(root=ROOT):
                       if line.startswith("# # ")), path.stem)
         # "01 · Variables and Functions" -> "Variables and Functions"
         title = title.partition("·")[2].strip() or title
-        rows.append(f"| `notebooks/{path.stem}.ipynb` | {_cell(title)} |")
+        name = f"notebooks/{path.stem}.ipynb"  # a page of the site, executed (notebook_pages.py)
+        rows.append(f"| [`{name}`]({name}) | {_cell(title)} |")
     return "\n".join(rows)
 
 
