@@ -4,8 +4,9 @@
 
 Prints per rank count: samples per second of the whole job, milliseconds per
 step, milliseconds of it in the allreduce (the gradients' exchange, including the
-wait for the slowest rank), and weak-scaling efficiency, samples/s at R ranks over
-R times samples/s at one. Run by hand from the repository root:
+wait for the slowest rank), the same exchange timed alone with every rank ready,
+and weak-scaling efficiency, samples/s at R ranks over R times samples/s at one.
+Run by hand from the repository root:
 
     python benchmarks/bench_distributed.py [--ranks 1 2 4] [--rounds 5] [--eager]
 
@@ -85,9 +86,22 @@ def worker(args):
         elapsed = comm.mpi.bcast(time.perf_counter() - start)  # rank 0's clock
         best = min(best, (elapsed / args.steps, exchange[0] / args.steps))
     exchanges = comm.mpi.gather(best[1], root=0)  # None off rank 0
+    alone = exchange_alone(comm, [p.grad.data for p in model.params()], args.rounds)
     if comm.rank == 0:
-        print(json.dumps({"ranks": comm.size, "step_s": best[0],
+        print(json.dumps({"ranks": comm.size, "step_s": best[0], "alone_s": alone,
                           "allreduce_s": float(np.mean(exchanges))}))
+
+
+def exchange_alone(comm, grads, rounds):
+    """Seconds of the gradients' allreduce with every rank ready (after a barrier):
+    the exchange itself, without waiting for a slower rank (best of rounds)."""
+    best = float("inf")
+    for _ in range(rounds * 4):
+        comm.barrier()
+        start = time.perf_counter()
+        comm._reduce_arrays(grads, "mean")
+        best = min(best, comm.mpi.bcast(time.perf_counter() - start))
+    return best
 
 
 # =============================================================================
@@ -125,7 +139,7 @@ def main():
           f"{'eager' if args.eager else 'traced'}, one thread per rank, "
           f"{os.cpu_count()} cores")
     print(f"{'ranks':>5} {'samples/s':>10} {'ms/step':>8} {'allreduce ms':>13} "
-          f"{'vs 1 rank':>10} {'efficiency':>10}")
+          f"{'alone ms':>9} {'vs 1 rank':>10} {'efficiency':>10}")
     base = None
     for ranks in args.ranks:
         result = launch(ranks, args)
@@ -134,7 +148,8 @@ def main():
         speedup = f"{rate / base:.2f}x" if base else "-"
         efficiency = f"{rate / (ranks * base):.0%}" if base else "-"
         print(f"{ranks:>5} {rate:>10.0f} {result['step_s'] * 1e3:>8.1f} "
-              f"{result['allreduce_s'] * 1e3:>13.2f} {speedup:>10} {efficiency:>10}")
+              f"{result['allreduce_s'] * 1e3:>13.2f} {result['alone_s'] * 1e3:>9.2f} "
+              f"{speedup:>10} {efficiency:>10}")
 
 
 if __name__ == "__main__":

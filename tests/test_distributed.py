@@ -205,6 +205,18 @@ def test_a_parameter_without_a_gradient_exchanges_zeros(half_world):
     np.testing.assert_array_equal(unused.grad.data, 0.0)
 
 
+def test_one_exchange_per_dtype_and_each_gradient_keeps_its_dtype(comm, monkeypatch):
+    exchanged = []
+    real = comm._exchange
+    monkeypatch.setattr(comm, "_exchange", lambda flat, *args: exchanged.append(
+        (flat.dtype, flat.size)) or real(flat, *args))
+    grads = [np.ones((2, 3), np.float32), np.ones(4, np.float64), np.ones(5, np.float32)]
+    means = dist.Allreduce("world", "mean")(*[Variable(g) for g in grads])
+    assert sorted(exchanged, key=str) == [(np.float32, 11), (np.float64, 4)]
+    assert [m.data.dtype for m in means] == [np.float32, np.float64, np.float32]
+    assert [m.shape for m in means] == [(2, 3), (4,), (5,)]
+
+
 def test_training_in_a_world_of_one_is_training_alone(comm):
     x, t = classification()
     runs = []
