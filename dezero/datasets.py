@@ -19,7 +19,7 @@ import zlib
 
 import numpy as np
 
-from dezero.downloads import get_cache_dir, get_file
+from dezero.downloads import get_cache_dir, get_file, make_cache_dir
 from dezero.files import atomic_file
 from dezero.transforms import Compose, Flatten, Normalize, ToFloat
 
@@ -476,7 +476,8 @@ def load_cache_npz(filename, train=False):
     try:
         with np.load(path, allow_pickle=False) as loaded:
             data, label = loaded['data'], loaded['label']
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error,
+            NotImplementedError) as e:  # zipfile: a damaged method, version or flag
         raise _corrupt(path, e, 'a dataset cache with arrays "data" and "label"') from e
     if len(data) != len(label):
         raise _corrupt(path, ValueError(f'{len(data)} examples but {len(label)} labels'),
@@ -489,7 +490,7 @@ def save_cache_npz(data, label, filename, train=False):
     path = _cache_npz_path(filename, train)
     if os.path.exists(path):
         return path
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    make_cache_dir(os.path.dirname(path))
     print(f'Saving {os.path.basename(path)} ...', file=sys.stderr)
     # Written under a temporary name and renamed, so no half-written cache survives.
     with atomic_file(path) as f:

@@ -44,6 +44,18 @@ def get_cache_dir():
     return os.path.expanduser(os.environ.get(CACHE_DIR_ENV) or cache_dir)
 
 
+def make_cache_dir(directory):
+    """Create the cache `directory` (and its parents) if needed; a file in the way
+    is named, rather than os.makedirs' bare FileExistsError or NotADirectoryError."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise NotADirectoryError(
+            f"the cache directory {directory} cannot be made: it, or a folder above it, "
+            f"is a file. Set ${CACHE_DIR_ENV} (or dezero.downloads.cache_dir) to a "
+            f"directory, or move that file away") from None
+
+
 # =============================================================================
 # Errors: DownloadError
 # =============================================================================
@@ -163,7 +175,7 @@ def get_file(url, file_name=None, *, sha256=None, md5=None, mirrors=(), timeout=
             _check_cached(file_path, size, expected)
         return file_path
 
-    os.makedirs(directory, exist_ok=True)
+    make_cache_dir(directory)
     budget = _Budget(TIMEOUT_S if timeout is None else timeout)
     failures = []
     for source in (url, *mirrors):

@@ -340,7 +340,8 @@ def _read_npz(path):
             return {key: _read_key(npz, key) for key in npz.files}
     except FileNotFoundError:
         raise FileNotFoundError(f"load_weights: no such file: {path!r}") from None
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error,
+            NotImplementedError) as e:  # zipfile: a damaged method, version or flag
         raise ValueError(f"load_weights: cannot read {path!r} as saved weights: {e} (not an "
                          f"npz file written by save_weights, or one corrupt or truncated)") from e
 

@@ -325,3 +325,19 @@ def test_time_while_data_flows_does_not_count(cache, local_server):
     path = get_file(base + '/data.bin', timeout=0.25)
     assert time.monotonic() - start > 0.25   # longer than the budget in all
     assert open(path, 'rb').read() == PAYLOAD
+
+
+@pytest.mark.parametrize('below', ['', 'sub'], ids=['the file', 'a folder under it'])
+def test_a_cache_directory_that_is_a_file_is_named_with_the_fix(cache, offline, below,
+                                                                monkeypatch):
+    # os.makedirs raised a bare FileExistsError (or NotADirectoryError).
+    from dezero.datasets import save_cache_npz
+    cache.parent.mkdir(exist_ok=True)
+    cache.write_text('a file where the cache directory should be')
+    target = cache / below if below else cache
+    monkeypatch.setenv('DEZERO_CACHE_DIR', str(target))
+    pattern = rf'the cache directory {target} cannot be made: .* is a file\..*DEZERO_CACHE_DIR'
+    with pytest.raises(NotADirectoryError, match=pattern):
+        get_file('https://example.com/data.bin')
+    with pytest.raises(NotADirectoryError, match=pattern):
+        save_cache_npz([1], [2], 'data.tar.gz')

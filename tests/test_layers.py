@@ -4,6 +4,7 @@ import os
 
 import numpy as np
 import pytest
+from zip_damage import FIELDS, damaged
 
 import dezero
 import dezero.functions as F
@@ -605,3 +606,16 @@ def test_layers_name_themselves_for_an_input_with_too_few_axes(layer, shape):
     with pytest.raises(ValueError, match=rf"{type(layer).__name__}: the input needs at "
                                          rf"least \d axes, got shape"):
         layer(np.ones(shape, np.float32))
+
+
+@pytest.mark.parametrize("field", sorted(FIELDS))
+def test_load_names_the_file_for_damage_that_zipfile_calls_unsupported(tmp_path, field):
+    # zipfile raised a bare NotImplementedError ("That compression method is not
+    # supported", "zip file version 21.0") past load_weights' own error.
+    path = L.Linear(3, in_size=2).save_weights(tmp_path / "w.npz")
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(damaged(data, field))
+    with pytest.raises(ValueError, match=r"load_weights: cannot read .*w\.npz.*corrupt"):
+        L.Linear(3, in_size=2).load_weights(path)

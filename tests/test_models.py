@@ -5,6 +5,7 @@ import urllib.request
 
 import numpy as np
 import pytest
+from zip_damage import FIELDS, damaged
 
 import dezero
 import dezero.functions as F
@@ -170,8 +171,9 @@ def damage_fc8_b(data):
     return data
 
 
-@pytest.mark.parametrize("damage", [damage_fc8_b, lambda data: data[:len(data) // 2]],
-                         ids=["one bit of an array", "cut short"])
+@pytest.mark.parametrize("damage", [damage_fc8_b, lambda data: data[:len(data) // 2]] +
+                         [lambda data, f=f: damaged(data, f) for f in sorted(FIELDS)],
+                         ids=["one bit of an array", "cut short"] + sorted(FIELDS))
 def test_a_damaged_weights_file_in_the_cache_says_to_delete_it(monkeypatch, tmp_path, damage):
     # No sha256 of the VGG16 file is published: the CRC-32 that the npz keeps of
     # every array, checked while reading it, stands in for one.
