@@ -1,0 +1,170 @@
+"""Fusion never makes kernels that wait for each other: random programs of
+elementwise ops and boundaries (transposes, reductions) are fused, their schedule
+checked (each kernel one run of consecutive nodes, in a topological order), and their
+fused replays compared with the interpreter and with eager code."""
+import random
+
+import numpy as np
+import pytest
+from backend_helpers import assert_replay_equal
+from fusion_helpers import reference_factory
+
+import dezero
+import dezero.functions as F
+from dezero.static import passes
+from dezero.static.backends import cpu
+from dezero.static.backends.pycode import Compiled
+from dezero.static.ir import GraphError, Node, StaticGraph, Value
+
+
+def crossed(x, v):
+    """Two chains that meet twice: e's kernel feeds h's through a transpose, and j
+    reads both; j may join h's kernel but not e's (e's would then wait for h's)."""
+    e = x * 2 + 1
+    g = F.transpose(e)
+    h = v * 3
+    return h + g, e * h
+
+
+def check_schedule(graph):
+    """graph.check() and: no kernel reads a value made after it starts."""
+    graph.check()
+    at = {id(v): i for i, n in enumerate(graph.nodes) for v in n.outputs}
+    start = {id(n): graph.nodes.index(g.nodes[0]) for g in graph.groups for n in g.nodes}
+    for group in graph.groups:
+        assert all(at[id(v)] < start[id(group.nodes[0])] for v in group.inputs)
+
+
+BACKENDS = ["interpreter", "python"] + (["cpu"] if cpu.missing_reason() is None else [])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_chains_that_meet_twice_trace_and_replay_like_eager(backend):
+    rng = np.random.default_rng(0)
+    x, v = (rng.standard_normal((3, 3)).astype(np.float32) for _ in range(2))
+    graph = dezero.trace(crossed).lower(x, v)
+    check_schedule(graph)
+    assert [[n.outputs[0].name for n in g.nodes] for g in graph.groups] == \
+        [["d", "e"], ["g", "h", "i"]]
+    x2, v2 = x - 1, v * 2
+    got = graph.compile(backend).run((x2, v2))
+    for a, b in zip(got, crossed(dezero.Variable(x2), dezero.Variable(v2))):
+        assert_replay_equal(a.data, b.data)
+    fused = Compiled(graph, reference_factory(graph)).run((x2, v2))
+    for a, b in zip(fused, got):
+        assert_replay_equal(a.data, b.data)
+
+
+def test_a_grouping_whose_kernels_wait_for_each_other_is_a_clear_error():
+    graph = dezero.trace(crossed).lower(*[np.ones((3, 3), np.float32)] * 2)
+    d, e, f, g, h, i = [n for n in graph.nodes if n.kind == "op"]
+    assert f.op == "transpose"
+    with pytest.raises(GraphError, match=r"groups wait for each other: \[d, e, i\]; \[g, h\]"):
+        passes._schedule(graph.nodes, [[d, e, i], [g, h]])
+
+
+# =============================================================================
+# Random programs: steps (op, operands) built as a graph or as Python code
+# =============================================================================
+
+F32 = np.dtype(np.float32)
+INPUTS = (("x", (3, 3)), ("v", (3, 3)), ("r", (3, 1)))
+# op -> (the dezero function, its attrs in the graph); weights favour chains that
+# meet again after a transpose, where a wrong grouping makes a cycle.
+OPS = {"add": (lambda a, b: a + b, {}), "mul": (lambda a, b: a * b, {}),
+       "sub": (lambda a, b: a - b, {}), "tanh": (F.tanh, {}), "neg": (lambda a: -a, {}),
+       "transpose": (F.transpose, {"axes": None}),
+       "sum": (lambda a: F.sum(a, axis=1, keepdims=True), {"axis": 1, "keepdims": True})}
+WEIGHTS = (3, 3, 3, 1, 1, 2, 1)
+
+
+def random_steps(seed):
+    """([(op, operand indexes)], output indexes, shapes); index i is the i-th value
+    (inputs first). The first operand is one of the six latest values, the second
+    any. transpose and sum take 3x3 values only (a 3x1 operand makes them tanh)."""
+    rng = random.Random(seed)
+    shapes = [s for _, s in INPUTS]
+    steps = []
+    for op in rng.choices(list(OPS), WEIGHTS, k=rng.randrange(8, 24)):
+        operands = [len(shapes) - 1 - rng.randrange(min(len(shapes), 6))]
+        if op in ("add", "mul", "sub"):
+            operands.append(rng.randrange(len(shapes)))
+        if op in ("transpose", "sum") and shapes[operands[0]] != (3, 3):
+            op = "tanh"
+        shape = max(shapes[i] for i in operands)  # (3, 1) and (3, 3) broadcast to (3, 3)
+        shapes.append((3, 1) if op == "sum" else shape)
+        steps.append((op, operands))
+    outputs = [len(shapes) - 1] + [rng.randrange(len(INPUTS), len(shapes)) for _ in "ab"]
+    return steps, outputs, shapes
+
+
+def as_graph(steps, outputs, shapes):
+    values = [Value(n, s, F32) for n, s in INPUTS]
+    nodes = [Node("input", outputs=[v]) for v in values]
+    for k, (op, operands) in enumerate(steps):
+        values.append(Value(f"t{k}", shapes[len(INPUTS) + k], F32))
+        nodes.append(Node("op", op, [values[i] for i in operands], OPS[op][1], [values[-1]]))
+    nodes.append(Node("output", inputs=[values[i] for i in outputs]))
+    tree = ("tuple", [("array", i) for i in range(len(outputs))])
+    return StaticGraph("program", nodes, tree)
+
+
+def as_function(steps, outputs):
+    def program(*inputs):
+        values = list(inputs)
+        for op, operands in steps:
+            values.append(OPS[op][0](*(values[i] for i in operands)))
+        return tuple(values[i] for i in outputs)
+    return program
+
+
+def random_arrays(seed):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(np.float32) for _, s in INPUTS]
+
+
+def fuse_random_graphs(seeds, replay_every):
+    for seed in seeds:
+        graph = as_graph(*random_steps(seed))
+        fused = passes.fuse(graph)
+        check_schedule(fused)
+        if seed % replay_every == 0:
+            arrays = random_arrays(seed)
+            want = graph.interpret(*arrays)
+            got = Compiled(fused, reference_factory(fused)).run(arrays)
+            for a, b in zip(got, want, strict=True):
+                np.testing.assert_array_equal(a, b, err_msg=f"seed {seed}")
+
+
+def test_fusion_of_a_thousand_random_graphs_has_an_acyclic_schedule():
+    fuse_random_graphs(range(1000), replay_every=20)
+
+
+@pytest.mark.slow
+def test_fusion_of_five_thousand_random_graphs_replays_like_the_interpreter():
+    fuse_random_graphs(range(1000, 6000), replay_every=4)
+
+
+def trace_random_programs(seeds):
+    """Traced and lowered, each program replays (python backend, and its kernels as
+    numpy reference kernels: g++ on thousands of kernels would take minutes) what
+    eager code returns."""
+    for seed in seeds:
+        steps, outputs, _ = random_steps(seed)
+        program = as_function(steps, outputs)
+        graph = dezero.trace(program).lower(*random_arrays(seed))
+        check_schedule(graph)
+        arrays = random_arrays(seed + 1)
+        want = program(*arrays)
+        for plan in (graph.compile("python"), Compiled(graph, reference_factory(graph))):
+            for a, b in zip(plan.run(arrays), want, strict=True):
+                np.testing.assert_array_equal(a.data, b.data, err_msg=f"seed {seed}")
+
+
+def test_random_traced_programs_replay_like_eager():
+    trace_random_programs(range(100))
+
+
+@pytest.mark.slow
+def test_four_hundred_random_traced_programs_replay_like_eager():
+    trace_random_programs(range(100, 500))
