@@ -11,10 +11,12 @@ from fusion_helpers import reference_factory
 
 import dezero
 import dezero.functions as F
+from dezero.errors import GraphError
 from dezero.static import passes
 from dezero.static.backends import cpu
 from dezero.static.backends.pycode import Compiled
-from dezero.static.ir import GraphError, Node, StaticGraph, Value
+from dezero.static.graph import StaticGraph
+from dezero.static.ir import Node, Value
 
 
 def crossed(x, v):
