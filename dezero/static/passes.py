@@ -307,15 +307,14 @@ def fuse(graph: Graph) -> Graph:
     for node in graph.nodes:
         if node.kind != "op":
             continue
-        inputs = {find(unit_of[id(producer[id(v)])]) for v in node.inputs
-                  if id(producer[id(v)]) in unit_of}
+        units = [unit_of.get(id(producer[id(v)])) for v in node.inputs]  # None: not an op
+        inputs = {find(u) for u in units if u is not None}
         reason = fusion_refusal(node)
         if reason is not None:
             log(f"boundary {format_node(node)}: {reason}")
             phase += node.record.collective
         near = []
-        for v in node.inputs if reason is None else ():
-            u = unit_of.get(id(producer[id(v)]))
+        for v, u in zip(node.inputs, units) if reason is None else ():
             if u is None or not members[find(u)] or find(u) in near:
                 continue
             if phase_of[find(u)] != phase:
