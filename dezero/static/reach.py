@@ -13,6 +13,7 @@ the run computed (LSTM.h), which later calls read and write as state.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import operator
 import os
@@ -25,7 +26,7 @@ import types
 import numpy as np
 
 from dezero import cuda
-from dezero.core import Variable
+from dezero.core import Function, Variable
 from dezero.errors import TraceError
 from dezero.layers import Layer
 from dezero.optimizers import Hyperparameter, Optimizer
@@ -77,11 +78,13 @@ class Structure:
                 global mask) still holds the copy's values
     generators  (generator, its state, label): the user's random generators reached
                 (not guarded: python_writes compares them across a recording)
+    contents    (dict, list, set or deque, its items, label): the containers reached
+                (not guarded either: python_writes compares them, list.append included)
     """
 
     def __init__(self):
         self.namespaces, self.sequences, self.cells, self.generators = [], [], [], []
-        self.arrays = []
+        self.arrays, self.contents = [], []
         self._fast = None
 
     def add(self, mapping, bound: dict, length, label, style):
@@ -151,8 +154,9 @@ class Structure:
 def python_writes(before: Structure) -> list[tuple[str, str]]:
     """(where, what) such as ('model.calls', 'model.calls 0 -> 1') for each number
     or string that `before` (the structure surveyed before a run) bound and the run
-    changed, and for each random generator of the user's that it drew from: a
-    replay runs no Python, so it would do neither again."""
+    changed, each container it changed (log.append(n)), and each random generator
+    of the user's that it drew from: a replay runs no Python, so it would do none
+    of these again."""
     found = []
     for mapping, keys, values, _, label, style in before.namespaces:
         for key, old in zip(keys, values):
@@ -163,7 +167,20 @@ def python_writes(before: Structure) -> list[tuple[str, str]]:
                 found.append((where, f"{where} {old!r} -> {new!r}"))
     found += [(label, f"random generator {label} drew numbers") for generator, state,
               label in before.generators if _generator_state(generator) != state]
+    found += [(label, f"{label} changed ({len(items)} -> {len(container)} items)")
+              for container, items, label in before.contents
+              if not _same_items(_items(container), items)]
     return found
+
+
+def _items(container) -> tuple:
+    return (*container, *(container.values() if isinstance(container, dict) else ()))
+
+
+def _same_items(a, b) -> bool:
+    """Whether two snapshots hold the same objects (or equal numbers and names)."""
+    return len(a) == len(b) and all(x is y or (type(x) is type(y) and isinstance(
+        x, _NUMBERS) and x == y) for x, y in zip(a, b))
 
 
 def _spell(label, key, style) -> str:
@@ -216,6 +233,7 @@ def survey(fn, args, kwargs, captured: set, computed: dict, known: set, constant
         if id(f) in seen:
             continue
         seen.add(id(f))
+        walk.quiet = id(f) in walk.quiet_functions
         while isinstance(f, functools.partial):
             for arg in list(f.args) + list(f.keywords.values()):
                 walk.visit(arg, type(arg).__name__, False)
@@ -239,7 +257,7 @@ def survey(fn, args, kwargs, captured: set, computed: dict, known: set, constant
                 continue  # a computed value in a cell: the check for escapes reports it
             walk.structure.cells.append((cell, value, f"{name} (closure of {f.__name__})"))
             if isinstance(value, types.FunctionType):
-                functions.append(value)
+                walk.add_function(value)
             else:
                 walk.visit(value, name, False)
         module = sys.modules.get(f.__globals__.get("__name__"))
@@ -256,7 +274,7 @@ def survey(fn, args, kwargs, captured: set, computed: dict, known: set, constant
             # run again) may hold a new model, function or constant.
             bound[name] = value
             if isinstance(value, types.FunctionType):
-                functions.append(value)
+                walk.add_function(value)
             else:
                 walk.visit(value, name, False)
     for mapping, bound in namespaces.values():
@@ -292,6 +310,9 @@ class _Walk:
         self.constants = {id(array): array for array in constants}  # alive: the tracer's
         self.structure, self.carried, self.transient = Structure(), [], []
         self.functions: list = []            # methods of the user's classes, for survey
+        # Walking what a library, dezero or a Function's code holds: containers it
+        # changes are its own business (an op's changes are replayed) and not watched.
+        self.quiet, self.quiet_functions = 0, set()
         self.modules: list = []              # the user's modules reached
         self.relevant: dict[int, bool] = {}  # id -> whether it holds structure
         self.keep: list = []                 # keeps the ids above alive during the walk
@@ -313,7 +334,7 @@ class _Walk:
             code = getattr(code, "__func__", code)
             if isinstance(code, types.FunctionType) and is_user_module(
                     sys.modules.get(code.__module__)):  # reads globals too, however reached
-                self.functions.append(obj)
+                self.add_function(obj)
             return True  # what it is counts: whoever holds it checks its identity
         key = id(obj)
         if key not in self.relevant:
@@ -337,11 +358,14 @@ class _Walk:
                 return False
             # The methods of the user's classes (a Model's forward) read globals too;
             # their numbers (class Settings: scale = 2.0) count like an object's.
-            self.functions += [v for v in vars(obj).values() if isinstance(v, types.FunctionType)]
+            for method in [v for v in vars(obj).values() if isinstance(v, types.FunctionType)]:
+                self.add_function(method, quiet=issubclass(obj, Function))
             return self._mapping(obj.__dict__, obj, label, False, _NUMBERS)
+        if not (inside or self.quiet) and isinstance(obj, (dict, list, set, collections.deque)):
+            self.structure.contents.append((obj, _items(obj), label))  # the user's
         if isinstance(obj, dict):  # settings = {"scale": 2.0}: its numbers count
             return self._mapping(obj, None, label, inside, _NUMBERS[:-1])
-        if isinstance(obj, (list, tuple, set, frozenset)):
+        if isinstance(obj, (list, tuple, set, frozenset, collections.deque)):
             found = [self._item(item, f"{label}[{i}]", inside) for i, item in enumerate(obj)]
             if isinstance(obj, list) and (any(found) or (inside and not obj)):
                 # An empty list in a layer or optimizer (hooks) may get a hook later.
@@ -354,15 +378,23 @@ class _Walk:
             # A traced function called from this one runs inline: its code counts. A
             # graph, entry or cache is not the user's structure.
             if callable(obj) and isinstance(getattr(obj, "fn", None), types.FunctionType):
-                self.functions.append(obj.fn)
+                self.add_function(obj.fn)
             return False
         self._methods(type(obj))
         # dezero's objects (a layer, a DataLoader's iteration) and the user's: not
         # other libraries' internals (a WeakKeyDictionary's flags).
-        numbers = _NUMBERS if type(obj).__module__.split(".")[0] == "dezero" or \
-            is_user_module(sys.modules.get(type(obj).__module__)) else ()
-        return self._mapping(attributes, obj, label,
-                             inside or isinstance(obj, (Layer, Optimizer)), numbers)
+        users = is_user_module(sys.modules.get(type(obj).__module__))
+        numbers = _NUMBERS if users or type(obj).__module__.split(".")[0] == "dezero" else ()
+        self.quiet += not users
+        found = self._mapping(attributes, obj, label,
+                              inside or isinstance(obj, (Layer, Optimizer)), numbers)
+        self.quiet -= not users
+        return found
+
+    def add_function(self, f, quiet=False):
+        self.functions.append(f)
+        if quiet or self.quiet:
+            self.quiet_functions.add(id(f))
 
     def _methods(self, cls):
         # The user's classes: their methods, and class attributes that may hold layers.
