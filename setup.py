@@ -48,6 +48,8 @@ setup(
     license="MIT",
     python_requires=">=3.10",
     packages=find_packages(include=["dezero", "dezero.*"]),
+    # The C++ header every library of fused kernels includes (the cpu backend).
+    package_data={"dezero.static.backends": ["dezero_kernels.h"]},
     install_requires=["numpy>=1.23"],
     extras_require=EXTRAS,
     entry_points={"console_scripts": []},

@@ -5,7 +5,8 @@ The "cpu" backend (dezero/static/backends/cpu.py, the default replay backend
 on the CPU) wraps that body in a loop over the array -- inputs that broadcast
 (a bias row, a scalar) are read through strides, the loop is written so the
 compiler vectorises it (math functions from its SIMD library), and OpenMP
-splits large arrays across cores -- then compiles all kernels of a graph with
+splits large arrays across cores; the loops are a macro of the header
+dezero_kernels.h, so a kernel's source is its body once -- then compiles all kernels of a graph with
 the system C++ compiler into one shared library, loaded with ctypes and
 cached on disk ($DEZERO_CACHE_DIR, by a hash of the source). numpy runs a
 chain of ten ops as ten loops, each writing a temporary array; the kernel
@@ -54,7 +55,7 @@ if missing is not None:
     print(f"skipped compiling and timing: {missing}")
     sys.exit(0)
 
-library = cpu.library_source([spec])   # a prelude (includes, numpy's array layout) + kernels
+library = cpu.library_source([spec])   # #include "dezero_kernels.h" + the kernels
 with tempfile.TemporaryDirectory() as scratch:
     # An empty cache, to see the compiler at work (replays use $DEZERO_CACHE_DIR).
     user_cache, os.environ["DEZERO_CACHE_DIR"] = os.environ.get("DEZERO_CACHE_DIR"), scratch

@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -226,17 +227,26 @@ def test_outputs_of_one_call_are_distinct_buffers(library):
 
 def test_source_is_readable_and_deterministic(library):
     assert cpu.library_source(list(SPECS.values())) == library.source
-    assert "// kernel k_full: x: float32[3, 4], a: float32[], b: float32[3, 4] -> " \
-           "y: float32[3, 4], z: float32[3, 4]" in library.source
+    assert "// kernel k_full\n// x: float32[3, 4], a: float32[], b: float32[3, 4] -> " \
+           "y: float32[3, 4], z: float32[3, 4]\n" in library.source
     assert 'int k_row(Object* _a0, Object* _a1, Object* _a2, Object* _a3' in library.source
 
 
-def test_vector_math_is_declared_where_glibc_has_it():
-    text = cpu.vector_math_declarations()
-    if cpu._glibc_version() >= (2, 35):
-        assert "float tanhf(float x);" in text and "double exp(double x);" in text
-    else:
-        assert "stay scalar" in text
+def test_a_kernel_is_its_body_once_inside_one_loop():
+    # What a reader of the source sees: the header's name, then per kernel a comment,
+    # its arguments, one loop (the header writes its variants) and the body once.
+    source = cpu.library_source([SPECS["k_full"]])
+    assert source.count("tanh(t1 + b)") == 1 and source.count("DEZERO_FOR_EACH_ELEMENT") == 1
+    assert source.startswith("// Generated") and '#include "dezero_kernels.h"' in source
+    assert len(source.splitlines()) < 25
+    assert "#pragma" not in source and "struct" not in source  # both in the header
+
+
+def test_the_header_ships_with_the_package_and_declares_vector_math():
+    assert cpu.HEADER.name in Path(cpu.__file__).parents[3].joinpath("setup.py").read_text()
+    text = cpu.HEADER.read_text()
+    assert "DEZERO_SIMD(tanh)" in text and "__GLIBC_MINOR__ >= 35" in text
+    assert "#define DEZERO_FOR_EACH_ELEMENT(" in text
 
 
 def test_cache_hit_skips_the_compiler(tmp_path, monkeypatch):
@@ -345,7 +355,7 @@ def test_a_cxx_that_names_no_compiler_is_the_missing_reason(monkeypatch, cxx):
         cpu.compiler.cache_clear()
 
 
-def test_cache_key_covers_flags_and_compiler(monkeypatch):
+def test_cache_key_covers_flags_compiler_and_header(monkeypatch, tmp_path):
     source = cpu.library_source([SPECS["k_0d"]])
     key = cpu._cache_key(source)
     assert cpu._cache_key(source) == key and cpu._cache_key(source + " ") != key
@@ -353,6 +363,11 @@ def test_cache_key_covers_flags_and_compiler(monkeypatch):
     assert cpu._cache_key(source) != key
     monkeypatch.undo()
     monkeypatch.setattr(cpu, "compiler", lambda: ("/usr/bin/c++", "c++ (other) 99.1"))
+    assert cpu._cache_key(source) != key
+    monkeypatch.undo()
+    header = tmp_path / cpu.HEADER.name  # the header is part of every library
+    header.write_text(cpu.HEADER.read_text() + "\n")
+    monkeypatch.setattr(cpu, "HEADER", header)
     assert cpu._cache_key(source) != key
 
 

@@ -1,0 +1,173 @@
+// dezero_kernels.h: what every library of fused kernels shares (the cpu backend).
+//
+// A generated library includes this header, then defines one extern "C" function per
+// kernel: a comment naming the group and its nodes, the kernel's shape, and its body,
+// the C++ of one element, inside DEZERO_FOR_EACH_ELEMENT (below), which runs the body
+// over every element with the loop that fits the arguments it was given.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <omp.h>
+
+// glibc's libmvec (2.35 and later, x86-64) has SIMD versions of these math functions,
+// declared SIMD-callable only under -ffast-math; declaring them here lets the
+// `#pragma omp simd` loops call e.g. _ZGVeN16v_tanhf, 16 floats at a time.
+#if defined(__x86_64__) && defined(__GLIBC__) && \
+    (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+#define DEZERO_SIMD(name)                                                      \
+  _Pragma("omp declare simd notinbranch") float name##f(float);                  \
+  _Pragma("omp declare simd notinbranch") double name(double);
+#define DEZERO_SIMD2(name)                                                     \
+  _Pragma("omp declare simd notinbranch") float name##f(float, float);           \
+  _Pragma("omp declare simd notinbranch") double name(double, double);
+extern "C" {
+DEZERO_SIMD(acos) DEZERO_SIMD(acosh) DEZERO_SIMD(asin) DEZERO_SIMD(asinh) DEZERO_SIMD(atan)
+DEZERO_SIMD(atanh) DEZERO_SIMD(cbrt) DEZERO_SIMD(cos) DEZERO_SIMD(cosh) DEZERO_SIMD(erf)
+DEZERO_SIMD(erfc) DEZERO_SIMD(exp) DEZERO_SIMD(exp10) DEZERO_SIMD(exp2) DEZERO_SIMD(expm1)
+DEZERO_SIMD(log) DEZERO_SIMD(log10) DEZERO_SIMD(log1p) DEZERO_SIMD(log2) DEZERO_SIMD(sin)
+DEZERO_SIMD(sinh) DEZERO_SIMD(tan) DEZERO_SIMD(tanh)
+DEZERO_SIMD2(atan2) DEZERO_SIMD2(hypot) DEZERO_SIMD2(pow)
+}
+#endif
+
+namespace dezero_kernels {
+using namespace std;  // tanh(x) on a float calls the float overload, not the double one
+typedef intptr_t npy_intp;
+
+// fmax/fmin as comparisons (the libm calls do not vectorise); a NaN argument
+// yields the other one, as C's fmax does.
+template <class T> inline T max_num(T a, T b) { return (a > b || b != b) ? a : b; }
+template <class T> inline T min_num(T a, T b) { return (a < b || b != b) ? a : b; }
+template <class A, class B> inline auto fmax(A a, B b) -> decltype(a + b) {
+  return max_num<decltype(a + b)>(a, b); }
+template <class A, class B> inline auto fmin(A a, B b) -> decltype(a + b) {
+  return min_num<decltype(a + b)>(a, b); }
+
+// The heads of a CPython object, a numpy array and a numpy dtype: numpy's stable
+// ABI (PyArrayObject_fields, PyArray_Descr), read without Python's or numpy's
+// headers. dezero_layout() lets the Python side check them once per process.
+struct Object { intptr_t refcnt; void* type; };
+struct Descr { Object head; void* typeobj; char kind, type, byteorder, flags; int type_num; };
+struct Array {
+  Object head; char* data; int nd; npy_intp* dims; npy_intp* strides; Object* base;
+  Descr* descr; int flags;
+};
+enum { C_CONTIGUOUS = 0x1, ALIGNED = 0x100 };
+static void* ndarray_type = nullptr;  // numpy.ndarray, set by dezero_init
+// 0 in a child process forked after OpenMP ran: GNU OpenMP's threads did not
+// survive the fork, and a parallel region there would wait for them forever.
+static int threads_ok = 1;
+// Below this many elements a kernel runs on one thread: starting OpenMP's team
+// costs more than it saves.
+static const npy_intp PARALLEL_MIN = 1 << 18;
+
+// How an argument meets a kernel: -1 refused (the Python side converts it or
+// explains), else its strides in elements broadcast to `shape` (0 on broadcast
+// axes) and whether it is C-contiguous of the full shape (1) or one element (2).
+static int arg_layout(Object* o, int type_num, npy_intp item, int nd,
+                      const npy_intp* shape, npy_intp* st) {
+  if (o->type != ndarray_type) return -1;
+  const Array* a = (const Array*)o;
+  if (a->descr->type_num != type_num || a->descr->byteorder == '>' ||
+      !(a->flags & ALIGNED) || a->nd > nd) return -1;
+  const int lead = nd - a->nd;
+  bool full = true, one = true;
+  for (int k = 0; k < nd; ++k) {
+    const npy_intp dim = k < lead ? 1 : a->dims[k - lead];
+    if (dim != shape[k] && dim != 1) return -1;
+    full = full && dim == shape[k];
+    one = one && dim == 1;
+    st[k] = dim == 1 ? 0 : a->strides[k - lead] / item;
+  }
+  return one ? 2 : (full && (a->flags & C_CONTIGUOUS)) ? 1 : 0;
+}
+
+// [lo, hi) of n for this OpenMP thread, in blocks of 64 elements.
+static inline void thread_range(npy_intp n, npy_intp* lo, npy_intp* hi) {
+  const npy_intp parts = omp_get_num_threads(), me = omp_get_thread_num();
+  const npy_intp chunk = ((n + parts - 1) / parts + 63) / 64 * 64;
+  *lo = me * chunk < n ? me * chunk : n;
+  *hi = *lo + chunk < n ? *lo + chunk : n;
+}
+}  // namespace dezero_kernels
+
+extern "C" void dezero_init(dezero_kernels::Object* ndarray) {
+  dezero_kernels::ndarray_type = ndarray;
+}
+
+extern "C" void dezero_serial() { dezero_kernels::threads_ok = 0; }
+
+// What this library reads from an array: data, ndim, dims[0], type_num, flags.
+extern "C" void dezero_layout(dezero_kernels::Object* o, intptr_t* out) {
+  const dezero_kernels::Array* a = (const dezero_kernels::Array*)o;
+  out[0] = (intptr_t)a->data; out[1] = a->nd; out[2] = a->dims[0];
+  out[3] = a->strides[0]; out[4] = a->descr->type_num; out[5] = a->flags;
+}
+
+// IN(k): input k of the element at hand; OUT(T, j): where output j (of C++ type T) of it
+// goes. Each loop of DEZERO_FOR_EACH_ELEMENT defines _load for its way of reading inputs.
+#define IN(k) _load(k, _i)
+#define OUT(T, j) ((T*)_ptr[_n_in + (j)])[_base + _i]
+
+// DEZERO_FOR_EACH_ELEMENT(T, type_num, nd, n_in, n_out, fast, body...): run `body` for
+// every element of a kernel's `_shape` (nd dims) on the arrays _arg[0 .. n_in + n_out)
+// (inputs of C++ type T, numpy type number type_num, then outputs of the full shape);
+// _one[k] says that input k has one element. The function returns k + 1
+// when input k must be converted first (its dtype, byte order or alignment), else 0.
+// Three loops, the body written into each by the preprocessor:
+//   fast     every input C-contiguous of the full shape or of one element (when the
+//            kernel's inputs allow it, `fast`): one flat loop, split among threads;
+//   rows     rows of the last axis, each contiguous in every input (a bias row, a
+//            scalar): a loop that indexes by i, which GCC vectorises;
+//   strided  rows of the last axis, every input at its broadcast strides.
+#define DEZERO_FOR_EACH_ELEMENT(T, TYPE_NUM, ND, N_IN, N_OUT, FAST, ...)             \
+  constexpr int _nd = ND, _last = ND > 0 ? ND - 1 : 0, _n_in = N_IN;               \
+  npy_intp _n = 1;                                                                  \
+  for (int _d = 0; _d < _nd; ++_d) _n *= _shape[_d];                                \
+  const npy_intp _inner = _nd > 0 ? _shape[_nd - 1] : 1;                            \
+  char* _ptr[N_IN + N_OUT];                                                         \
+  npy_intp _st[N_IN + 1][_last + 1] = {};                                           \
+  bool _fast = FAST, _unit = true;                                                  \
+  for (int _k = 0; _k < N_IN; ++_k) {                                               \
+    const int _kind = arg_layout(_arg[_k], TYPE_NUM, sizeof(T), _nd, _shape, _st[_k]); \
+    if (_kind < 0) return _k + 1;                                                   \
+    _fast = _fast && _kind == (_one[_k] ? 2 : 1);                                   \
+    _unit = _unit && (_one[_k] ? _kind == 2 : _st[_k][_last] == 1);                 \
+  }                                                                                 \
+  if (_n == 0) return 0;                                                            \
+  for (int _k = 0; _k < N_IN + N_OUT; ++_k) _ptr[_k] = ((Array*)_arg[_k])->data;   \
+  T _val[N_IN + 1];                                                                 \
+  for (int _k = 0; _k < N_IN; ++_k) _val[_k] = *(const T*)_ptr[_k];                 \
+  if (_fast) {                                                                      \
+    _Pragma("omp parallel if (_n >= PARALLEL_MIN && threads_ok)")                   \
+    {                                                                               \
+      npy_intp _lo, _hi;                                                            \
+      thread_range(_n, &_lo, &_hi);                                                 \
+      const npy_intp _base = 0;                                                     \
+      auto _load = [&](int k, npy_intp i) -> T {                                    \
+        return _one[k] ? _val[k] : ((const T*)_ptr[k])[i]; };                       \
+      _Pragma("omp simd")                                                           \
+      for (npy_intp _i = _lo; _i < _hi; ++_i) { __VA_ARGS__ }                       \
+    }                                                                               \
+    return 0;                                                                       \
+  }                                                                                 \
+  _Pragma("omp parallel for if (_n >= PARALLEL_MIN && _n > _inner && threads_ok)")  \
+  for (npy_intp _row = 0; _row < _n / _inner; ++_row) {                             \
+    npy_intp _off[N_IN + 1] = {};                                                   \
+    for (int _k = 0; _k < N_IN; ++_k)                                               \
+      for (npy_intp _d = _nd - 2, _rest = _row; _d >= 0; _rest /= _shape[_d], --_d) \
+        _off[_k] += (_rest % _shape[_d]) * _st[_k][_d];                             \
+    const npy_intp _base = _row * _inner;                                           \
+    if (_unit) {                                                                    \
+      auto _load = [&](int k, npy_intp i) -> T {                                    \
+        return _one[k] ? _val[k] : ((const T*)_ptr[k] + _off[k])[i]; };             \
+      _Pragma("omp simd")                                                           \
+      for (npy_intp _i = 0; _i < _inner; ++_i) { __VA_ARGS__ }                      \
+      continue;                                                                     \
+    }                                                                               \
+    auto _load = [&](int k, npy_intp i) -> T {                                      \
+      return ((const T*)_ptr[k] + _off[k])[i * _st[k][_last]]; };                   \
+    _Pragma("omp simd")                                                             \
+    for (npy_intp _i = 0; _i < _inner; ++_i) { __VA_ARGS__ }                        \
+  }                                                                                 \
+  return 0;
