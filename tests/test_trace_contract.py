@@ -906,3 +906,39 @@ def test_an_inputs_gradient_is_not_the_array_of_state():
         W.data -= 0.5 * W.grad.data  # the book's update leaves x.grad as it was
         np.testing.assert_array_equal(x.grad.data, [1, 2, 3])
         W.data[...] = [1, 2, 3]
+
+
+# =============================================================================
+# What a replay returns: new values, never the objects the caller holds
+# =============================================================================
+
+
+@pytest.mark.parametrize("returned", ["parameter", "argument"])
+def test_returning_a_variable_made_before_the_call_raises_naming_the_rule(returned):
+    # Eager code returns that very object (later updates of it show through);
+    # a replay returned a copy.
+    model = dezero.layers.Linear(2, in_size=3)
+
+    def step(x):
+        loss = F.sum(model(x))
+        model.cleargrads()
+        loss.backward()
+        return loss, (model.W if returned == "parameter" else x)
+
+    with pytest.raises(TraceError, match=r"returns (model\.)?(W|x), a Variable made before the "
+                                         r"call[\s\S]*fix: return a new value"):
+        dezero.trace(step)(Variable(np.ones((4, 3), np.float32)))
+
+
+def test_returning_a_new_value_of_a_parameter_replays_like_eager():
+    W, W_eager = Variable(np.ones(3), name="W"), Variable(np.ones(3), name="W")
+
+    def make(W):
+        def step(x):
+            with dezero.no_grad():
+                W.data = (W - x).data
+            return W * 1.0  # the fix the error gives
+        return step
+
+    side_by_side((make(W), make(W_eager)), lambda i: (Variable(np.full(3, i + 0.5)),),
+                 state=[(W, W_eager)])

@@ -338,6 +338,13 @@ class Tracer(TracerHooks):
 
     def _flatten_output(self, obj, outputs):
         if isinstance(obj, Variable):
+            if id(obj) in self.captured or self._is_input(obj):
+                name = self.values[id(obj)].name if self._is_input(obj) else self.label(obj)
+                raise TraceError(
+                    f"{self.name} returns {name}, a Variable made before the call; eager "
+                    f"code returns that very object (later changes to it show through), a "
+                    f"replay can only return new Variables\n  fix: return a new value "
+                    f"({name} * 1.0), or read {name} itself after the call")
             outputs.append(self.resolve(obj))
             return ("var", len(outputs) - 1)
         if isinstance(obj, GuardedArray):
