@@ -109,12 +109,17 @@ class Communicator:
         if missing:
             raise ValueError(f"broadcast_params: {', '.join(missing)} not initialised yet "
                              f"(lazy init); call the model once first, e.g. model(x[:1])")
-        mine = [(p.name, p.data.shape, p.data.dtype.str) for p in params]
+        mine = [f"{p.name}: {p.data.dtype}{list(p.data.shape)}" for p in params]
         theirs = self.mpi.bcast(mine, root=root)
         if mine != theirs:
-            raise ValueError(f"broadcast_params: rank {self.rank}'s parameters {mine} "
-                             f"differ from rank {root}'s {theirs}; build the same model "
-                             f"on every rank")
+            i = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b),
+                     min(len(mine), len(theirs)))
+            raise ValueError(
+                f"broadcast_params: rank {self.rank}'s parameters differ from rank "
+                f"{root}'s: {len(mine)} against {len(theirs)}, parameter {i} is "
+                f"{mine[i] if i < len(mine) else 'missing'} against "
+                f"{theirs[i] if i < len(theirs) else 'missing'}; build the same model "
+                f"on every rank")
         with no_grad():
             for p in params:
                 p.data = self.broadcast(p.data, root)

@@ -5,7 +5,7 @@ With DEZERO_WORKER_GPU=1 the models and batches live on the GPU (each rank on it
 local rank's), and the exchanges go through NCCL.
 
     python -m mpi4py tests/distributed_worker.py train out.npz
-    python -m mpi4py tests/distributed_worker.py fail
+    python -m mpi4py tests/distributed_worker.py fail       # (or mismatch)
 """
 import os
 import sys
@@ -107,5 +107,13 @@ def fail():
     comm.barrier()  # the others wait here for a rank that never comes
 
 
+def mismatch():
+    """The last rank builds a wider model: broadcast_params refuses it there."""
+    comm = dist.init()
+    model = MLP((17 if comm.rank == comm.size - 1 else 16, 3))
+    model(np.zeros((1, 6), np.float32))
+    comm.broadcast_params(model)
+
+
 if __name__ == "__main__":
-    train(sys.argv[2]) if sys.argv[1] == "train" else fail()
+    {"train": lambda: train(sys.argv[2]), "fail": fail, "mismatch": mismatch}[sys.argv[1]]()

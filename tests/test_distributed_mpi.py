@@ -80,6 +80,13 @@ def test_a_rank_that_raises_ends_the_whole_job_within_seconds(ranks, runner):
     assert elapsed < 30, f"the job took {elapsed:.1f} s to end"
 
 
+def test_ranks_with_different_models_are_refused_by_broadcast_params():
+    run = launch(2, "mismatch", timeout=60)
+    assert run.returncode != 0
+    assert "broadcast_params: rank 1's parameters" in run.stderr
+    assert "build the same model on every rank" in run.stderr
+
+
 def test_import_dezero_does_not_import_mpi4py():
     code = "import sys, dezero, dezero.optimizers; print('mpi4py' in sys.modules)"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
