@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dezero.static.backends import cpu
+from dezero.static.backends import cache, cpu
 from dezero.static.codegen import CTYPES, KernelSpec, Param
 
 pytestmark = pytest.mark.skipif(cpu.missing_reason() is not None,
@@ -498,3 +498,115 @@ def test_a_compiler_that_writes_no_library_is_a_compile_error(tmp_path, monkeypa
     monkeypatch.setattr(cpu, "compiler", lambda: (("/bin/true",), "true (a stand-in)"))
     with pytest.raises(cpu.CompileError, match="wrote no library"):
         cpu.build_library(cpu.library_source([SPECS["k_0d"]]))
+
+
+# =============================================================================
+# Trust: a cache folder others could write is refused; one on a noexec mount too
+# =============================================================================
+
+
+def folder_with_mode(tmp_path, mode):
+    folder = tmp_path / "kernels"
+    folder.mkdir()
+    folder.chmod(mode)
+    return folder
+
+
+@pytest.mark.parametrize("mode, group_private", [(0o700, False), (0o755, False),
+                                                 (0o770, True)])
+def test_a_cache_folder_only_its_owner_can_write_is_trusted(tmp_path, monkeypatch, mode,
+                                                            group_private):
+    monkeypatch.setattr(cache, "_private_group", lambda info: group_private)
+    assert cache.refusal(folder_with_mode(tmp_path, mode)) is None
+
+
+@pytest.mark.parametrize("mode, why", [
+    (0o777, "can be written by other users (mode 777)"),
+    (0o1777, "can be written by other users (mode 1777)"),  # sticky: still plantable
+    (0o770, "can be written by other users (mode 770)"),    # a group shared with others
+])
+def test_a_cache_folder_others_can_write_is_refused(tmp_path, monkeypatch, mode, why):
+    monkeypatch.setattr(cache, "_private_group", lambda info: False)
+    folder = folder_with_mode(tmp_path, mode)
+    reason = cache.refusal(folder)
+    assert f"the kernel cache {folder} is refused: {folder} {why}" in reason
+    assert f"chmod go-w {folder}" in reason and "DEZERO_CACHE_DIR" in reason
+
+
+def test_a_folder_above_the_cache_that_others_can_replace_is_refused(tmp_path):
+    shared = folder_with_mode(tmp_path, 0o777)
+    (shared / "mine").mkdir(mode=0o700)
+    assert f"{shared} can be written by other users" in cache.refusal(shared / "mine")
+    shared.chmod(0o1777)  # sticky, as /tmp: others cannot rename what is mine
+    assert cache.refusal(shared / "mine") is None
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX owners")
+def test_a_cache_folder_of_another_user_is_refused(tmp_path, monkeypatch):
+    folder = folder_with_mode(tmp_path, 0o700)
+    owner = folder.stat().st_uid
+    monkeypatch.setattr(cache.os, "getuid", lambda: owner + 4242)
+    assert f"{folder} belongs to another user (uid {owner})" in cache.refusal(folder)
+
+
+def test_a_missing_cache_folder_is_made_private(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path / "a" / "b"))
+    old = os.umask(0o002)
+    try:
+        path = cpu.build_library(cpu.library_source([SPECS["k_0d"]]))
+    finally:
+        os.umask(old)
+    assert path.parent == tmp_path / "a" / "b"
+    assert [(p.stat().st_mode & 0o777) for p in (path.parent, path.parent.parent)] == \
+        [0o700, 0o700]
+
+
+def traced_chain_plans(n=2):
+    import dezero
+    import dezero.functions as F
+
+    def chain(x):
+        return F.tanh(x * 2.0 + 1.0) * x - 3.0
+    x = randn(5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plans = [dezero.trace(chain).lower(x).compile("cpu") for _ in range(n)]
+    np.testing.assert_array_equal(plans[0](x).data, chain(x).data)
+    assert not any(hasattr(p, "library") for p in plans)  # unfused
+    return [str(w.message) for w in caught]
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    """cpu's warn-once and its record of unusable caches, empty during the test."""
+    monkeypatch.setattr(cpu, "_UNUSABLE", {})
+    cpu._warn_unfused.cache_clear()
+    yield
+    cpu._warn_unfused.cache_clear()
+
+
+def test_a_refused_cache_warns_once_and_replays_unfused(tmp_path, monkeypatch,
+                                                        fresh_warnings):
+    folder = folder_with_mode(tmp_path, 0o777)
+    monkeypatch.setenv("DEZERO_CACHE_DIR", str(folder))
+    messages = traced_chain_plans()
+    assert len(messages) == 1 and "replay unfused" in messages[0]
+    assert f"{folder} can be written by other users" in messages[0]
+    assert list(folder.iterdir()) == []  # nothing compiled into it, nothing loaded
+
+
+def test_a_cache_on_a_noexec_mount_warns_once_and_replays_unfused(tmp_path, monkeypatch,
+                                                                  fresh_warnings):
+    monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
+
+    def noexec(path, *args, **kwargs):  # what dlopen says on a noexec mount
+        raise OSError(f"{path}: failed to map segment from shared object")
+    monkeypatch.setattr(cpu.ctypes, "CDLL", noexec)
+    builds = []
+    build = cpu.build_library
+    monkeypatch.setattr(cpu, "build_library", lambda source: builds.append(1) or build(source))
+    messages = traced_chain_plans()
+    assert len(messages) == 1 and "replay unfused" in messages[0]
+    assert f"libraries in the kernel cache {tmp_path} cannot be loaded (failed to map " \
+           f"segment from shared object; a folder on a noexec mount" in messages[0]
+    assert len(builds) == 1  # the second graph is not compiled for nothing

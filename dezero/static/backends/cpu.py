@@ -32,10 +32,10 @@ from pathlib import Path
 import numpy as np
 
 from dezero.static import debugging
-from dezero.static.backends import pycode
+from dezero.static.backends import cache, pycode
 
 # =============================================================================
-# Toolchain: compiler, FLAGS, cache_dir
+# Toolchain: compiler, FLAGS
 # =============================================================================
 
 # No -ffast-math: inf and NaN keep their meaning. -ffp-contract=off: a * b + c is
@@ -81,13 +81,6 @@ def missing_reason() -> str | None:
         return "kernels read arrays through CPython's object layout, which this " \
                f"Python ({sys.implementation.name}, free-threaded or not) does not have"
     return None
-
-
-def cache_dir() -> Path:
-    """Where compiled libraries live: $DEZERO_CACHE_DIR or ~/.cache/dezero/kernels,
-    made absolute (dlopen looks for a bare "name.so" on the system's paths)."""
-    return Path(os.environ.get("DEZERO_CACHE_DIR") or
-                Path.home() / ".cache" / "dezero" / "kernels").absolute()
 
 
 @functools.cache
@@ -180,13 +173,13 @@ def build_library(source: str) -> Path:
     library is written under a temporary name and renamed, so a process that
     finds it finds it whole, and two processes compiling at once both succeed.
     Its sha256 is kept beside it: a library cut short or damaged on disk (loading
-    one kills the process with SIGBUS) does not match and is compiled again."""
-    folder = cache_dir()
+    one kills the process with SIGBUS) does not match and is compiled again. A
+    folder that others could write is refused (cache.CacheError)."""
+    folder = cache.private_folder(cache.folder())
     target = folder / f"{_cache_key(source)[:32]}.so"
     digest = target.with_suffix(".sha256")
     if target.exists() and digest.exists() and digest.read_text() == _file_sha256(target):
         return target
-    folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
         src, lib = Path(tmp, "kernels.cpp"), Path(tmp, "kernels.so")
         src.write_text(source)
@@ -255,7 +248,13 @@ class KernelLibrary:
         # Idle OpenMP threads sleep rather than spin (unless the user chose): spinning
         # threads steal the cores that numpy, BLAS and other processes need.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        self.dll = ctypes.CDLL(str(self.path))  # releases the GIL while a kernel runs
+        try:
+            self.dll = ctypes.CDLL(str(self.path))  # releases the GIL while a kernel runs
+        except OSError as e:  # a noexec mount: "failed to map segment from shared object"
+            raise cache.CacheError(
+                f"libraries in the kernel cache {self.path.parent} cannot be loaded "
+                f"({str(e).replace(str(self.path) + ': ', '')}; a folder on a noexec mount "
+                f"cannot hold them); set DEZERO_CACHE_DIR to a folder on another mount") from e
         init = self.dll.dezero_init
         init.argtypes, init.restype = [ctypes.py_object], None
         init(np.ndarray)
@@ -364,6 +363,9 @@ def _warn_unfused(reason: str) -> None:
                   f"{reason}", RuntimeWarning, stacklevel=3)
 
 
+_UNUSABLE: dict = {}  # cache folder -> why its libraries cannot be used
+
+
 # A kernel call costs about 2 us (ctypes, output buffers); numpy about 0.7 us an op
 # on small arrays. A short group on small arrays runs faster as numpy calls.
 KERNEL_MIN_OPS, KERNEL_MIN_SIZE = 4, 1 << 14
@@ -386,16 +388,20 @@ def compile_graph(graph) -> pycode.Compiled:
     if not groups or graph.device == "gpu":  # the cupy backend fuses on the GPU
         return pycode.Compiled(graph)
     from dezero.static.codegen import kernel_spec  # noqa: PLC0415 - codegen imports ir
-    reason = missing_reason()
+    reason = missing_reason() or _UNUSABLE.get(cache.folder())
     if reason is not None:
         _warn_unfused(reason)
         return pycode.Compiled(graph)
     try:
         library = KernelLibrary([kernel_spec(g) for g in groups])
+    except cache.CacheError as e:  # refused, or on a noexec mount: not compiled again
+        _UNUSABLE[cache.folder()] = str(e)
+        _warn_unfused(str(e))
+        return pycode.Compiled(graph)
     except OSError as e:  # a read-only or misplaced cache folder; others propagate
-        if not str(e.filename or "").startswith(str(cache_dir())):
+        if not str(e.filename or "").startswith(str(cache.folder())):
             raise
-        _warn_unfused(f"the kernel cache {cache_dir()} cannot be written ({e.strerror}); "
+        _warn_unfused(f"the kernel cache {cache.folder()} cannot be written ({e.strerror}); "
                       f"set DEZERO_CACHE_DIR to a writable folder")
         return pycode.Compiled(graph)
     plan = pycode.Compiled(graph, factory=library.kernel, groups=groups)
