@@ -103,6 +103,26 @@ def argument_error(fn: str, label: str, array, error) -> TypeError:
                      f"\n  (while recording: {str(error).splitlines()[0]})")
 
 
+_random_ready = set()  # the GPUs whose cupy generator is made
+
+
+def random_of(xp):
+    """xp.random, ready to draw. cupy makes each GPU's generator at its first draw,
+    seeded from os.urandom, which a traced run refuses as fresh entropy; that draw
+    belongs to a random op (drawn afresh at every replay), so the generator is made
+    here with the thread's tracer out of sight."""
+    if xp is np or xp.cuda.get_device_id() in _random_ready:
+        return xp.random
+    from dezero import core
+    tracer, core._thread.tracer = core._thread.tracer, None
+    try:
+        xp.random.get_random_state()
+    finally:
+        core._thread.tracer = tracer
+    _random_ready.add(xp.cuda.get_device_id())
+    return xp.random
+
+
 def require_gpu(caller: str) -> None:
     """Raise a RuntimeError naming `caller` (the call that needs a GPU) and what is
     missing, where dezero runs on numpy."""

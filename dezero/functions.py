@@ -1183,7 +1183,7 @@ class DropoutMask(Function):
 
     def forward(self, x):
         xp = cuda.get_array_module(x)
-        keep = xp.asarray(xp.random.rand(*x.shape) > self.ratio)  # a bool for 0-d x
+        keep = xp.asarray(cuda.random_of(xp).rand(*x.shape) > self.ratio)  # a bool for 0-d x
         # The scale keeps each element's expected value: E[x * mask] = x.
         return keep.astype(x.dtype) * _like(1 / (1 - self.ratio), x)
 

@@ -181,3 +181,14 @@ def test_an_op_given_arrays_on_two_devices_names_them_eagerly():
     with pytest.raises(TypeError, match=r"^matmul: arrays on two devices \(x0 on the CPU "
                        r"\(numpy\), x1 on the GPU \(cupy\)\); .*\n  fix: move them to one"):
         F.matmul(np.ones((1, 2)), W)
+
+
+def test_dropout_in_a_traced_step_may_be_the_first_draw_on_the_gpu(monkeypatch):
+    # cupy makes its generator on the first draw, seeded from os.urandom, which a
+    # recording refuses as fresh entropy: dezero makes it outside the recording.
+    cp.random.reset_states()
+    monkeypatch.setattr(dezero.cuda, "_random_ready", set())
+    x = cp.ones((64, 8), cp.float32)
+    masked = dezero.trace(lambda x: F.dropout(x, 0.5))
+    first, second = (masked(x).data.get() for _ in range(2))
+    assert set(np.unique(first)) <= {0.0, 2.0} and not np.array_equal(first, second)

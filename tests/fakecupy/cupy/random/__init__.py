@@ -5,6 +5,7 @@ and drawing on the GPU does not move numpy's global state. Here a numpy RandomSt
 of the double's own stands in; the functions take cupy's `dtype` argument.
 """
 import inspect
+import os
 
 import numpy
 
@@ -15,10 +16,12 @@ class RandomState:
     """cupy.random.RandomState: numpy's draws as the double's arrays, in `dtype`."""
 
     def __init__(self, seed=None, method=None):
-        self._state = numpy.random.RandomState(seed)
+        # Seeded here, as cupy seeds its own: numpy's seeding from entropy would count
+        # as a numpy generator made inside a traced run.
+        self._state = numpy.random.RandomState(_entropy() if seed is None else seed)
 
     def seed(self, seed=None):
-        self._state.seed(seed)
+        self._state.seed(_entropy() if seed is None else seed)
 
     def __getattr__(self, name):
         if not _names.has("cupy.random", name) or not hasattr(self._state, name):
@@ -40,6 +43,10 @@ class RandomState:
         return run
 
 
+def _entropy():
+    return int.from_bytes(os.urandom(4), "little")
+
+
 def _has_signature(fn):
     try:
         inspect.signature(fn)
@@ -48,27 +55,37 @@ def _has_signature(fn):
         return False
 
 
-_STATE = RandomState()
+# Made on first use, as cupy makes its generator (seeded from os.urandom then).
+_STATE = None
+
+
+def get_random_state():
+    global _STATE
+    if _STATE is None:
+        _STATE = RandomState()
+    return _STATE
+
+
+def reset_states():
+    """Forget the generator: the next draw makes a new one, as on cupy."""
+    global _STATE
+    _STATE = None
 
 
 def seed(seed=None):
     """Seeds the double's random state (numpy's global state is left alone)."""
-    _STATE.seed(seed)
-
-
-def get_random_state():
-    return _STATE
+    get_random_state().seed(seed)
 
 
 def randn(*size, dtype=float):
-    return _STATE.randn(*size).astype(dtype, copy=False)
+    return get_random_state().randn(*size).astype(dtype, copy=False)
 
 
 def rand(*size, dtype=float):
-    return _STATE.rand(*size).astype(dtype, copy=False)
+    return get_random_state().rand(*size).astype(dtype, copy=False)
 
 
 def __getattr__(name):
     if not _names.has("cupy.random", name) or name[0].isupper():
         raise _names.missing("cupy.random", name)
-    return getattr(_STATE, name)
+    return getattr(get_random_state(), name)
