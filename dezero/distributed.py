@@ -26,7 +26,8 @@ from dezero.core import Function, TracedArray, Variable, no_grad
 _COMMUNICATORS = {}
 
 _NO_MPI = ("dezero.distributed needs mpi4py and an MPI runtime: "
-           "pip install 'dezero[distributed]' (mpi4py and the mpich wheel)")
+           "pip install 'dezero[distributed]' (mpi4py, and MPICH's wheel or Intel MPI's "
+           "impi-rt on Windows)")
 
 
 def init():

@@ -1,6 +1,8 @@
 """dezero.distributed in one process: a world of size 1, sharding arithmetic, the
 gradient hook, and the allreduce node of traced steps (the passes keep it as
 recorded). The runs of several ranks under mpiexec are in test_distributed_mpi.py."""
+import sys
+
 import numpy as np
 import pytest
 
@@ -54,6 +56,13 @@ def test_a_plain_process_is_a_world_of_one_and_init_returns_it_again(comm):
     assert (comm.rank, comm.size, comm.local_rank) == (0, 1, 0)
     assert dist.init() is comm
     comm.barrier()
+
+
+def test_without_mpi4py_init_says_what_to_install(monkeypatch):
+    monkeypatch.setattr(dist, "_COMMUNICATORS", {})
+    monkeypatch.setitem(sys.modules, "mpi4py", None)  # an import of it fails
+    with pytest.raises(ImportError, match=r"pip install 'dezero\[distributed\]'"):
+        dist.init()
 
 
 def test_collectives_of_one_rank_return_new_arrays_of_the_same_values(comm):
