@@ -589,9 +589,9 @@ def trace(fn=None, *, static_argnames=(), check=False, max_entries=8):
 
     static_argnames  parameters whose values select a graph (counts, flags, modes)
                      instead of being inputs; other non-array arguments are static too
-    check            replay once right after each recording and raise TraceError
-                     naming the first output or state that differs from the eager
-                     run (for random ops this compares numpy's draws; cupy's random
+    check            replay once right after each recording, unfused, and raise
+                     TraceError naming the first output or state that differs from
+                     the eager run (for random ops this compares numpy's draws; cupy's random
                      state is not replayed, so leave check off for GPU dropout)
     max_entries      how many graphs to keep; beyond that, new signatures run eagerly
 
