@@ -53,6 +53,8 @@ def test_arrays_do_not_mix_with_numpy():
     with pytest.raises(TypeError, match="Implicit conversion to a NumPy array"):
         np.asarray(x)
     assert not isinstance(x, np.ndarray) and type(x).__module__ == "cupy"
+    with pytest.raises(ValueError, match="Unsupported dtype"):
+        cp.asarray(np.array(["a", "b"]))  # no strings or objects on a device
     assert isinstance(np.exp(x), cp.ndarray)  # numpy's ufuncs dispatch to cupy's
     assert isinstance(np.sum(x), cp.ndarray) and np.sum(x).ndim == 0  # 0-d, not a scalar
 

@@ -41,6 +41,8 @@ def wrap(value):
 
 
 def _from_numpy(a):
+    if a.dtype.kind in "OSUVMm":  # objects, strings, records, dates: no device type
+        raise ValueError(f"Unsupported dtype {a.dtype}")
     array = ndarray.__new__(ndarray)
     array._a = a
     return array
