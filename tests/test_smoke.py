@@ -1,4 +1,7 @@
 """The tour: the README example, end to end."""
+import re
+from pathlib import Path
+
 import numpy as np
 
 import dezero.functions as F
@@ -41,3 +44,18 @@ def test_readme_python_blocks_run(tmp_path, monkeypatch):
         exec(compile(block, "README.md", "exec"), {})
     assert (tmp_path / "y.png").stat().st_size > 0
     assert (tmp_path / "step.svg").read_text().lstrip().startswith("<")
+
+
+def test_readme_time_claims_say_where_they_were_measured():
+    # A duration in the README's prose ("runs in about 15 s") is a measurement:
+    # its paragraph says it was measured and on what machine.
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    prose = re.sub(r"^```.*?^```", "", readme, flags=re.M | re.S)
+    duration = re.compile(r"\b(a minute|\d+(\.\d+)? ?(s|min|ms|us)|"
+                          r"\d+(\.\d+)? (seconds|minutes))\b")
+    unmeasured = [paragraph for paragraph in prose.split("\n\n")
+                  if duration.search(paragraph) and not re.search(
+                      r"measured on .*(machine|computer)", paragraph, re.S)]
+    assert unmeasured == []
+    code_times = re.findall(r"#.*\b\d+ us\b.*", readme)
+    assert code_times and "measured on" in readme.split(code_times[0])[1].split("\n\n")[1]
