@@ -82,6 +82,10 @@ ROWS = [
     Row("abs", F.abs, ((2, 3),), np.abs, torch=lambda a: a.abs(), away_from_zero=0.1),
     Row("clip", lambda x: F.clip(x, -1.0, 1.0), ((3, 4),), lambda a: np.clip(a, -1.0, 1.0),
         torch=lambda a: a.clamp(-1.0, 1.0)),
+    Row("clip_no_min", lambda x: F.clip(x, None, 0.5), ((3, 4),),
+        lambda a: np.clip(a, None, 0.5), torch=lambda a: a.clamp(None, 0.5)),
+    Row("clip_no_max", lambda x: F.clip(x, -0.5, None), ((3, 4),),
+        lambda a: np.clip(a, -0.5, None), torch=lambda a: a.clamp(-0.5, None)),
     # ---- shapes ------------------------------------------------------------
     Row("reshape", lambda x: F.reshape(x, (3, 2)), ((2, 3),), lambda a: a.reshape(3, 2),
         torch=lambda a: a.reshape(3, 2)),
