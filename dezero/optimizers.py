@@ -253,7 +253,9 @@ class Optimizer:
         """The optimizer's state as named arrays on the CPU: its type, its
         hyperparameters, its step counters and every parameter's slots, keyed by
         the parameter's name in the target ("ms/l0/W", as save_weights names it).
-        load_state_dict takes it back; np.savez writes it without pickle."""
+        load_state_dict takes it back; np.savez writes it without pickle. Hooks
+        (WeightDecay, ClipGrad ...) are configuration, made by the code that sets
+        the optimizer up, and are not part of it."""
         names = {id(param): key for key, param in reversed(self._named_params("state_dict"))}
         state = {"type": np.array(type(self).__name__)}
         for hyperparameter in _hyperparameters(type(self)):

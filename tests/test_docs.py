@@ -143,3 +143,5 @@ def test_getting_started_examples_run_in_order(tmp_path, monkeypatch, capsys):
     accuracy = float(re.search(r"accuracy ([0-9.]+)", out).group(1))
     assert accuracy > 0.9
     assert "trace train_step(x: f32[30,2]" in out
+    assert "MLP  (63 parameters)" in out and "resume after epoch 19 with lr" in out
+    assert namespace["train_step"].entries == 1  # the schedule's rates replay: no retrace
