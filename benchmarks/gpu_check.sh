@@ -34,6 +34,10 @@ if [ "$gpu" != "True" ]; then
     exit 0
 fi
 
+device=$(timeout 60 python -c "import dezero; cp = dezero.cuda.cupy; print(
+    cp.cuda.runtime.getDeviceProperties(0)['name'].decode() + ',', 'cupy', cp.__version__, 'from',
+    cp.__file__)" 2>&1 | tail -1)
+echo "gpu_check: $device"
 statuses=()
 for i in "${!parts[@]}"; do
     IFS='|' read -r name seconds command <<< "${parts[$i]}"
@@ -45,13 +49,13 @@ for i in "${!parts[@]}"; do
     tail -n 3 "$report/part$i.log"
 done
 
-python - "$report" "$(( $(date +%s) - started ))" "${statuses[@]}" <<'PY'
+python - "$report" "$(( $(date +%s) - started ))" "$device" "${statuses[@]}" <<'PY'
 """Writes gpu_check.md and gpu_check.json from the parts' statuses and logs."""
 import json
 import os
 import sys
 
-report, total, rows = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+report, total, device, rows = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 parts = []
 for row in rows:
     name, status, seconds, limit, log = row.split("|")
@@ -62,7 +66,7 @@ for row in rows:
                   "limit": int(limit), "log": os.path.basename(log), "tail": lines[-15:]})
 path = os.path.join(report, "targets.json")
 targets = json.load(open(path)) if os.path.exists(path) else []
-md = ["# GPU check", "", f"{total} s in all.", "", "| part | outcome | seconds | limit |",
+md = ["# GPU check", "", f"{device}; {total} s in all.", "", "| part | outcome | seconds | limit |",
       "|---|---|---|---|"]
 md += [f"| {p['name']} | {p['outcome']} | {p['seconds']} | {p['limit']} |" for p in parts]
 summary = len(md)
@@ -75,7 +79,7 @@ if not targets:
 for p in parts:
     md += ["", f"## {p['name']}: {p['outcome']}", "", "```", *p["tail"], "```"]
 open(os.path.join(report, "gpu_check.md"), "w").write("\n".join(md) + "\n")
-json.dump({"gpu": True, "seconds": total, "parts": parts, "targets": targets},
+json.dump({"gpu": True, "device": device, "seconds": total, "parts": parts, "targets": targets},
           open(os.path.join(report, "gpu_check.json"), "w"), indent=1)
 print("\n".join(md[:summary + 5 + max(len(targets), 1)]))
 sys.exit(0 if all(p["outcome"] == "passed" for p in parts) else 1)
