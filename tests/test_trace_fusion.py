@@ -71,7 +71,7 @@ def test_a_sigmoid_mlp_sgd_step_has_seven_kernels():
     # then one update (lr * grad, param - that) per parameter
     assert kernel_sizes(graph) == [2, 2, 2, 2, 2, 2, 2]
     # both read later; 1 - y, computed in the backward pass, moved up (and kept its name)
-    assert [v.name for v in graph.groups[0].outputs] == ["e", "r"]
+    assert [v.name for v in graph.groups[0].outputs] == ["d", "q"]
     assert [g.shape for g in graph.groups[3:]] == [(4, 10), (10,), (10, 3), (3,)]
 
 
@@ -87,26 +87,29 @@ def test_an_adam_step_has_one_scalar_kernel_and_one_kernel_per_parameter():
 def test_the_adam_update_of_one_parameter_is_one_readable_kernel():
     graph, _ = traced_step(lambda: optimizers.Adam(0.01), classification_calls())
     spec = kernel_spec(graph.groups[4])
-    # the gradient w, the slots s (m) and s_1 (v), 1 - beta1, 1 - beta2, the step size
-    assert [p.name for p in spec.inputs] == ["w", "s", "bl", "s_1", "bm", "bk", "eps", "W"]
-    assert [p.name for p in spec.outputs] == ["bp", "bt", "by"]  # new m, v and W
+    # the gradient u, the slots m and v (named by where they live), 1 - beta1, 1 - beta2,
+    # the step size, eps and the parameter
+    assert [p.name for p in spec.inputs] == [
+        "u", "optimizer_ms_layers_0_W", "bj", "optimizer_vs_layers_0_W", "bk", "bi",
+        "optimizer_eps", "model_layers_0_W"]
+    assert [p.name for p in spec.outputs] == ["bn", "br", "bw"]  # new m, v and W
     assert spec.body == (
         "// kernel k4: sub, mul, add, mul, sub, mul, add, mul, sqrt, add, div, sub\n"
-        "const float bn = w - s;\n"
-        "const float bo = bl * bn;\n"
-        "const float bp_ = s + bo;\n"
-        "const float bq = w * w;\n"
-        "const float br = bq - s_1;\n"
-        "const float bs = bm * br;\n"
-        "const float bt_ = s_1 + bs;\n"
-        "const float bu = bk * bp_;\n"
-        "const float bv = sqrt(bt_);\n"
-        "const float bw = bv + eps;\n"
-        "const float bx = bu / bw;\n"
-        "const float by_ = W - bx;\n"
-        "bp = bp_;\n"
-        "bt = bt_;\n"
-        "by = by_;\n")
+        "const float bl = u - optimizer_ms_layers_0_W;\n"
+        "const float bm = bj * bl;\n"
+        "const float bn_ = optimizer_ms_layers_0_W + bm;\n"
+        "const float bo = u * u;\n"
+        "const float bp = bo - optimizer_vs_layers_0_W;\n"
+        "const float bq = bk * bp;\n"
+        "const float br_ = optimizer_vs_layers_0_W + bq;\n"
+        "const float bs = bi * bn_;\n"
+        "const float bt = sqrt(br_);\n"
+        "const float bu = bt + optimizer_eps;\n"
+        "const float bv = bs / bu;\n"
+        "const float bw_ = model_layers_0_W - bv;\n"
+        "bn = bn_;\n"
+        "br = br_;\n"
+        "bw = bw_;\n")
 
 
 def test_groups_are_consecutive_typed_and_checked():

@@ -70,7 +70,7 @@ under a comment that names what it returns::
 
 `graph.code` is the replay code: one line per node, simple ops spelled inline,
 the others calling their Function's forward on arrays. As eager code does, it
-stores each new .data and .grad into its Variable (`_s0` is W) as soon as it is
+stores each new .data and .grad into its Variable (`_s_W` is W) as soon as it is
 computed and deletes each array after its last reader::
 
     def step(x, t, W, b, lr):  # generated from trace step: 11 ops
@@ -83,18 +83,18 @@ computed and deletes each array after its last reader::
         del e
         g = x.T
         h = g @ f
-        _s0.grad = _wrap(h)  # W.grad <- h
+        _s_W.grad = _wrap(h)  # W.grad <- h
         del g
         i = _sum(f, axis=(0,))
-        _s1.grad = _wrap(i)  # b.grad <- i
+        _s_b.grad = _wrap(i)  # b.grad <- i
         del f
         j = lr * h
         k = W - j
-        _s0._data = k  # W <- k
+        _s_W._data = k  # W <- k
         del W, j
         l = lr * i
         m = b - l
-        _s1._data = m  # b <- m
+        _s_b._data = m  # b <- m
         del b, l
         return (d,)
 
@@ -109,9 +109,12 @@ so a value of that name is `v_i` in a kernel)::
     k = k_;
 
 Values in a trace: arguments are inputs; Variables made outside and read inside
-are captured by reference; Python scalars and literal arrays made inside are
-constants; random ops (dropout masks) draw afresh at every replay; values that a
-layer keeps in an attribute between calls (LSTM.h) are carried state. Branching
+are captured by reference, and named by where the function reaches them (W above,
+a global; model_layers_0_W for model.layers[0].W, optimizer_ms_layers_0_W for the
+Adam moment of that parameter, optimizer_t for its step count); Python scalars and
+literal arrays made inside are constants; random ops (dropout masks) draw afresh at
+every replay; values that a layer keeps in an attribute between calls (LSTM.h) are
+carried state. Branching
 in Python on a traced value (bool(), float(), int(), .item()) raises TraceError
 naming the line; shapes and dtypes are fine to branch on. While recording, `.data`
 and array arguments are guards: arithmetic on them is recorded (so the book's

@@ -9,7 +9,8 @@ removed (a rebuilt model, a swapped layer, optimizer.setup(other), a new hook,
 cleared optimizer state), and the (holder, name) attributes that hold a Variable
 the run computed (LSTM.h), which later calls read and write as state.
 
-    structure, carried, transient = survey(fn, args, kwargs, captured, computed, known)
+    structure, carried, transient, places = survey(fn, args, kwargs, captured, computed,
+                                                   known)
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import random
 import sys
 import sysconfig
 import types
+import weakref
 
 import numpy as np
 
@@ -213,9 +215,11 @@ def _contents(cell):
 
 
 def survey(fn, args, kwargs, captured: set, computed: dict, known: set, constants=()):
-    """(Structure, [(holder, name, Variable)], [Variable]) for a run of fn(*args,
-    **kwargs): the guard, the carried attributes, and the per-update values that
-    optimizers keep (alive after the run by design, not carried).
+    """(Structure, [(holder, name, Variable)], [Variable], places) for a run of
+    fn(*args, **kwargs): the guard, the carried attributes, the per-update values that
+    optimizers keep (alive after the run by design, not carried), and where each
+    captured Variable lives, by the shortest path the code reaches it with
+    ({id: "model.l0.W"}; an optimizer's slot of a parameter: "adam.ms[l0.W]").
 
     captured  ids of the Variables the graph reads as state
     computed  id -> Variable for each Variable the run computed
@@ -284,7 +288,10 @@ def survey(fn, args, kwargs, captured: set, computed: dict, known: set, constant
                    isinstance(v, _NUMBERS)}
         if numbers:
             walk.structure.add(module.__dict__, numbers, None, module.__name__, "attribute")
-    return walk.structure, walk.carried, walk.transient
+    for label, key, value in walk.slot_tables:  # by parameter, named by its own place
+        if id(value) in captured and id(key) in walk.places:
+            walk.places[id(value)] = f"{label}[{walk.places[id(key)].partition('.')[2]}]"
+    return walk.structure, walk.carried, walk.transient, walk.places
 
 
 @functools.cache
@@ -293,6 +300,19 @@ def _read_afresh(cls) -> frozenset:
     reads them afresh from their Variables, so a new value needs no new graph."""
     return frozenset(attr.value_key for klass in cls.__mro__ for attr in vars(klass).values()
                      if isinstance(attr, Hyperparameter))
+
+
+def _depth(label: str) -> int:
+    return label.count(".") + label.count("[")
+
+
+def _shown(holder, name):
+    """An attribute's name as code spells it: '_t' behind Adam's property t, '_alpha'
+    behind the hyperparameter alpha, is 't' or 'alpha'."""
+    if isinstance(name, str) and name.startswith("_") and any(
+            name[1:] in vars(k) for k in type(holder).__mro__):
+        return name[1:]
+    return name
 
 
 def _names(code):
@@ -316,12 +336,18 @@ class _Walk:
         self.modules: list = []              # the user's modules reached
         self.relevant: dict[int, bool] = {}  # id -> whether it holds structure
         self.keep: list = []                 # keeps the ids above alive during the walk
+        self.places: dict[int, str] = {}     # id(captured Variable) -> its shortest label
+        self.slot_tables: list = []          # (label, parameter, slot) of optimizers
 
     def visit(self, obj, label: str, inside: bool) -> bool:
         """Whether the graph's structure depends on obj being what it is (records
         the guards below it). inside: obj is held by a layer or an optimizer, where
         callable objects and containers count too."""
         if isinstance(obj, Variable):
+            if id(obj) in self.captured and "<" not in label:  # not a repr of an object
+                old = self.places.get(id(obj))
+                if old is None or (_depth(label), label) < (_depth(old), old):
+                    self.places[id(obj)] = label
             return id(obj) in self.captured
         if self.constants.get(id(obj), _GONE) is obj:  # a global mask, model.mask
             self.structure.arrays.append((obj, obj.copy(), label))
@@ -365,6 +391,8 @@ class _Walk:
             self.structure.contents.append((obj, _items(obj), label))  # the user's
         if isinstance(obj, dict):  # settings = {"scale": 2.0}: its numbers count
             return self._mapping(obj, None, label, inside, _NUMBERS[:-1])
+        if isinstance(obj, weakref.WeakKeyDictionary):  # an optimizer's slots, by parameter
+            self.slot_tables += [(label, k, v) for k, v in list(obj.items())]
         if isinstance(obj, (list, tuple, set, frozenset, collections.deque)):
             found = [self._item(item, f"{label}[{i}]", inside) for i, item in enumerate(obj)]
             if isinstance(obj, list) and (any(found) or (inside and not obj)):
@@ -415,7 +443,8 @@ class _Walk:
         only for attributes: a dict of None is a layer's registry of names)."""
         bound, afresh = {}, _read_afresh(type(holder)) if numbers else ()
         for name, value in list(mapping.items()):
-            sub = f"{label}.{name}" if holder is not None else f"{label}[{name!r}]"
+            sub = f"{label}.{_shown(holder, name)}" if holder is not None else \
+                f"{label}[{name!r}]"
             if self.carried_value(holder, name, value, sub):
                 continue
             # A class's methods count too: one rebound (Net.forward = f) is new code.

@@ -437,7 +437,7 @@ class TracedFunction:
         finally:
             core.set_tracer(previous)
             layers.set_observer(observer)
-        structure, attr_writes, transient = survey(
+        structure, attr_writes, transient, places = survey(
             self.fn, args, kwargs, {id(c.var) for c in tracer.captures}, tracer.computed,
             {(id(h), n) for h, n in self._carried}, tracer.const_sources)
         attr_writes += watch.carried(attr_writes)
@@ -459,7 +459,7 @@ class TracedFunction:
                if not any(h is h2 and n == n2 for h2, n2 in self._carried)]
         self._carried += [(h, n) for h, n, _ in attr_writes
                           if not any(h is h2 and n == n2 for h2, n2 in self._carried)]
-        graph = recorded_graph = tracer.finish(result, attr_writes)
+        graph = recorded_graph = tracer.finish(result, attr_writes, places)
         result = unguarded(result)
         recorded = time.perf_counter()
         if debugging.LEVEL >= 5:

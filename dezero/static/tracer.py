@@ -12,6 +12,7 @@ traced arrays through guards (guard.py).
 from __future__ import annotations
 
 import keyword
+import re
 
 import numpy as np
 
@@ -296,7 +297,7 @@ class Tracer(TracerHooks):
         return var.name or f"a Variable of shape {getattr(var._data, 'shape', None)}"
 
     # ---- the end of the run -------------------------------------------------------
-    def finish(self, result, attr_writes=()) -> StaticGraph:
+    def finish(self, result, attr_writes=(), places=None) -> StaticGraph:
         """Build the graph once the traced function has returned `result`;
         attr_writes: (object, name, Variable) for attributes the run set."""
         self.random.finish(self.name)
@@ -306,7 +307,7 @@ class Tracer(TracerHooks):
         attr_sources = [(holder, name, self.resolve(var)) for holder, name, var in attr_writes
                         if var._data is not None]
         self._bind_grads()
-        self._name_values()
+        self._name_values(places or {})
         self.finished = True
         changed = [(key, capture, source) for key, (capture, source) in self.writes.items()
                    if source is not capture.node.outputs[0]]
@@ -397,7 +398,9 @@ class Tracer(TracerHooks):
                 capture.node.attrs = {"field": "grad", "of": owner}
                 capture.node.payload = GradSlot(owner.var)
 
-    def _name_values(self):
+    def _name_values(self, places: dict):
+        # State is named by where the code reaches it (reach.survey's places: model.l0.W
+        # is model_l0_W, an Adam moment adam_ms_l0_W), else by Variable.name.
         used: set[str] = {identifier(self.name, "graph")}
 
         def fresh(base):
@@ -418,7 +421,9 @@ class Tracer(TracerHooks):
                 capture.node.outputs[0].name = fresh(identifier(capture.node.attrs["name"],
                                                                 "s"))
             else:
-                capture.node.outputs[0].name = fresh(identifier(capture.var.name, "s"))
+                place = places.get(id(capture.var))
+                base = "_".join(re.findall(r"\w+", place)) if place else capture.var.name
+                capture.node.outputs[0].name = fresh(identifier(base, "s"))
         for capture in grads:
             owner = capture.node.attrs["of"]
             capture.node.attrs["of"] = owner.node.outputs[0].name

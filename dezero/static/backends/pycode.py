@@ -231,7 +231,7 @@ def _state_writes(graph: Graph, env: dict) -> dict:
     """value name -> the lines that store it into captured state (.data or .grad),
     emitted right after the node that defines it; a write that clears a .grad is
     keyed by its target, an in-place write by None (emitted before the return).
-    Also puts the state's Variables into env as _s0, _s1 ... (the glue reads them).
+    Also puts the state's Variables into env as _s_<name> (the glue reads them too).
 
     The replay function stores each new value as soon as it is computed (an old
     array is then held only by its local name, deleted after its last reader), so
@@ -239,11 +239,11 @@ def _state_writes(graph: Graph, env: dict) -> dict:
     each old parameter and slot while the next ones are computed. Writes to the
     .grad of an input and to attributes are left to the glue.
     """
-    slots = {}
-    for k, node in enumerate(graph.of_kind("state")):
-        slot = node.payload
-        env[f"_s{k}"] = slot.holder if isinstance(slot, AttrSlot) else slot.var
-        slots[node.outputs[0].name] = f"_s{k}"
+    slots = {}  # state value -> the global holding its Variable (or attribute's object)
+    for node in graph.of_kind("state"):
+        slot, holder = node.payload, f"_s_{node.outputs[0].name}"
+        env[holder] = slot.holder if isinstance(slot, AttrSlot) else slot.var
+        slots[node.outputs[0].name] = holder
     owned = owned_values(graph)
     early: dict = {}
     for node in graph.of_kind("write"):
@@ -348,13 +348,14 @@ def generate_glue(graph: Graph, fname: str, env: dict) -> str:
                          f"else {name}")
     args = [f"_a{i}" for i in range(len(inputs))]
     slots = {}
-    for k, node in enumerate(graph.of_kind("state")):
-        slot = node.payload
+    for node in graph.of_kind("state"):
+        slot, holder = node.payload, f"_s_{node.outputs[0].name}"
         if isinstance(slot, AttrSlot):
-            args.append(f"_s{k}.{slot.name}._data")
+            args.append(f"{holder}.{slot.name}._data")
         else:
-            args.append(f"_s{k}.grad._data" if isinstance(slot, GradSlot) else f"_s{k}._data")
-        slots[node.outputs[0].name] = f"_s{k}"
+            args.append(f"{holder}.grad._data" if isinstance(slot, GradSlot) else
+                        f"{holder}._data")
+        slots[node.outputs[0].name] = holder
     lines.append(f"    _r = _fn({', '.join(args)})")
     k = len(graph.output_values)
     for node in graph.of_kind("write"):  # writes to state are in the replay function
