@@ -60,7 +60,7 @@ def load_checkpoint(path, model, optimizer=None, **others):
     path = os.fspath(path)
     if not os.path.exists(path) and os.path.exists(path + ".npz"):
         path += ".npz"
-    arrays = _read_npz(path)
+    arrays = _read_npz(path, "load_checkpoint", "save_checkpoint")
     parts = {}
     for key, array in arrays.items():
         head, _, rest = key.partition("/")

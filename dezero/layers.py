@@ -330,7 +330,7 @@ def _shape_text(shape):
     return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
 
-def _read_npz(path):
+def _read_npz(path, caller="load_weights", writer="save_weights"):
     """All arrays of an npz file, read at once; a bad file is one clear error."""
     try:
         npz = np.load(path, allow_pickle=False)
@@ -339,11 +339,11 @@ def _read_npz(path):
         with npz:
             return {key: _read_key(npz, key) for key in npz.files}
     except FileNotFoundError:
-        raise FileNotFoundError(f"load_weights: no such file: {path!r}") from None
+        raise FileNotFoundError(f"{caller}: no such file: {path!r}") from None
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error,
             NotImplementedError) as e:  # zipfile: a damaged method, version or flag
-        raise ValueError(f"load_weights: cannot read {path!r} as saved weights: {e} (not an "
-                         f"npz file written by save_weights, or one corrupt or truncated)") from e
+        raise ValueError(f"{caller}: cannot read {path!r}: {e} (not an npz file written "
+                         f"by {writer}, or one corrupt or truncated)") from e
 
 
 def _read_key(npz, key):

@@ -291,6 +291,9 @@ class Optimizer:
                 continue
             if table_name not in tables or param_key not in params:
                 problems.append(f"{key} is not a slot of a parameter of the target")
+            elif params[param_key].data is None:
+                problems.append(f"{param_key} is not built yet (load the model's state "
+                                f"first, or call it on an input once)")
             elif np.shape(array) != params[param_key].shape and not _is_count(array):
                 problems.append(f"{key} has shape {np.shape(array)}, the parameter "
                                 f"{params[param_key].shape}")

@@ -187,3 +187,27 @@ def test_a_traced_step_reads_a_state_dict_loaded_after_it_was_recorded():
     got = [step(x, t).data.copy() for _ in range(3)]
     np.testing.assert_array_equal(got, want)
     assert step.entries == 1
+
+
+def test_optimizer_state_for_a_model_not_built_yet_says_to_load_the_model_first():
+    model, optimizer = _setup(lambda: optimizers.Adam())
+    _step_fn(model, optimizer, traced=False)(_Points().data, _Points().label)
+    lazy = MLP((8, 2))
+    with pytest.raises(ValueError, match="l0/W is not built yet .load the model's state"):
+        optimizers.Adam().setup(lazy).load_state_dict(optimizer.state_dict())
+    lazy.load_state_dict(model.state_dict())
+    optimizers.Adam().setup(lazy).load_state_dict(optimizer.state_dict())
+
+
+def test_a_damaged_checkpoint_is_one_clear_error_and_changes_nothing(tmp_path):
+    model, optimizer = _setup(lambda: optimizers.Adam())
+    path = save_checkpoint(tmp_path / "c.npz", model, optimizer)
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[: len(data) // 2])
+    before = model.state_dict()
+    with pytest.raises(ValueError, match=r"load_checkpoint: cannot read .*c\.npz.*save_checkpoint"):
+        load_checkpoint(path, model, optimizer)
+    with pytest.raises(FileNotFoundError, match="load_checkpoint: no such file"):
+        load_checkpoint(tmp_path / "none.npz", model)
+    for key, array in model.state_dict().items():
+        np.testing.assert_array_equal(array, before[key])
