@@ -421,3 +421,10 @@ def test_conv_layers_refuse_a_bad_kernel_size_when_made_and_take_a_list(cls):
     with pytest.raises(ValueError, match=rf"^{cls.__name__}: kernel_size must be at least 1"):
         cls(2, 0)
     assert cls(2, [3, 3])(np.ones((1, 1, 5, 5), np.float32)).shape[1] == 2
+
+
+def test_torch_refuses_a_float_stride_and_takes_a_list_too(torch):
+    x, w = torch.zeros(1, 1, 4, 4), torch.ones(1, 1, 2, 2)
+    with pytest.raises(TypeError):
+        torch.nn.functional.conv2d(x, w, stride=1.0)
+    assert torch.nn.functional.conv2d(x, w, stride=[1, 1]).shape == (1, 1, 3, 3)

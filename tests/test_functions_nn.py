@@ -620,3 +620,14 @@ def test_dropout_of_a_0d_input_is_a_0d_output_of_its_dtype(dtype):
     assert {float(y.data) for y in ys} == {0.0, 4.0}
     ys[0].backward()
     assert x.grad.shape == () and x.grad.dtype == dtype
+
+
+def test_torch_refuses_bool_ids_to_an_embedding_too(torch):
+    with pytest.raises(RuntimeError):
+        torch.nn.functional.embedding(torch.tensor([True, False, True]), torch.zeros(4, 2))
+
+
+def test_torch_flattens_an_empty_batch_and_drops_out_a_0d_input_too(torch):
+    assert tuple(torch.flatten(torch.zeros(0, 3, 4), start_dim=1).shape) == \
+        F.flatten(np.zeros((0, 3, 4))).shape
+    assert torch.nn.functional.dropout(torch.tensor(2.0), 0.5).shape == ()

@@ -619,3 +619,25 @@ def test_load_names_the_file_for_damage_that_zipfile_calls_unsupported(tmp_path,
         f.write(damaged(data, field))
     with pytest.raises(ValueError, match=r"load_weights: cannot read .*w\.npz.*corrupt"):
         L.Linear(3, in_size=2).load_weights(path)
+
+
+def test_step60s_float64_sin_curve_leaves_its_float32_lstm_float32():
+    # Step 60 feeds SinCurve's float64 values to a float32 LSTM and Linear: the
+    # first Adam update made every weight float64.
+    from dezero import SeqDataLoader, optimizers
+    np.random.seed(0)
+    model = dezero.Model()
+    model.rnn, model.fc = L.LSTM(8), L.Linear(1)
+    optimizer = optimizers.Adam().setup(model)
+    loader = SeqDataLoader(dezero.datasets.SinCurve(train=True), batch_size=4)
+    loss = 0
+    for i, (x, t) in zip(range(6), loader):
+        assert x.dtype == np.float64
+        loss += F.mean_squared_error(model.fc(model.rnn(x)), t)
+        if i % 3 == 2:  # truncated backprop through time, as step 60
+            model.cleargrads()
+            loss.backward()
+            loss.unchain_backward()
+            optimizer.update()
+    assert {p.dtype for p in model.params()} == {np.dtype(np.float32)}
+    assert {v.dtype for v in optimizer.ms.values()} == {np.dtype(np.float32)}
