@@ -86,21 +86,37 @@ def two_devices_error(op: str, xs) -> TypeError | None:
     if len({p for p in places if p}) < 2:
         return None
     listing = ", ".join(f"x{i} on {p}" for i, p in enumerate(places) if p)
-    return TypeError(f"{op}: {TWO_DEVICES} ({listing}); one op's arrays must be on one "
-                     f"device\n  fix: move them to one: model.to_gpu() and "
-                     f"dezero.cuda.as_cupy(x), or model.to_cpu() and dezero.cuda.as_numpy(x)")
+    error = TypeError(f"{op}: {TWO_DEVICES} ({listing}); one op's arrays must be on one "
+                      f"device\n  fix: move them to one: model.to_gpu() and "
+                      f"dezero.cuda.as_cupy(x), or model.to_cpu() and dezero.cuda.as_numpy(x)")
+    error.arrays = list(xs)  # a traced call tells its arguments from its state by these
+    return error
 
 
-def argument_error(fn: str, label: str, array, error) -> TypeError:
-    """The error for a traced call whose argument meets state on the other device."""
-    array = getattr(array, "_data", array)  # a Variable's
-    here, gpu = where(array), not isinstance(array, np.ndarray)
-    fix = f"model.to_gpu() (or dezero.cuda.as_numpy({label}))" if gpu else \
-        f"dezero.cuda.as_cupy({label}) (or DataLoader(..., gpu=True)), or model.to_cpu()"
-    there = "the CPU (numpy)" if gpu else "the GPU (cupy)"
-    return TypeError(f"{fn}: argument {label} is on {here} but the state it meets is on "
-                     f"{there}; the arrays of one call must be on one device\n  fix: {fix}"
-                     f"\n  (while recording: {str(error).splitlines()[0]})")
+def argument_error(tracer, labels, leaves, error) -> TypeError:
+    """The error for a traced call (the tracer of its recording) whose arrays were on
+    two devices: the argument that is not where the state it meets is, or, before any
+    state was read, the arguments on each device."""
+    arrays = [getattr(leaf, "_data", leaf) for leaf in leaves]
+    places = {label: where(array) for label, array in zip(labels, arrays)}
+    # The state's device: of what the run read before it failed, else of the failing
+    # op's inputs that are not arguments.
+    state = {where(c.before_data) for c in tracer.captures if c.before_data is not None} or \
+        {where(a) for a in getattr(error, "arrays", ()) if isinstance(a, array_types)
+         and not any(a is b for b in arrays)}
+    cpu, gpu = "the CPU (numpy)", "the GPU (cupy)"
+    if len(state) != 1 and len(set(places.values())) > 1:
+        listing = ", ".join(f"{label} on {place}" for label, place in places.items())
+        what, fix = f"its arguments are on two devices ({listing})", \
+            "pass them all on one device (dezero.cuda.as_cupy, dezero.cuda.as_numpy)"
+    else:
+        there = state.pop() if state else {cpu: gpu, gpu: cpu}[next(iter(places.values()))]
+        label = next(label for label, place in places.items() if place != there)
+        what = f"argument {label} is on {places[label]} but the state it meets is on {there}"
+        fix = f"model.to_gpu() (or dezero.cuda.as_numpy({label}))" if there == cpu else \
+            f"dezero.cuda.as_cupy({label}) (or DataLoader(..., gpu=True)), or model.to_cpu()"
+    return TypeError(f"{tracer.name}: {what}; the arrays of one call must be on one device"
+                     f"\n  fix: {fix}\n  (while recording: {str(error).splitlines()[0]})")
 
 
 _random_ready = set()  # the GPUs whose cupy generator is made

@@ -543,7 +543,7 @@ def _explain_dtypes(tracer, labels, leaves, error):
     meets float state of another dtype (a float64 batch into a float32 model), or
     an op's arrays on two devices as an argument meeting state on the other one."""
     if cuda.TWO_DEVICES in str(error) and leaves:
-        raise cuda.argument_error(tracer.name, labels[0], leaves[0], error) from error
+        raise cuda.argument_error(tracer, labels, leaves, error) from error
     if not isinstance(error, TraceError):
         return
     state = [c for c in tracer.captures if c.before_data is not None

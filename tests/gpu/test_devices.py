@@ -173,7 +173,7 @@ def test_a_batch_on_the_other_device_than_the_model_is_a_clear_error(where):
                                          r"it meets is on the CPU \(numpy\).*\n  fix: model."
                                          r"to_gpu\(\)")
     with pytest.raises(TypeError, match=message):
-        step(batch, t if where == "model on the CPU" else t)
+        step(batch, t)
 
 
 def test_an_op_given_arrays_on_two_devices_names_them_eagerly():
@@ -192,3 +192,16 @@ def test_dropout_in_a_traced_step_may_be_the_first_draw_on_the_gpu(monkeypatch):
     masked = dezero.trace(lambda x: F.dropout(x, 0.5))
     first, second = (masked(x).data.get() for _ in range(2))
     assert set(np.unique(first)) <= {0.0, 2.0} and not np.array_equal(first, second)
+
+
+def test_of_two_arguments_the_one_on_the_other_device_is_named():
+    x, t = _batch()
+    model = _model(x)
+    model.to_gpu()
+    step = dezero.trace(_step(model, optimizers.SGD().setup(model)))
+    with pytest.raises(TypeError, match=r"argument t is on the CPU \(numpy\) but the state "
+                       r"it meets is on the GPU"):
+        step(cp.asarray(x), t)  # the labels stayed behind
+    with pytest.raises(TypeError, match=r"argument x is on the CPU \(numpy\) but the state "
+                       r"it meets is on the GPU"):
+        step(x, cp.asarray(t))  # the batch stayed behind
