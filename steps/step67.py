@@ -78,7 +78,9 @@ print(f"library {path.name}: compiled in {built:.2f} s, found in the cache again
 traced = dezero.trace(chain)
 traced(x, a, b)                        # records
 unfused = traced.graph.compile("python")   # replay plans: every node a numpy call,
-fused = traced.graph.compile("cpu")        # or the group as this compiled kernel
+fused = traced.graph.compile("cpu").wait()  # or the group as this compiled kernel
+#                                            (a library not in the cache compiles in the
+#                                            background; wait() waits for it)
 fused_y, numpy_y = fused(x, a, b).data, chain_numpy(x, a, b)
 print(f"fused kernel equals numpy: {np.allclose(fused_y, numpy_y, rtol=1e-5, atol=1e-5)}")
 

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -15,6 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import dezero
+import dezero.functions as F
+from dezero.static import backends
 from dezero.static.backends import cache, cpu
 from dezero.static.codegen import CTYPES, KernelSpec, Param
 
@@ -399,7 +403,7 @@ def test_a_fused_adam_step_replays_like_the_python_backend_and_keeps_what_it_ret
     plain, plain_model = make_step()
     plain(*calls[0])
     assert len(fused.graph.groups) >= 5
-    fused_plan, plain_plan = fused.graph.compile("cpu"), plain.graph.compile("python")
+    fused_plan, plain_plan = fused.graph.compile("cpu").wait(), plain.graph.compile("python")
     # k0 (2 ops on 8x3) runs as numpy calls; the 12-op Adam updates are kernels
     assert "_k0(" not in fused_plan.source and "kernel k0" not in fused_plan.kernel_source
     assert "= _k3(" in fused_plan.source and "kernel k3" in fused_plan.kernel_source
@@ -445,7 +449,7 @@ def test_names_that_are_lowercase_macros_of_the_headers_compile():
     arrays = [randn(4, 3, seed=k) for k in range(3)]
     traced = dezero.trace(f)
     traced(*arrays)
-    got = traced.graph.compile("cpu")(*arrays)
+    got = traced.graph.compile("cpu").wait()(*arrays)
     want = np.exp(arrays[0] * arrays[1]) + arrays[2] * arrays[0] - 1
     np.testing.assert_allclose(got.data, want, rtol=1e-6, atol=1e-6)
 
@@ -570,7 +574,7 @@ def traced_chain_plans(n=2):
     x = randn(5)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        plans = [dezero.trace(chain).lower(x).compile("cpu") for _ in range(n)]
+        plans = [dezero.trace(chain).lower(x).compile("cpu").wait() for _ in range(n)]
     np.testing.assert_array_equal(plans[0](x).data, chain(x).data)
     assert not any(hasattr(p, "library") for p in plans)  # unfused
     return [str(w.message) for w in caught]
@@ -604,9 +608,75 @@ def test_a_cache_on_a_noexec_mount_warns_once_and_replays_unfused(tmp_path, monk
     monkeypatch.setattr(cpu.ctypes, "CDLL", noexec)
     builds = []
     build = cpu.build_library
-    monkeypatch.setattr(cpu, "build_library", lambda source: builds.append(1) or build(source))
+    monkeypatch.setattr(cpu, "build_library", lambda *args: builds.append(1) or build(*args))
     messages = traced_chain_plans()
     assert len(messages) == 1 and "replay unfused" in messages[0]
     assert f"libraries in the kernel cache {tmp_path} cannot be loaded (failed to map " \
            f"segment from shared object; a folder on a noexec mount" in messages[0]
     assert len(builds) == 1  # the second graph is not compiled for nothing
+
+
+# =============================================================================
+# Compiling in the background: replays run unfused until the library is built
+# =============================================================================
+
+
+def long_chain(x):  # six ops: a kernel that pays
+    return F.tanh(x * 2.0 + 1.0) * x - 3.0 / (x * x + 1.0)
+
+
+@pytest.fixture
+def gated_builds(tmp_path, monkeypatch):
+    """Traces replay with the cpu backend, from an empty kernel cache whose builds
+    wait until the test opens the gate; (the gate, the event set when a build starts)."""
+    monkeypatch.setattr(backends, "DEFAULT", "cpu")
+    monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
+    gate, started, build = threading.Event(), threading.Event(), cpu.build_library
+
+    def gated(source, folder=None):
+        if not cpu.cached_library(source, folder)[1]:  # a compile, not a lookup: held back
+            assert not started.is_set(), "a second compile"
+            started.set()
+            assert gate.wait(60), "the test never opened the gate"
+        return build(source, folder)
+    monkeypatch.setattr(cpu, "build_library", gated)
+    yield gate, started
+    gate.set()
+
+
+def test_first_replays_run_unfused_while_the_library_compiles(gated_builds):
+    gate, started = gated_builds
+    traced = dezero.trace(long_chain)
+    x, x2 = randn(7), randn(7, seed=1)
+    np.testing.assert_array_equal(traced(x).data, long_chain(x).data)  # records
+    plan = traced.graph.compile()
+    for _ in range(3):  # the compiler is held back: nobody waits for it
+        np.testing.assert_array_equal(traced(x2).data, long_chain(x2).data)
+    assert started.wait(60) and not plan.ready and not hasattr(plan, "library")
+    assert "kernel k0" not in plan.source
+    gate.set()
+    assert plan.wait(timeout=120) is plan and plan.ready
+    assert hasattr(plan, "library") and "_k0(" in plan.source
+    np.testing.assert_allclose(traced(x2).data, long_chain(x2).data, rtol=1e-6)
+    again = dezero.trace(long_chain)  # a new graph, its library in the cache now
+    again(x)
+    assert hasattr(again.graph.compile(), "library")  # and no second compile
+
+
+def test_a_library_that_fails_to_build_warns_once_and_replays_unfused(gated_builds,
+                                                                      monkeypatch):
+    gate, _ = gated_builds
+
+    def refused(source, folder):
+        raise cpu.CompileError("the C++ compiler refused the generated kernels")
+    monkeypatch.setattr(cpu, "build_library", refused)
+    traced = dezero.trace(long_chain)
+    x = randn(7)
+    traced(x)
+    plan = traced.graph.compile("cpu")
+    with pytest.raises(cpu.CompileError), pytest.warns(RuntimeWarning) as caught:
+        plan.wait(timeout=60)
+    assert "graph long_chain were not built, it replays unfused" in str(caught[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once
+        np.testing.assert_array_equal(traced(x).data, long_chain(x).data)

@@ -96,9 +96,9 @@ def test_the_time_of_compiling_is_reported_alone_not_in_the_fused_row(
         pytest.skip(cpu.missing_reason())
     build = cpu.build_library
 
-    def slow_build(source):  # a cold cache on a loaded machine: compiling takes long
+    def slow_build(*args):  # a cold cache on a loaded machine: compiling takes long
         time.sleep(1.5)
-        return build(source)
+        return build(*args)
 
     monkeypatch.setattr(cpu, "build_library", slow_build)
     monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path / "empty-cache"))

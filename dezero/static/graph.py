@@ -43,7 +43,8 @@ class StaticGraph(Graph):
     # ---- running ----------------------------------------------------------
     def compile(self, backend: str | None = None):
         """The plan of the named backend (see backends/; None: the default for the
-        graph's device), made on first use and kept."""
+        graph's device), made on first use and kept (one plan per backend, however named)."""
+        backend = backend or backends.default_backend(self)
         if backend not in self._compiled:
             self._compiled[backend] = backends.compile(self, backend)
         return self._compiled[backend]

@@ -108,7 +108,8 @@ graph.plot(to_file="graphs/09_fused.svg")
 # 300 × 10 numbers stays as numpy calls.
 
 # %%
-plan = graph.compile("cpu")               # the default backend on the CPU
+plan = graph.compile("cpu").wait()        # the default backend on the CPU; a library
+                                          # not in the cache compiles in the background
 compiled = getattr(plan, "library", None)
 compiled = compiled.specs if compiled is not None else {}
 for group in graph.groups:
@@ -146,7 +147,7 @@ def timed(backend, x, t, steps=300):
     else:
         traced = dezero.trace(step)
         traced(x, t)                      # records (and takes the first step)
-        step = traced.graph.compile(backend)   # a plan: step(x, t) replays
+        step = traced.graph.compile(backend).wait()   # a plan: step(x, t) replays
     step(x, t)                            # warm up outside the clock
     start = time.perf_counter()
     for _ in range(steps):

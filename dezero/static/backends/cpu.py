@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from dezero.static import debugging
-from dezero.static.backends import cache, pycode
+from dezero.static.backends import cache, pending, pycode
 
 # =============================================================================
 # Toolchain: compiler, FLAGS
@@ -168,19 +168,25 @@ def _cache_key(source: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-def build_library(source: str) -> Path:
+def cached_library(source: str, folder: Path | None = None) -> tuple[Path, bool]:
+    """(where the library for `source` lives in the cache, whether it is there whole).
+    Its sha256 is kept beside it: a library cut short or damaged on disk (loading
+    one kills the process with SIGBUS) does not match. A folder that others could
+    write is refused (cache.CacheError). folder: cache.folder() if None."""
+    target = cache.private_folder(folder or cache.folder()) / f"{_cache_key(source)[:32]}.so"
+    digest = target.with_suffix(".sha256")
+    return target, target.exists() and digest.exists() and \
+        digest.read_text() == _file_sha256(target)
+
+
+def build_library(source: str, folder: Path | None = None) -> Path:
     """The shared library for `source`: from the cache, or compiled into it. The
     library is written under a temporary name and renamed, so a process that
-    finds it finds it whole, and two processes compiling at once both succeed.
-    Its sha256 is kept beside it: a library cut short or damaged on disk (loading
-    one kills the process with SIGBUS) does not match and is compiled again. A
-    folder that others could write is refused (cache.CacheError)."""
-    folder = cache.private_folder(cache.folder())
-    target = folder / f"{_cache_key(source)[:32]}.so"
-    digest = target.with_suffix(".sha256")
-    if target.exists() and digest.exists() and digest.read_text() == _file_sha256(target):
+    finds it finds it whole, and two processes compiling at once both succeed."""
+    target, whole = cached_library(source, folder)
+    if whole:
         return target
-    with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as tmp:
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
         src, lib = Path(tmp, "kernels.cpp"), Path(tmp, "kernels.so")
         src.write_text(source)
         command = [*compiler()[0], *FLAGS, f"-I{HEADER.parent}", str(src), "-o", str(lib)]
@@ -194,7 +200,7 @@ def build_library(source: str) -> Path:
                                f"  source ({src.name}):\n{numbered}")
         os.replace(src, target.with_suffix(".cpp"))  # kept beside it, for reading
         Path(tmp, "sha256").write_text(_file_sha256(lib))
-        os.replace(Path(tmp, "sha256"), digest)  # before the library: never a stale match
+        os.replace(Path(tmp, "sha256"), target.with_suffix(".sha256"))  # first: never stale
         os.replace(lib, target)
     return target
 
@@ -241,10 +247,12 @@ class KernelLibrary:
     """The compiled kernels of one graph. `library.kernel(spec)` is the callable
     pycode's replay code calls: input arrays in, a tuple of output arrays out."""
 
-    def __init__(self, specs):
+    def __init__(self, specs, source: str | None = None, path: Path | None = None):
+        """source: library_source(specs) when known; path: the library built from it,
+        else it is built (or found in the cache) now."""
         self.specs = {s.name: s for s in specs}
-        self.source = library_source(specs)
-        self.path = build_library(self.source)
+        self.source = source or library_source(specs)
+        self.path = path or build_library(self.source)
         # Idle OpenMP threads sleep rather than spin (unless the user chose): spinning
         # threads steal the cores that numpy, BLAS and other processes need.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -376,9 +384,10 @@ def pays(group) -> bool:
     return len(group.nodes) >= KERNEL_MIN_OPS or _size(group.shape) >= KERNEL_MIN_SIZE
 
 
-def compile_graph(graph) -> pycode.Compiled:
+def compile_graph(graph):
     """The replay code of `graph` with its groups run as compiled kernels (those
-    that pay, see pays())."""
+    that pay, see pays()): at once when the library is in the cache, else a
+    pending.Pending plan that replays unfused while the library compiles."""
     groups = [g for g in getattr(graph, "groups", []) if pays(g)]
     if debugging.LEVEL >= 3:
         for g in getattr(graph, "groups", []):
@@ -392,18 +401,32 @@ def compile_graph(graph) -> pycode.Compiled:
     if reason is not None:
         _warn_unfused(reason)
         return pycode.Compiled(graph)
+    specs = [kernel_spec(g) for g in groups]
+    source = library_source(specs)
+
+    def fused(library_path):
+        """The fused plan, given a function that returns the library's path (or
+        raises why there is none); the unfused plan, with one warning, when the
+        cache cannot hold or load libraries."""
+        try:
+            library = KernelLibrary(specs, source, library_path())
+        except cache.CacheError as e:  # refused, or on a noexec mount: not compiled again
+            _UNUSABLE[cache.folder()] = str(e)
+            _warn_unfused(str(e))
+            return pycode.Compiled(graph)
+        except OSError as e:  # a read-only or misplaced cache folder; others propagate
+            if not str(e.filename or "").startswith(str(cache.folder())):
+                raise
+            _warn_unfused(f"the kernel cache {cache.folder()} cannot be written "
+                          f"({e.strerror}); set DEZERO_CACHE_DIR to a writable folder")
+            return pycode.Compiled(graph)
+        plan = pycode.Compiled(graph, factory=library.kernel, groups=groups)
+        plan.kernel_source, plan.library = library.source, library
+        return plan
+
+    build = functools.partial(build_library, source, cache.folder())  # the folder of now
     try:
-        library = KernelLibrary([kernel_spec(g) for g in groups])
-    except cache.CacheError as e:  # refused, or on a noexec mount: not compiled again
-        _UNUSABLE[cache.folder()] = str(e)
-        _warn_unfused(str(e))
-        return pycode.Compiled(graph)
-    except OSError as e:  # a read-only or misplaced cache folder; others propagate
-        if not str(e.filename or "").startswith(str(cache.folder())):
-            raise
-        _warn_unfused(f"the kernel cache {cache.folder()} cannot be written ({e.strerror}); "
-                      f"set DEZERO_CACHE_DIR to a writable folder")
-        return pycode.Compiled(graph)
-    plan = pycode.Compiled(graph, factory=library.kernel, groups=groups)
-    plan.kernel_source, plan.library = library.source, library
-    return plan
+        whole = cached_library(source)[1]
+    except (cache.CacheError, OSError):
+        whole = True  # build() fails the same way now, and fused() says why
+    return fused(build) if whole else pending.Pending(pycode.Compiled(graph), build, fused)

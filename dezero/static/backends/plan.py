@@ -107,6 +107,10 @@ class Plan:
     def __call__(self, *inputs):
         return self.run(inputs)
 
+    def wait(self, timeout: float | None = None):
+        """Return self: a plan runs as compiled at once (see pending.Pending)."""
+        return self
+
     def read_state(self):
         """The arrays of the captured state, in graph order (with a clear error for a
         slot that is empty now)."""

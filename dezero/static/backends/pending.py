@@ -1,0 +1,74 @@
+"""Compiling without waiting: a graph's kernel library builds on a worker thread
+while its replays run unfused; the fused plan takes over at the first replay after
+the library is ready.
+
+backends/ stage, used by cpu.py when a library is not in the kernel cache yet. One
+worker compiles one library at a time (the compiler uses a core of its own), so
+many new graphs queue rather than start a compiler each.
+
+    plan = graph.compile("cpu")   # returns at once; plan(x) runs unfused until ready
+    plan.wait()                   # blocks until the fused plan runs (tests, benchmarks)
+"""
+from __future__ import annotations
+
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+_WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dezero-compile")
+
+
+class Pending:
+    """The plan of a graph whose kernels compile in the background.
+
+    unfused     the plan that replays until the library is ready
+    build()     runs on the worker: compiles, returns what take_over is given
+    take_over   take_over(result) -> the plan to replay from then on, called on the
+                replaying thread with a function that returns build's result or
+                raises what build raised; what it raises (a compiler error) is
+                warned about once, kept in `error`, and the unfused plan runs on
+
+    Other attributes (source, glue, kernel_source, library) are those of the plan
+    that runs now.
+    """
+
+    def __init__(self, unfused, build, take_over):
+        self.current, self.error = unfused, None
+        self._take_over = take_over
+        self._future = _WORKER.submit(build)
+
+    def __call__(self, *inputs):
+        return self.run(inputs)
+
+    def run(self, leaves):
+        if self._future is not None and self._future.done():
+            self._switch()
+        return self.current.run(leaves)
+
+    @property
+    def ready(self) -> bool:
+        """Whether the build has finished (the next replay switches plans)."""
+        return self._future is None or self._future.done()
+
+    def wait(self, timeout: float | None = None):
+        """Block until the build has finished and switch to its plan; return self.
+        TimeoutError after `timeout` seconds; the build's error, if it failed."""
+        if self._future is not None:
+            self._future.exception(timeout)  # waits; what build raised, take_over sees
+            self._switch()
+        if self.error is not None:
+            raise self.error
+        return self
+
+    def _switch(self):
+        future, self._future = self._future, None
+        try:
+            self.current = self._take_over(future.result)
+        except Exception as e:  # noqa: BLE001 - said once; the unfused plan runs on
+            self.error = e
+            warnings.warn(f"dezero: the kernels of graph {self.current.graph.name} were not "
+                          f"built, it replays unfused: {e}", RuntimeWarning, stacklevel=4)
+
+    def __getattr__(self, name):
+        if name == "current":  # not set yet: __init__ failed
+            raise AttributeError(name)
+        return getattr(self.current, name)
