@@ -1092,6 +1092,21 @@ def sigmoid_cross_entropy(x, t):
     return sum(softplus(x) - t * x) * _per_example(x)
 
 
+class Probabilities(Function):
+    """p itself, once checked to hold probabilities (values in [0, 1]): an op, so
+    that a replayed trace checks the values of every call, not of the first."""
+
+    def forward(self, p):
+        if p.size and not (p.min() >= 0 and p.max() <= 1):  # NaN fails both
+            raise ValueError(f"probabilities: p of binary_cross_entropy must hold values "
+                             f"in [0, 1], got values in [{p.min()}, {p.max()}]; pass logits "
+                             f"to sigmoid_cross_entropy, or squash p with sigmoid first")
+        return p.view()
+
+    def backward(self, gy):
+        return gy
+
+
 def binary_cross_entropy(p, t):
     """Cross entropy of probabilities p against targets t in {0, 1}, summed and divided
     by N = len(p): -sum(t log p + (1 - t) log(1 - p)) / N. The logs are taken of
@@ -1102,11 +1117,7 @@ def binary_cross_entropy(p, t):
     """
     p, = _floating(p)
     t = _targets("binary_cross_entropy", p, t)
-    # Read past a trace's guard: checked on the arrays of an eager call or a recording.
-    if p.size and not (p._data.min() >= 0 and p._data.max() <= 1):
-        raise ValueError(f"binary_cross_entropy: p must hold probabilities in [0, 1], got "
-                         f"values in [{p._data.min()}, {p._data.max()}]; pass logits to "
-                         f"sigmoid_cross_entropy, or squash p with sigmoid first")
+    p = Probabilities()(p)
     log_p = log(clip(p, 1e-15, 1.0))
     log_q = log(clip(1 - p, 1e-15, 1.0))
     return -sum(t * log_p + (1 - t) * log_q) * _per_example(p)

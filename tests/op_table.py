@@ -176,6 +176,8 @@ EXTRA_CALLS = {
     "softplus": lambda: F.softplus(_x(2, 3)),
     "softmax_cross_entropy": lambda: F.softmax_cross_entropy(_x(4, 3), _labels()),
     "mean_squared_error": lambda: F.mean_squared_error(_x(2, 3), _x(2, 3, seed=1)),
+    "probabilities": lambda: F.binary_cross_entropy(
+        Variable(np.random.default_rng(0).uniform(0.1, 0.9, (2, 3))), np.ones((2, 3))),
     "dropout_mask": lambda: F.dropout(_x(2, 3)),
     "embed_id": lambda: F.embed_id(_labels(), _x(3, 5)),
     # ---- convolution and pooling (tested in depth in test_functions_conv.py) --

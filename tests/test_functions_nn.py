@@ -591,9 +591,21 @@ def test_torch_refuses_targets_of_another_shape_too(torch):
 
 @pytest.mark.parametrize("p", [[1.5, 0.5], [-0.2, 0.5], [np.nan, 0.5]], ids=str)
 def test_binary_cross_entropy_refuses_values_that_are_no_probabilities(p):
-    with pytest.raises(ValueError, match=r"binary_cross_entropy: p must hold probabilities "
+    with pytest.raises(ValueError, match=r"p of binary_cross_entropy must hold values "
                                          r"in \[0, 1\].*sigmoid_cross_entropy"):
         F.binary_cross_entropy(np.array(p), np.array([1, 0]))
+
+
+def test_a_replayed_binary_cross_entropy_checks_the_values_of_every_call():
+    # A check at recording alone would let later calls give a negative loss.
+    traced = dezero.trace(lambda p, t: F.binary_cross_entropy(p, t))
+    t = np.array([1, 0])
+    for p in ([0.5, 0.25], [0.9, 0.1]):
+        np.testing.assert_allclose(traced(np.array(p), t).data,
+                                   F.binary_cross_entropy(np.array(p), t).data, rtol=1e-12)
+    with pytest.raises(ValueError, match=r"p of binary_cross_entropy must hold values"):
+        traced(np.array([1.5, 0.1]), t)
+    assert traced.entries == 1
 
 
 def test_torch_refuses_probabilities_outside_0_1_too(torch):
