@@ -17,8 +17,9 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 started=$(date +%s)
 
 # name|seconds|command: the parts, in order; the timeouts add up to under five minutes.
+# tests/gpu leaves out its slow tests (two ranks under mpiexec need two GPUs).
 parts=(
-    "tests/gpu on cupy|100|python -m pytest -q -p no:cacheprovider tests/gpu --ignore=tests/gpu/test_ops_fused.py"
+    "tests/gpu on cupy|100|python -m pytest -q -p no:cacheprovider -m 'not slow' tests/gpu --ignore=tests/gpu/test_ops_fused.py"
     "NVRTC compile test|30|python -m pytest -q -p no:cacheprovider tests/test_gpu_compile.py"
     "op table fused on the GPU|100|python -m pytest -q -p no:cacheprovider tests/gpu/test_ops_fused.py"
     "bench_gpu.py|60|python benchmarks/bench_gpu.py --repeat 20 --json $report/targets.json"
