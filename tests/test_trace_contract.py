@@ -821,6 +821,25 @@ def test_an_array_result_with_a_state_update_from_an_array_argument_replays():
                  state=[(W, W_eager)])
 
 
+@pytest.mark.parametrize("arg", ["array", "Variable"])
+def test_returning_data_of_a_computed_variable_replays_like_eager(arg):
+    W = Variable(np.array([1.0, -2.0, 0.5]), name="W")
+
+    def step(x):
+        y = F.exp(x) * W
+        return y.data, {"loss": F.sum(y).data}  # arrays, as the book's loops print them
+
+    traced = dezero.trace(step)
+    for i in range(3):
+        x = np.full(3, i * 0.5)
+        x = Variable(x) if arg == "Variable" else x
+        (got, got_loss), (want, want_loss) = traced(x), step(x)
+        assert type(got) is np.ndarray and type(got_loss["loss"]) is np.ndarray
+        assert_replay_equal(got, want)
+        assert_replay_equal(got_loss["loss"], want_loss["loss"])
+    assert traced.entries == 1
+
+
 def test_functions_receive_plain_arrays_when_given_guards():
     seen = []
 

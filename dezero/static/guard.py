@@ -280,12 +280,15 @@ def with_leaves(args, kwargs, static_positions, static_names, leaves):
     return args, kwargs
 
 
-def unguarded(obj):
-    """obj with each GuardedArray replaced by its array (what eager code returns)."""
+def unguarded(obj, behind=None):
+    """obj with each GuardedArray replaced by its array (what eager code returns);
+    the list `behind`, if given, receives the Variable each guard is .data of."""
     if isinstance(obj, GuardedArray):
+        if behind is not None and isinstance(obj.source, Variable):
+            behind.append(obj.source)
         return obj.array
     if isinstance(obj, (tuple, list)):
-        return type(obj)(unguarded(o) for o in obj)
+        return type(obj)(unguarded(o, behind) for o in obj)
     if isinstance(obj, dict):
-        return {k: unguarded(v) for k, v in obj.items()}
+        return {k: unguarded(v, behind) for k, v in obj.items()}
     return obj

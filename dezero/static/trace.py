@@ -452,13 +452,14 @@ class TracedFunction:
                 f"outside the traced function, or make the change outside it")
         self._python_writes.update(where for where, _ in writes)
         computed = [weakref.ref(v) for v in tracer.computed.values()]
-        alive_by_design = [result, *transient, *(v for _, _, v in attr_writes),
-                           *(c.var.grad for c in tracer.captures),
+        # `return y.data`: y stays alive behind the array (in `behind`), by design.
+        alive_by_design = [unguarded(result, behind := []), behind, *transient,
+                           *(v for _, _, v in attr_writes), *(c.var.grad for c in tracer.captures),
                            *(leaf.grad for leaf in leaves if isinstance(leaf, Variable))]
-        new = [f"{type(h).__name__}.{n}" for h, n, _ in attr_writes
-               if not any(h is h2 and n == n2 for h2, n2 in self._carried)]
-        self._carried += [(h, n) for h, n, _ in attr_writes
-                          if not any(h is h2 and n == n2 for h2, n2 in self._carried)]
+        found = [(h, n) for h, n, _ in attr_writes
+                 if not any(h is h2 and n == n2 for h2, n2 in self._carried)]
+        self._carried += found
+        new = [f"{type(h).__name__}.{n}" for h, n in found]
         graph = recorded_graph = tracer.finish(result, attr_writes, places)
         result = unguarded(result)
         recorded = time.perf_counter()
