@@ -154,7 +154,8 @@ def test_resuming_from_a_checkpoint_continues_as_uninterrupted_training(
         np.testing.assert_array_equal(got, want)
 
 
-def test_checkpoint_files_hold_no_pickle_and_a_failed_write_keeps_the_old_one(tmp_path):
+def test_checkpoint_files_hold_no_pickle_and_a_failed_write_keeps_the_old_one(
+        tmp_path, monkeypatch):
     model, optimizer = _setup(lambda: optimizers.Adam())
     path = save_checkpoint(tmp_path / "c.npz", model, optimizer, epoch=1)
     with np.load(path, allow_pickle=False) as npz:
@@ -162,6 +163,14 @@ def test_checkpoint_files_hold_no_pickle_and_a_failed_write_keeps_the_old_one(tm
     before = open(path, "rb").read()
     with pytest.raises(TypeError, match="neither a number nor"):
         save_checkpoint(path, model, optimizer, note=object())
+    assert open(path, "rb").read() == before
+
+    def savez_interrupted(f, **arrays):  # a crash half way through the write
+        f.write(b"PK\x03\x04 half a zip")
+        raise KeyboardInterrupt
+    monkeypatch.setattr(np, "savez", savez_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(path, model, optimizer, epoch=2)
     assert open(path, "rb").read() == before
     assert [p.name for p in tmp_path.iterdir()] == ["c.npz"]
 
