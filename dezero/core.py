@@ -89,6 +89,9 @@ class TracerHooks:
     def backward_step(self, function):
         """Variable.backward is about to run `function.backward`."""
 
+    def cleared(self, var):
+        """`var.cleargrad()` is about to drop var.grad."""
+
 
 class TracedArray:
     """Base of what user code sees of a traced array while a trace records (the
@@ -150,10 +153,7 @@ class Variable:
                 f"Variable data must be a numpy or cupy array (or None), got "
                 f"{type(data).__name__}; wrap it first, e.g. Variable(np.array(...))")
         self._data = data
-        self.name = name
-        self.grad = None
-        self.creator = None
-        self.generation = 0
+        self.name, self.grad, self.creator, self.generation = name, None, None, 0
 
     @property
     def data(self):
@@ -223,6 +223,8 @@ class Variable:
         self.generation = func.generation + 1
 
     def cleargrad(self):
+        if _tracing and _thread.tracer is not None:
+            _thread.tracer.cleared(self)
         self.grad = None
 
     def unchain(self):

@@ -56,6 +56,33 @@ def test_clearing_gradients_first_replays_after_one_recording(make_opt, capsys):
     assert recordings(capsys.readouterr().err) == 1 and traced.entries == 1
 
 
+def test_clearing_gradients_of_single_variables_first_replays_after_one_recording(capsys):
+    # The book's steps 40-45: W.cleargrad(); b.cleargrad() before backward().
+    def make(W, b):
+        def step(x, y):
+            W.cleargrad()
+            b.cleargrad()
+            loss = F.mean_squared_error(F.matmul(x, W) + b, y)
+            loss.backward()
+            W.data -= 0.1 * W.grad.data
+            b.data -= 0.1 * b.grad.data
+            return loss
+        return step
+
+    rng = np.random.default_rng(0)
+    pairs = [(Variable(np.zeros((2, 1))), Variable(np.zeros(1))) for _ in range(2)]
+    eager, traced = make(*pairs[0]), dezero.trace(make(*pairs[1]))
+    with dezero.static.debug(1):
+        for _ in range(12):
+            x = rng.standard_normal((10, 2))
+            y = x @ np.array([[2.0], [-1.0]]) + 0.5
+            np.testing.assert_allclose(traced(x, y).data, eager(x, y).data, rtol=1e-6)
+            for a, b in zip(*pairs):
+                np.testing.assert_allclose(b.data, a.data, rtol=1e-6)
+                np.testing.assert_allclose(b.grad.data, a.grad.data, rtol=1e-6)
+    assert recordings(capsys.readouterr().err) == 1 and traced.entries == 1
+
+
 def test_training_step_records_once_on_its_first_call(capsys):
     model = models.MLP((10, 3))
     optimizer = optimizers.MomentumSGD(0.1).setup(model)

@@ -16,7 +16,7 @@ import re
 
 import numpy as np
 
-from dezero import cuda
+from dezero import cuda, layers
 from dezero.core import TracerHooks, Variable
 from dezero.errors import TraceError, user_frame, where
 from dezero.static.graph import StaticGraph
@@ -135,6 +135,13 @@ class Tracer(TracerHooks):
             self.values[id(y)] = value
             self.producer[id(value)] = function.op_name
             self.keep.append(y)
+
+    def cleared(self, var: Variable) -> None:
+        # W.cleargrad() before backward(), as model.cleargrads() tells the observer:
+        # if the run never read the old gradient, the graph does not depend on it.
+        observer = layers.observer()
+        if observer is not None:
+            observer.cleared([var])
 
     def backward_step(self, function) -> None:
         # A Function made before the call belongs to a graph the replay will not have
