@@ -429,8 +429,8 @@ def test_debug_level_2_prints_a_line_per_kernel_call(library, capsys):
 
 
 def test_a_kernel_runs_only_where_it_pays():
-    from dezero.static.backends.cpu import KERNEL_MIN_OPS, KERNEL_MIN_SIZE, pays
     from dezero.static.ir import Group
+    from dezero.static.passes import KERNEL_MIN_OPS, KERNEL_MIN_SIZE, pays
 
     def group(n_ops, shape):
         return Group("k0", [object()] * n_ops, [], [], shape)
@@ -438,6 +438,24 @@ def test_a_kernel_runs_only_where_it_pays():
     assert not pays(group(KERNEL_MIN_OPS - 1, (30, 10)))  # a call costs more than numpy
     assert pays(group(KERNEL_MIN_OPS, (30, 10)))
     assert pays(group(2, (KERNEL_MIN_SIZE,)))  # one pass over memory instead of two
+    assert pays(group(2, (30, 10)), "gpu")  # each cupy call is a kernel launch
+
+
+def test_print_graph_shows_which_kernels_run_compiled():
+    import dezero
+    import dezero.functions as F
+
+    def f(x):
+        return F.exp(x * 2.0) + x, F.tanh(F.sin(F.exp(x * 3.0) + 1.0)) * x
+
+    graph = dezero.trace(f).lower(randn(4, 3))
+    small, large = graph.groups
+    assert not small.compiled and large.compiled  # three ops against six
+    text = str(graph)
+    assert f"# kernel {small.name}: 3 ops -> " in text and "(numpy calls: too small" in text
+    assert text.count("(numpy calls") == 1
+    plan = graph.compile("cpu")
+    assert f"_{large.name}(" in plan.source and f"_{small.name}(" not in plan.source
 
 
 def test_names_that_are_lowercase_macros_of_the_headers_compile():

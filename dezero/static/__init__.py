@@ -44,22 +44,23 @@ afresh at every replay (change lr between steps and the replay sees it); the
 backward pass is part of the graph; `.data` assignments became state writes and
 the gradients backward() left are written back too. The fusion pass grouped
 chains of elementwise ops of one shape into kernels (graph.groups), each indented
-under a comment that names what it returns::
+under a comment that names what it returns; a kernel too small to pay for its call
+on the CPU (under 4 ops and 16384 elements) says it runs as numpy calls::
 
     trace step(x: f32[8,3], t: f32[8,1]) captures W: f32[3,1], b: f32[1], lr: f32[]
       a: f32[] = const 0.25
       c: f32[8,1] = linear(x, W, b)
       d: f32[] = mean_squared_error(c, t)
-      # kernel k0: 2 ops -> f
+      # kernel k0: 2 ops -> f (numpy calls: too small to pay for a kernel)
         e: f32[8,1] = sub(c, t)
         f: f32[8,1] = mul(e, a)
       g: f32[3,8] = transpose(x) [axes=None]
       h: f32[3,1] = matmul(g, f)
       i: f32[1] = sum_to(f) [shape=(1,)]
-      # kernel k1: 2 ops -> k
+      # kernel k1: 2 ops -> k (numpy calls: too small to pay for a kernel)
         j: f32[3,1] = mul(lr, h)
         k: f32[3,1] = sub(W, j)
-      # kernel k2: 2 ops -> m
+      # kernel k2: 2 ops -> m (numpy calls: too small to pay for a kernel)
         l: f32[1] = mul(lr, i)
         m: f32[1] = sub(b, l)
       W <- k

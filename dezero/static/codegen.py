@@ -151,7 +151,14 @@ def _expression(node, names: dict) -> str:
 
 def kernel_spec(group: Group) -> KernelSpec:
     """The KernelSpec of a group: one `const <type> name = <cpp>;` per node, then one
-    assignment per output. Deterministic: the same group gives the same bytes."""
+    assignment per output. Deterministic: the same group gives the same bytes. Made
+    once and kept on the group, where the replay code and the kernel library find it."""
+    if group.spec is None:
+        group.spec = _make_spec(group)
+    return group.spec
+
+
+def _make_spec(group: Group) -> KernelSpec:
     names = c_names(group)
     dtype = group.nodes[0].outputs[0].dtype
     ctype = CTYPES[dtype.name]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dezero import cuda
 from dezero.core import TracedArray, Variable
-from dezero.static import backends, drawing, saving
+from dezero.static import backends, drawing, passes, saving
 from dezero.static.ir import Graph, Node, type_str
 from dezero.utils import render_dot
 
@@ -93,6 +93,8 @@ class StaticGraph(Graph):
             elif node.kind == "state" and self.owns_state:
                 node.payload.write(convert(node.payload.read()))
         self.device = device
+        for group in self.groups:  # on the GPU every kernel pays
+            group.compiled = passes.pays(group, device)
         self._compiled = {}  # compiled code closes over the old constants
         return self
 

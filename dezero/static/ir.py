@@ -112,6 +112,9 @@ class Group:
              each broadcasts to `shape`
     outputs  the Values of the group that something outside reads (a later node,
              a write, the output node), in node order; each of shape `shape`
+    compiled whether a kernel backend runs it as one compiled kernel (fuse decides
+             by passes.pays), else as one numpy call per node
+    spec     its kernel spec, made once by codegen.kernel_spec and kept here
     """
 
     name: str
@@ -119,11 +122,15 @@ class Group:
     inputs: list
     outputs: list
     shape: tuple
+    compiled: bool = True
+    spec: object = None
 
     def header(self) -> str:
-        """'kernel k0: 5 ops -> d, f', the comment printed above the group."""
+        """'kernel k0: 5 ops -> d, f', the comment printed above the group (which says
+        so when the group runs as numpy calls)."""
         return f"kernel {self.name}: {len(self.nodes)} ops -> " + \
-            ", ".join(v.name for v in self.outputs)
+            ", ".join(v.name for v in self.outputs) + \
+            ("" if self.compiled else " (numpy calls: too small to pay for a kernel)")
 
 
 # =============================================================================

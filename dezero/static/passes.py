@@ -350,9 +350,13 @@ def fuse(graph: Graph) -> Graph:
     kept = [members[g] for g in range(len(parent)) if parent[g] == g and len(members[g]) > 1]
     nodes = _schedule(graph.nodes, kept)
     fused = graph.with_nodes(nodes)
-    fused.groups = _make_groups(nodes, kept)
+    fused.groups = _make_groups(nodes, kept, graph.device)
     log(f"{len(fused.groups)} kernels of " + ", ".join(
         str(len(g.nodes)) for g in fused.groups) + " ops")
+    for g in fused.groups:
+        if not g.compiled:
+            log(f"kernel {g.name} runs as numpy calls: {len(g.nodes)} ops on "
+                f"{int(np.prod(g.shape))} elements cost less than a kernel call")
     return fused
 
 
@@ -396,7 +400,7 @@ def _schedule(nodes: list, groups: list) -> list:
     return ordered
 
 
-def _make_groups(nodes: list, groups: list) -> list[Group]:
+def _make_groups(nodes: list, groups: list, device: str) -> list[Group]:
     """Group records named k0, k1 ... in the order of the scheduled nodes."""
     readers: dict[int, list] = {}
     for node in nodes:
@@ -414,9 +418,23 @@ def _make_groups(nodes: list, groups: list) -> list[Group]:
         # A value no one reads (a graph that dce did not clean) stays a result too.
         outputs = [v for n in members for v in n.outputs
                    if not all(id(r) in inside for r in readers.get(id(v), [None]))]
-        made.append(Group(f"k{len(made)}", members, inputs, outputs,
-                          members[0].outputs[0].shape))
+        group = Group(f"k{len(made)}", members, inputs, outputs, members[0].outputs[0].shape)
+        group.compiled = pays(group, device)
+        made.append(group)
     return made
+
+
+# A kernel call on the CPU costs about 2 us (ctypes, output buffers); numpy about 0.7 us
+# an op on small arrays. A short group on small arrays runs faster as numpy calls.
+KERNEL_MIN_OPS, KERNEL_MIN_SIZE = 4, 1 << 14
+
+
+def pays(group: Group, device: str = "cpu") -> bool:
+    """Whether running `group` as one kernel beats one numpy call per node: always on
+    the GPU (each cupy call is a kernel launch of its own), on the CPU for 4 ops or
+    more or 16384 elements or more."""
+    return device == "gpu" or len(group.nodes) >= KERNEL_MIN_OPS or \
+        int(np.prod(group.shape, dtype=np.int64)) >= KERNEL_MIN_SIZE
 
 
 def _carry_groups(graph: Graph, new: Graph, nodes: dict, values: dict):
@@ -424,7 +442,7 @@ def _carry_groups(graph: Graph, new: Graph, nodes: dict, values: dict):
     old ones to the new ones)."""
     new.groups = [Group(g.name, [nodes[id(n)] for n in g.nodes],
                         [values.get(id(v), v) for v in g.inputs],
-                        [values.get(id(v), v) for v in g.outputs], g.shape)
+                        [values.get(id(v), v) for v in g.outputs], g.shape, g.compiled)
                   for g in graph.groups]
     return new
 

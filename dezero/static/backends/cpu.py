@@ -274,7 +274,7 @@ class KernelLibrary:
 
     def kernel(self, spec):
         compiled = self.specs.get(spec.name)
-        if compiled is None or compiled.key() != spec.key():
+        if compiled is None or compiled != spec:
             raise KeyError(f"kernel {spec.name} is not the one compiled into {self.path}")
         # A prototype called by address: ctypes calls it faster than the CDLL
         # attribute (1.7 against 3.0 us); it releases the GIL while the kernel runs.
@@ -374,26 +374,12 @@ def _warn_unfused(reason: str) -> None:
 _UNUSABLE: dict = {}  # cache folder -> why its libraries cannot be used
 
 
-# A kernel call costs about 2 us (ctypes, output buffers); numpy about 0.7 us an op
-# on small arrays. A short group on small arrays runs faster as numpy calls.
-KERNEL_MIN_OPS, KERNEL_MIN_SIZE = 4, 1 << 14
-
-
-def pays(group) -> bool:
-    """Whether running `group` as one kernel beats calling numpy for each node."""
-    return len(group.nodes) >= KERNEL_MIN_OPS or _size(group.shape) >= KERNEL_MIN_SIZE
-
-
 def compile_graph(graph):
     """The replay code of `graph` with its groups run as compiled kernels (those
-    that pay, see pays()): at once when the library is in the cache, else a
-    pending.Pending plan that replays unfused while the library compiles."""
-    groups = [g for g in getattr(graph, "groups", []) if pays(g)]
-    if debugging.LEVEL >= 3:
-        for g in getattr(graph, "groups", []):
-            if not pays(g):
-                debugging.log(3, f"kernel {g.name} runs as numpy calls: {len(g.nodes)} ops "
-                                 f"on {_size(g.shape)} elements cost less than a kernel call")
+    that pay, group.compiled: passes.fuse decides and print(graph) shows it): at once
+    when the library is in the cache, else a pending.Pending plan that replays
+    unfused while the library compiles."""
+    groups = [g for g in getattr(graph, "groups", []) if g.compiled]
     if not groups or graph.device == "gpu":  # the cupy backend fuses on the GPU
         return pycode.Compiled(graph)
     from dezero.static.codegen import kernel_spec  # noqa: PLC0415 - codegen imports ir
