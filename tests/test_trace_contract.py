@@ -2,6 +2,7 @@
 the same state, or raises TraceError at record time. Each test runs the same code
 traced and eagerly, side by side, over several calls with changing inputs."""
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -149,6 +150,40 @@ def test_two_threads_trace_at_once():
         t.join()
     assert not errors, errors
     assert results == {"a": ["mul", "tanh"], "b": ["exp", "add", "mul"]}
+
+
+def test_threads_making_the_first_call_at_once_record_one_graph():
+    barrier = threading.Barrier(8, timeout=10)
+    W = Variable(np.array([1.0, 2.0]), name="W")
+    results, errors = [], []
+
+    @dezero.trace
+    def step(x):
+        y = F.tanh(x * W)
+        if x.shape == (2,):
+            barrier.wait()  # all eight are inside their first call at once
+        return y
+
+    def run(i):
+        try:
+            results.append((i, step(np.full(2, float(i))).data))
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+            barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for i, y in results:
+        np.testing.assert_allclose(y, np.tanh(np.full(2, float(i)) * W.data), rtol=1e-6)
+    assert step.entries == 1  # one recording per signature; the others ran eagerly
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a new signature records: no max_entries warning
+        step(np.ones((3, 2)))
+    assert step.entries == 2
 
 
 def test_no_grad_in_another_thread_leaves_a_recording_as_it_is():

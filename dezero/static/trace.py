@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 import time
 import warnings
 import weakref
@@ -248,6 +249,9 @@ class TracedFunction:
         self._warned = False
         self._stale_streak = 0  # recordings dropped as stale since the last replay
         self.graph: StaticGraph | None = None
+        # Signatures being recorded now: a thread that makes the same call meanwhile
+        # runs it eagerly (one recording per signature, and no thread waits).
+        self._recording: dict[tuple, int] = {}  # signature -> the recording thread
 
     def __get__(self, obj, objtype=None):
         # Decorating a method: each instance gets its own TracedFunction (its own
@@ -374,7 +378,13 @@ class TracedFunction:
                               f"changes between calls in a Variable, or pass it as an "
                               f"argument", stacklevel=2)
             return self.fn(*args, **kwargs)
-        return self._record(key, leaves, args, kwargs, reason)[0]
+        me = threading.get_ident()
+        if self._recording.setdefault(key, me) != me:  # atomic: one thread records it
+            return self.fn(*args, **kwargs)
+        try:
+            return self._record(key, leaves, args, kwargs, reason)[0]
+        finally:
+            del self._recording[key]
 
     def _drop_stale(self):
         # A graph recorded with a layer, hook or model that has since been replaced
