@@ -9,6 +9,7 @@ core.py and functions.py; models.py and optimizers.py build on it.
 import contextlib
 import os
 import threading
+import types
 import zipfile
 import zlib
 
@@ -122,8 +123,12 @@ class Layer:
     def _describe(self, prefix, indent, lines, seen, counts, path):
         # path: the ids of the layers above, so a layer that refers back to one of
         # them is named, not walked again; seen: Variable id -> its first key.
-        for name in self.__dict__.get("_params", ()):
-            obj = self.__dict__[name]
+        registered = self.__dict__.get("_params", ())
+        for name, obj in list(self.__dict__.items()):
+            if name not in registered:
+                if isinstance(obj, types.FunctionType):  # MLP's activation, Sequential's F.relu
+                    lines.append(f"{indent}{name}: {obj.__name__} (function)")
+                continue
             if isinstance(obj, Layer):
                 if id(obj) in path:
                     lines.append(f"{indent}{name}: {type(obj).__name__}, shown above")

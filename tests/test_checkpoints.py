@@ -220,3 +220,16 @@ def test_a_damaged_checkpoint_is_one_clear_error_and_changes_nothing(tmp_path):
         load_checkpoint(tmp_path / "none.npz", model)
     for key, array in model.state_dict().items():
         np.testing.assert_array_equal(array, before[key])
+
+
+def test_a_loader_refuses_an_order_that_is_not_of_its_dataset():
+    loader = dezero.DataLoader(_Points(), 8)
+    state = loader.state_dict()
+    next(loader)
+    assert int(loader.state_dict()["iteration"]) == 1 and int(state["iteration"]) == 0
+    loader.load_state_dict(state)
+    assert loader.iteration == 0
+    with pytest.raises(ValueError, match="not one of this dataset's 30 examples"):
+        loader.load_state_dict({"index": np.arange(29), "iteration": np.array(0)})
+    with pytest.raises(ValueError, match="not one of this dataset's 30 examples"):
+        loader.load_state_dict({"index": np.zeros(30, int), "iteration": np.array(0)})

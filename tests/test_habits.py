@@ -8,7 +8,7 @@ import dezero
 import dezero.functions as F
 import dezero.layers as L
 from dezero import optimizers
-from dezero.models import MLP
+from dezero.models import MLP, Sequential
 
 
 # =============================================================================
@@ -49,6 +49,7 @@ def test_print_model_shows_the_tree_shapes_and_count():
     text = repr(model)
     assert text.splitlines() == [
         "MLP  (63 parameters)",
+        "  activation: sigmoid (function)",
         "  l0: Linear",
         "    W  (2, 10) float32",
         "    b  (10,) float32",
@@ -57,6 +58,14 @@ def test_print_model_shows_the_tree_shapes_and_count():
         "    b  (3,) float32",
     ]
     assert str(model) == text
+
+
+def test_print_sequential_shows_its_functions_in_place():
+    model = Sequential(L.Linear(4, in_size=2), F.relu, L.Linear(1, in_size=4))
+    assert repr(model).splitlines() == [
+        "Sequential  (17 parameters)", "  l0: Linear", "    W  (2, 4) float32",
+        "    b  (4,) float32", "  l1: relu (function)", "  l2: Linear",
+        "    W  (4, 1) float32", "    b  (1,) float32"]
 
 
 def test_print_model_before_the_first_call_shows_open_sizes():
