@@ -128,3 +128,21 @@ def test_attributes_of_every_kind_survive_the_round_trip(tmp_path):
     x = np.arange(12, dtype=np.float32).reshape(3, 4) * 2
     np.testing.assert_array_equal(loaded(x).data, graph(x).data)
     assert str(loaded) == str(graph)
+
+
+def test_returned_python_numbers_of_every_kind_round_trip(tmp_path):
+    returned = (float("nan"), float("inf"), -float("inf"), 1.5, 3, True, None, "done")
+
+    @dezero.trace
+    def f(x):
+        return (F.exp(x), *returned)
+
+    f(Variable(np.ones(2)))
+    f.graph.save(str(tmp_path / "f"))
+    text = (tmp_path / "f.json").read_text()
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    y, *numbers = StaticGraph.load(str(tmp_path / "f.json"))(np.ones(2))
+    np.testing.assert_allclose(y.data, np.exp(np.ones(2)))
+    assert np.isnan(numbers[0]) and numbers[1:3] == [np.inf, -np.inf]
+    assert numbers[3:] == [1.5, 3, True, None, "done"]
+    assert [type(n) for n in numbers] == [type(r) for r in returned]

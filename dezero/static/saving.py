@@ -34,7 +34,8 @@ every const node and "state/<name>" for every state node's value at save time.
 
 TREE rebuilds what the function returned from the flat outputs:
 ["var", i] a Variable of output i, ["array", i] the array itself, ["tuple", [TREE..]],
-["list", [TREE..]], ["dict", [[key, TREE]..]], ["static", value] a JSON value.
+["list", [TREE..]], ["dict", [[key, TREE]..]], ["static", value] a Python value
+returned as it is (None, a bool, int, float or str, encoded as attributes are).
 
 Attribute values: JSON null/bool/int/str/list as themselves; a float as itself, or
 {"$float": "inf" | "-inf" | "nan"}; {"$tuple": [...]}, {"$slice": [start, stop, step]},
@@ -138,7 +139,7 @@ def _tree_to_json(tree):
         if not all(isinstance(k, str) for k, _ in tree[1]):
             raise TypeError("only a dict with str keys can be saved as a graph output")
         return [kind, [[k, _tree_to_json(t)] for k, t in tree[1]]]
-    return ["static", tree[1]]
+    return ["static", encode_attr(tree[1])]  # nan, inf: {"$float": "nan"}
 
 
 # =============================================================================
@@ -577,7 +578,7 @@ def _read_tree(tree, at, n_outputs):
                 at[1][i][0].fail("text", key)
         return kind, [(k, _read_tree(t, at[1][i][1], n_outputs))
                       for i, (k, t) in enumerate(pairs)]
-    return kind, part  # "static": a JSON value, returned as it is
+    return kind, read_attr(part, at[1])  # "static": a value encoded as an attribute
 
 
 def _own_attributes(nodes):
