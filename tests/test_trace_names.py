@@ -35,3 +35,31 @@ def test_state_is_named_by_where_the_step_reaches_it():
     code = graph.compile("python").source
     assert "_s_model_layers_0_W._data = " in code and "_s0" not in code
     assert "model_layers_0_W" in graph.to_dot()
+
+
+def test_replay_guards_are_named_records_that_check_and_explain():
+    from dezero.static.trace import GradUnset, StateType
+
+    w = Variable(np.ones(3, np.float32), name="w")
+
+    @dezero.trace
+    def f(x):
+        y = F.sum(x * w)
+        y.backward()
+        return y
+
+    x = Variable(np.ones(3, np.float32))
+    f(x)
+    w.cleargrad()
+    x.cleargrad()
+    f(x)
+    (entry,), = f._cache.values()
+    state, = entry.types
+    assert isinstance(state, StateType) and state.name == "w" and state.check()
+    assert [type(g) for g in entry.grad_unset] == [GradUnset]
+    w.grad = Variable(np.zeros(3, np.float32))  # backward() would add to it
+    assert not entry.grad_unset[0].check()
+    assert entry.guard_failure([x]) == "state w.grad None -> set"
+    w.cleargrad()
+    w.data = np.ones(4, np.float32)
+    assert not state.check() and state.explain() == "state w f32[3] -> f32[4]"

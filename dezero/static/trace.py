@@ -15,6 +15,7 @@ import threading
 import time
 import warnings
 import weakref
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -118,7 +119,83 @@ def describe_change(label, old, new) -> str:
 
 
 # =============================================================================
-# Entry: one recorded graph with the guard on its captured state
+# Guards: what a replay assumes about captured state (StateType, GradUnset, NotShared)
+# =============================================================================
+
+
+@dataclass(frozen=True, eq=False)
+class StateType:
+    """A state node's array has the type it had when recorded (shape, dtype, class)."""
+
+    name: str      # the state value's name in the graph
+    slot: object   # where its array lives (slots.py)
+    shape: tuple
+    dtype: np.dtype
+    kind: type     # numpy.ndarray, a cupy array ...
+
+    def check(self) -> bool:
+        data = self.slot.read()
+        # `is` first: numpy hands out one object per builtin dtype, so the slower ==
+        # runs only when the objects differ.
+        return data is not None and data.shape == self.shape and type(data) is self.kind \
+            and (data.dtype is self.dtype or data.dtype == self.dtype)
+
+    def explain(self) -> str:
+        data = self.slot.read()
+        now = "None" if data is None else type_str(data.shape, data.dtype)
+        return f"state {self.name} {type_str(self.shape, self.dtype)} -> {now}"
+
+
+@dataclass(frozen=True, eq=False)
+class GradUnset:
+    """A state's .grad is still None: the recording set it, where a set .grad would have
+    been added to by backward() instead."""
+
+    name: str
+    var: Variable
+
+    def check(self) -> bool:
+        return self.var.grad is None
+
+    def explain(self) -> str:
+        return f"state {self.name}.grad None -> set"
+
+
+@dataclass(frozen=True, eq=False)
+class NotShared:
+    """State the graph writes in place shares its array with no argument and no other
+    state: the replay reads and writes the array as the recording did, which is
+    eager's result only while nothing else holds it."""
+
+    names: list    # of the state written in place
+    types: list    # the StateType of every state, in graph order
+    spots: list    # where each of `names` is in `types`
+
+    def check(self, leaves) -> bool:
+        return self.shared(leaves) is None
+
+    def shared(self, leaves):
+        states = [t.slot.read() for t in self.types]
+        arrays = states + [getattr(leaf, "_data", leaf) for leaf in leaves]
+        ids = [id(a) for a in arrays]
+        # Arguments that view another array's memory (a slice of the data set, or of
+        # the state itself): compared by what they view.
+        views = {id(root(a)): a for a in arrays[len(states):] if a.base is not None}
+        duplicated = len(set(ids)) < len(ids)
+        for name, i in zip(self.names, self.spots):
+            view = views.get(id(root(states[i]))) if views else None
+            if (duplicated and ids.count(ids[i]) > 1) or (
+                    view is not None and overlap(view, states[i])):
+                return name
+        return None
+
+    def explain(self, leaves) -> str:
+        return f"state {self.shared(leaves)} shares its array with an argument or other " \
+               f"state, and the graph writes into it in place"
+
+
+# =============================================================================
+# Entry: one recorded graph with the guards on its captured state
 # =============================================================================
 
 
@@ -127,10 +204,11 @@ class Entry:
 
     structure  the layers, parameters, hooks and globals the graph was recorded
                with: if one is replaced, added or removed, the entry is dropped
-    guards     each state node's type when recorded (data or .grad)
-    grad_none  state whose .grad was None before the recording and set by it:
-               had it been set, backward() would have added to it instead (not
-               state whose old .grad the run cleared unread: fresh_grads)
+    types      a StateType per state node (data or .grad)
+    not_shared a NotShared for the state written in place, or None
+    grad_unset a GradUnset per state whose .grad was None before the recording and
+               set by it (not state whose old .grad the run cleared unread:
+               fresh_grads)
     """
 
     def __init__(self, graph: StaticGraph, tracer: Tracer, structure: Structure,
@@ -139,29 +217,29 @@ class Entry:
         self.structure = structure
         self.compiled = graph.compile()
         before = {id(c.node.outputs[0]): c.before_data for c in tracer.captures}
-        self.guards = []
+        self.types = []
         for node in graph.of_kind("state"):
             data = before[id(node.outputs[0])]
             if data is None:
                 continue  # initialised during the recording: this entry is not kept
-            self.guards.append((node.outputs[0].name, node.payload, data.shape, data.dtype,
-                                type(data)))
-        # State written in place: the replay reads and writes its array as the
-        # recording did, which is eager's result only while no other state or
-        # argument shares that array.
+            self.types.append(StateType(node.outputs[0].name, node.payload, data.shape,
+                                        data.dtype, type(data)))
         in_place = {node.inputs[0].name for node in graph.of_kind("write")
                     if node.attrs.get("in_place")}
-        self.in_place = [i for i, guard in enumerate(self.guards) if guard[0] in in_place]
-        self.grad_none = [(c.node.outputs[0].name, c.var) for c in tracer.captures
-                          if c.before_grad is None and c.var.grad is not None
-                          and c.node.attrs["field"] != "attr" and id(c.var) not in fresh_grads]
+        spots = [i for i, t in enumerate(self.types) if t.name in in_place]
+        self.not_shared = NotShared([self.types[i].name for i in spots], self.types,
+                                    spots) if spots else None
+        self.grad_unset = [GradUnset(c.node.outputs[0].name, c.var) for c in tracer.captures
+                           if c.before_grad is None and c.var.grad is not None
+                           and c.node.attrs["field"] != "attr"
+                           and id(c.var) not in fresh_grads]
 
     def subsumes(self, other: Entry) -> bool:
         """True if `other` differs from this entry only in requiring .grad unset,
         while this graph works either way (it clears the grads, never reads them)."""
-        read = {id(slot.var) for _, slot, *_ in self.guards if isinstance(slot, GradSlot)}
-        return bool(other.grad_none) and not self.grad_none and \
-            all(id(var) not in read for _, var in other.grad_none) and \
+        read = {id(t.slot.var) for t in self.types if isinstance(t.slot, GradSlot)}
+        return bool(other.grad_unset) and not self.grad_unset and \
+            all(id(g.var) not in read for g in other.grad_unset) and \
             other.type_failure() is None
 
     def guard_failure(self, leaves) -> str | None:
@@ -169,34 +247,17 @@ class Entry:
         reason = self.type_failure()
         if reason is not None:
             return reason
-        if self.in_place:
-            states = [slot.read() for _, slot, *_ in self.guards]
-            arrays = states + [getattr(leaf, "_data", leaf) for leaf in leaves]
-            ids = [id(a) for a in arrays]
-            # Arguments that view another array's memory (a slice of the data set,
-            # or of the state itself): compared by what they view.
-            views = {id(root(a)): a for a in arrays[len(states):] if a.base is not None}
-            duplicated = len(set(ids)) < len(ids)
-            for i in self.in_place:
-                view = views.get(id(root(states[i]))) if views else None
-                if (duplicated and ids.count(ids[i]) > 1) or (
-                        view is not None and overlap(view, states[i])):
-                    return f"state {self.guards[i][0]} shares its array with an argument " \
-                           f"or other state, and the graph writes into it in place"
-        for name, var in self.grad_none:
-            if var.grad is not None:
-                return f"state {name}.grad None -> set"
+        if self.not_shared is not None and not self.not_shared.check(leaves):
+            return self.not_shared.explain(leaves)
+        for guard in self.grad_unset:
+            if not guard.check():
+                return guard.explain()
         return None
 
     def type_failure(self) -> str | None:
-        for name, slot, shape, dtype, kind in self.guards:
-            data = slot.read()
-            # `is` first: numpy hands out one object per builtin dtype, so the
-            # slower == runs only when the objects differ.
-            if data is None or data.shape != shape or type(data) is not kind or \
-                    (data.dtype is not dtype and data.dtype != dtype):
-                now = "None" if data is None else type_str(data.shape, data.dtype)
-                return f"state {name} {type_str(shape, dtype)} -> {now}"
+        for guard in self.types:
+            if not guard.check():
+                return guard.explain()
         return None
 
 
