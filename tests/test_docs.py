@@ -145,3 +145,20 @@ def test_getting_started_examples_run_in_order(tmp_path, monkeypatch, capsys):
     assert "trace train_step(x: f32[30,2]" in out
     assert "MLP  (63 parameters)" in out and "resume after epoch 19 with lr" in out
     assert namespace["train_step"].entries == 1  # the schedule's rates replay: no retrace
+
+
+def test_the_pictures_of_the_pages_are_those_tools_docs_pictures_draws():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import docs_pictures
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    drawn = dict(docs_pictures.pictures())
+    stored = sorted(p.stem for p in (ROOT / "docs" / "pictures").glob("*.svg"))
+    assert sorted(drawn) == stored
+    for stem, dot in drawn.items():
+        assert dot.startswith("digraph"), stem
+        svg = (ROOT / "docs" / "pictures" / f"{stem}.svg").read_text(encoding="utf-8")
+        # the same graph: every op the DOT text draws is a label in the picture
+        for op in set(re.findall(r'label="(\w+)[\\"]', dot)):
+            assert f">{op}<" in svg or f">{op} " in svg or f">{op}\n" in svg, (stem, op)
