@@ -236,6 +236,28 @@ def test_source_is_readable_and_deterministic(library):
     assert 'int k_row(Object* _a0, Object* _a1, Object* _a2, Object* _a3' in library.source
 
 
+def test_a_kernel_that_computes_what_an_earlier_one_does_calls_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
+    twin = spec("k_twin", [("p", "float32", (3, 4)), ("q", "float32", ()),
+                           ("r", "float32", (3, 4))],
+                [("u", "float32", (3, 4)), ("w", "float32", (3, 4))], (3, 4),
+                "const float s1 = p * q;\nconst float s2 = tanh(s1 + r);\nu = s2;\n"
+                "w = fmax(s2, 0) * p;")  # k_full's body under other names
+    other = dataclasses.replace(twin, name="k_other", body=twin.body.replace("* p;", "* q;"))
+    library = cpu.KernelLibrary([SPECS["k_full"], twin, other])
+    assert library.source.count("DEZERO_FOR_EACH_ELEMENT(") == 2  # k_full's and k_other's
+    assert "// kernel k_twin: the loop of k_full\nextern \"C\" int k_twin(Object* _a0, " \
+           "Object* _a1, Object* _a2, Object* _a3, Object* _a4) { return k_full(_a0, _a1, " \
+           "_a2, _a3, _a4); }" in library.source
+    x, b = randn(3, 4), randn(3, 4, seed=1)
+    for name, want in (("k_twin", reference(x, np.float32(0.5), b)),
+                       ("k_other", (reference(x, np.float32(0.5), b)[0],
+                                    np.maximum(np.tanh(x * 0.5 + b), 0) * 0.5))):
+        got = library.kernel(twin if name == "k_twin" else other)(x, np.float32(0.5), b)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
 def test_a_kernel_is_its_body_once_inside_one_loop():
     # What a reader of the source sees: the header's name, then per kernel a comment,
     # its arguments, one loop (the header writes its variants) and the body once.
