@@ -476,7 +476,7 @@ def test_print_graph_shows_which_kernels_run_compiled():
     text = str(graph)
     assert f"# kernel {small.name}: 3 ops -> " in text and "(numpy calls: too small" in text
     assert text.count("(numpy calls") == 1
-    plan = graph.compile("cpu")
+    plan = graph.compile("cpu").wait()
     assert f"_{large.name}(" in plan.source and f"_{small.name}(" not in plan.source
 
 
