@@ -3,6 +3,7 @@ hand (codegen's Param and KernelSpec): broadcasting by strides, odd inputs, buff
 reuse that never overwrites what a caller holds, the disk cache, compile errors
 and the missing-compiler fallback."""
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -720,3 +721,57 @@ def test_a_library_that_fails_to_build_warns_once_and_replays_unfused(gated_buil
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once
         np.testing.assert_array_equal(traced(x).data, long_chain(x).data)
+
+
+# =============================================================================
+# Compiled or not, by measurement: timed both ways, kept beside the library
+# =============================================================================
+
+
+def test_each_kernel_is_timed_against_its_numpy_calls_once_and_kept(tmp_path, monkeypatch,
+                                                                    capsys):
+    from dezero.static import debugging
+    from dezero.static.backends import measure
+    monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
+    x = randn(5)
+    plan = dezero.trace(long_chain).lower(x).compile("cpu").wait()
+    stored = json.loads(plan.library.path.with_suffix(".json").read_text())
+    assert list(stored) == ["k0"] and all(t > 0 for t in stored["k0"])
+
+    def no_timing(*args):
+        raise AssertionError("timed again")
+    monkeypatch.setattr(measure, "_time_both", no_timing)
+    monkeypatch.setattr(debugging, "LEVEL", 3)
+    again = dezero.trace(long_chain).lower(x).compile("cpu")  # another process would too
+    kernel_us, numpy_us = stored["k0"]
+    how = "compiled" if kernel_us <= numpy_us * measure.MARGIN else "as numpy calls"
+    assert f"kernel k0 runs {how}: {kernel_us:.1f} us a call, its 8 numpy calls " \
+           f"{numpy_us:.1f} us (stored in the kernel cache)" in capsys.readouterr().err
+    np.testing.assert_allclose(again(x).data, long_chain(x).data, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kernel_us, numpy_us, compiled", [(2.0, 9.0, True),
+                                                           (9.0, 2.0, False)])
+def test_a_group_runs_the_faster_way(tmp_path, monkeypatch, kernel_us, numpy_us, compiled):
+    monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
+    x = randn(5)
+    dezero.trace(long_chain).lower(x).compile("cpu").wait()  # the library, in the cache
+    stored, = tmp_path.glob("*.json")
+    stored.write_text(json.dumps({"k0": [kernel_us, numpy_us]}))
+    graph = dezero.trace(long_chain).lower(x)
+    plan = graph.compile("cpu")
+    assert ("= _k0(" in plan.source) is compiled and graph.groups[0].compiled is compiled
+    assert ("(numpy calls" in str(graph)) is not compiled
+    np.testing.assert_allclose(plan(x).data, long_chain(x).data, rtol=1e-6)
+
+
+@pytest.mark.parametrize("text", ["{", '{"k0": [1]}', '{"k9": [1, 2]}', '{"k0": ["a", 2]}'])
+def test_damaged_or_foreign_timings_in_the_cache_are_measured_again(tmp_path, monkeypatch,
+                                                                     text):
+    monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
+    x = randn(5)
+    first = dezero.trace(long_chain).lower(x).compile("cpu").wait()
+    stored = first.library.path.with_suffix(".json")
+    stored.write_text(text)
+    dezero.trace(long_chain).lower(x).compile("cpu")
+    assert list(json.loads(stored.read_text())) == ["k0"]

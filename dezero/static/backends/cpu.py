@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from dezero.static import debugging
-from dezero.static.backends import cache, pending, pycode
+from dezero.static.backends import cache, measure, pending, pycode
 
 # =============================================================================
 # Toolchain: compiler, FLAGS
@@ -437,7 +437,8 @@ def compile_graph(graph):
             _warn_unfused(f"the kernel cache {cache.folder()} cannot be written "
                           f"({e.strerror}); set DEZERO_CACHE_DIR to a writable folder")
             return pycode.Compiled(graph)
-        plan = pycode.Compiled(graph, factory=library.kernel, groups=groups)
+        plan = pycode.Compiled(graph, factory=library.kernel,
+                               groups=measure.decide(library, groups))
         plan.kernel_source, plan.library = library.source, library
         return plan
 
