@@ -50,16 +50,16 @@ class Swish(Function):
 def regression():
     """A linear regression, its SGD optimizer and its training step."""
     np.random.seed(0)
-    model = L.Linear(1)
-    optimizer = optimizers.SGD(lr=0.1).setup(model)
+    fc = L.Linear(1)  # the graph names state by where the step finds it (fc_W, opt_lr)
+    opt = optimizers.SGD(lr=0.1).setup(fc)
 
     def train_step(x, t):
-        loss = F.mean_squared_error(model(x), t)
-        model.cleargrads()
+        loss = F.mean_squared_error(fc(x), t)
+        fc.cleargrads()
         loss.backward()
-        optimizer.update()
+        opt.update()
         return loss
-    return model, train_step
+    return fc, train_step
 
 
 def pictures():
@@ -86,7 +86,8 @@ def pictures():
     yield "step_dynamic", utils.get_dot_graph(loss, verbose=False)
     graph = dezero.trace(train_step).lower(xs, ts)
     yield "step_static", graph.with_nodes(graph.nodes).to_dot()  # with_nodes: no groups
-    yield "step_fused", graph.to_dot()
+    # Scaled down by Graphviz where wider than a page (8.3 inches: about 600 pt).
+    yield "step_fused", graph.to_dot().replace("rankdir=TB;", 'rankdir=TB; size="8.3,30";', 1)
 
     def with_swish(x, b):
         return F.sum(Swish()(x + b) * 2.0)
