@@ -27,7 +27,7 @@ from dezero.errors import TraceError, user_frame, where
 
 _STDLIB = os.path.dirname(os.__file__) + os.sep
 _local = threading.local()  # .seeding: inside numpy's draw of a seed
-_installed = False
+_installed, _install_lock = False, threading.Lock()
 
 
 # =============================================================================
@@ -103,9 +103,10 @@ class RandomWatch:
 def install() -> None:
     """Wrap the sources of fresh entropy (once per process)."""
     global _installed
-    if _installed:
-        return
-    _installed = True
+    with _install_lock:  # two threads tracing for the first time wrap once
+        if _installed:
+            return
+        _installed = True
     bits = np.random.bit_generator
     if callable(getattr(bits, "randbits", None)):  # what numpy seeds generators from
         bits.randbits = _seeding(bits.randbits)
@@ -161,9 +162,9 @@ class _Entropy(int):
     generator made without a seed keeps it for longer."""
 
     def __del__(self):
-        frame = sys._getframe(1)
+        frame = sys._getframe(0).f_back  # None if freed with no Python frame running
         self.watch.unseeded.pop(id(self), None)
-        if (id(frame), frame.f_lasti) != self.call:
+        if frame is None or (id(frame), frame.f_lasti) != self.call:
             self.watch.fresh = self.watch.fresh or self.line
 
 
