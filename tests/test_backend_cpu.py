@@ -775,3 +775,25 @@ def test_damaged_or_foreign_timings_in_the_cache_are_measured_again(tmp_path, mo
     stored.write_text(text)
     dezero.trace(long_chain).lower(x).compile("cpu")
     assert list(json.loads(stored.read_text())) == ["k0"]
+
+
+@pytest.mark.slow  # another process
+def test_at_exit_only_the_library_being_compiled_is_waited_for(tmp_path):
+    log, compiler = tmp_path / "compiles.log", tmp_path / "slow-cxx"
+    compiler.write_text(f"#!/bin/sh\ncase \"$*\" in *--version*) ;; *) echo x >> {log}; "
+                        f"sleep 1;; esac\nexec {shutil.which('g++') or 'c++'} \"$@\"\n")
+    compiler.chmod(0o755)
+    code = textwrap.dedent("""
+        import numpy as np, dezero, dezero.functions as F
+        x = np.ones(5, np.float32)
+        for k in range(3):  # three graphs, three libraries queued
+            dezero.trace(lambda x, k=k: F.tanh(x * 2.0 + k) * x - 3.0 / (x * x + 1.0))(x)
+    """)
+    env = dict(os.environ, DEZERO_CACHE_DIR=str(tmp_path / "cache"), DEZERO_BACKEND="cpu",
+               CXX=str(compiler),
+               PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert log.read_text().count("x") == 1  # the first compile ran; two were dropped
+    assert len(list((tmp_path / "cache").glob("*.so"))) == 1

@@ -11,10 +11,21 @@ many new graphs queue rather than start a compiler each.
 """
 from __future__ import annotations
 
+import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 _WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dezero-compile")
+
+
+def _drop_queued_builds():
+    # At exit the library being compiled is finished (into the cache), and those not
+    # begun are left for a later run, rather than the process waiting for each.
+    _WORKER.shutdown(wait=False, cancel_futures=True)
+
+
+# Called before the executor's own exit hook, which joins its thread (reverse order).
+threading._register_atexit(_drop_queued_builds)
 
 
 class Pending:
