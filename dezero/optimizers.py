@@ -547,7 +547,10 @@ class Adam(Optimizer):
         # and 1 - exp(...) would lose digits (float32 1 - 0.999 keeps about four).
         fix1 = -F.expm1(t * F.log(self._beta1))
         fix2 = -F.expm1(t * F.log(self._beta2))
-        return self._alpha * F.sqrt(fix2) / fix1
+        lr = self._alpha * F.sqrt(fix2) / fix1
+        # t is float32: for float16 parameters the step size comes back to their
+        # dtype (a float32 0-d step size turns float16 arrays float32 under numpy 2).
+        return lr if lr.dtype == self._alpha.dtype else F.astype(lr, self._alpha.dtype)
 
     def _moments(self, param):
         """Update param's moments; return them with param's step size."""

@@ -531,6 +531,22 @@ def test_hooks_keep_each_parameter_and_gradient_in_its_dtype(make):
             assert var.dtype == param.dtype
 
 
+@pytest.mark.parametrize("make", ALL)
+def test_float16_parameters_are_updated_in_float16(make):
+    # Adam's step size is computed from its float32 step count: under numpy 2 a
+    # float32 0-d step size turned float16 parameters and their moments float32.
+    half = Mixed((np.float16, np.float32))
+    opt = make()
+    opt.add_hook(O.WeightDecay(1e-3))
+    got = run(opt, half)
+    assert [p.dtype for p in half.params()] == [np.float16, np.float32]
+    for slots in ("vs", "hs", "msg", "msdx", "ms"):
+        for param, var in getattr(opt, slots, {}).items():
+            assert var.dtype == param.dtype
+    want = run(make(), Mixed((np.float64, np.float32)))  # the same values, wider
+    np.testing.assert_allclose(got[-1][0], want[-1][0], rtol=2e-2, atol=2e-3)
+
+
 def test_a_rate_set_later_reaches_every_dtype():
     mixed = Mixed((np.float64, np.float32))
     opt = O.SGD(lr=0.1)
