@@ -55,8 +55,9 @@ def load_checkpoint(path, model, optimizer=None, **others):
     objects given by the names they were saved under; restore numpy's global
     random state. Returns the numbers saved with it ({"epoch": 3}).
 
-    Everything is checked before the random state is touched; a model or
-    optimizer that does not match raises and is left as it was."""
+    Everything is checked before the random state is touched; when a part does
+    not match, the error is raised with the model, the optimizer and the other
+    objects left as they were."""
     path = os.fspath(path)
     if not os.path.exists(path) and os.path.exists(path + ".npz"):
         path += ".npz"
@@ -74,16 +75,24 @@ def load_checkpoint(path, model, optimizer=None, **others):
     if missing:
         raise ValueError(f"load_checkpoint({path!r}): the file holds no state for "
                          f"{', '.join(missing)}; was it saved with them?")
-    before = model.state_dict()
-    model.load_state_dict(parts.get("model", {}))
+    # What to put back if a later part does not fit: the model's arrays as they
+    # are (None for those not built yet, which state_dict() cannot copy).
+    model_before = [(var, var.data) for _, var in model._named()]
+    restore = [(obj, obj.state_dict()) for obj in others.values()]
+    if optimizer is not None and optimizer.target is not None:
+        restore.insert(0, (optimizer, optimizer.state_dict()))
     try:
+        model.load_state_dict(parts.get("model", {}))
         if optimizer is not None:
             optimizer.load_state_dict(parts["optimizer"])
+        for name, obj in others.items():
+            obj.load_state_dict(parts["objects/" + name])
     except BaseException:
-        model.load_state_dict(before)
+        for var, data in model_before:
+            var.data = data
+        for obj, state in restore:
+            obj.load_state_dict(state)
         raise
-    for name, obj in others.items():
-        obj.load_state_dict(parts["objects/" + name])
     random = parts["random"]
     np.random.set_state(("MT19937", random["keys"], int(random["pos"]),
                          int(random["has_gauss"]), float(random["cached_gaussian"])))

@@ -208,6 +208,44 @@ def test_optimizer_state_for_a_model_not_built_yet_says_to_load_the_model_first(
     optimizers.Adam().setup(lazy).load_state_dict(optimizer.state_dict())
 
 
+def test_a_checkpoint_loads_into_a_model_not_built_yet(tmp_path):
+    # As load_weights does: a new process builds its MLP lazily, then resumes.
+    model, optimizer = _setup(lambda: optimizers.Adam(0.01))
+    x, t = _Points().data, _Points().label
+    step = _step_fn(model, optimizer, traced=False)
+    step(x, t)
+    path = save_checkpoint(tmp_path / "c.npz", model, optimizer, epoch=1)
+    lazy = MLP((8, 2))
+    lazy_optimizer = optimizers.Adam(0.01).setup(lazy)
+    assert load_checkpoint(path, lazy, lazy_optimizer) == {"epoch": 1}
+    lazy_step = _step_fn(lazy, lazy_optimizer, traced=False)
+    np.random.seed(3)
+    want = [step(x, t).data for _ in range(2)]
+    np.random.seed(3)
+    np.testing.assert_array_equal([lazy_step(x, t).data for _ in range(2)], want)
+
+
+def test_a_checkpoint_that_does_not_fit_leaves_everything_as_it_was(tmp_path):
+    model, optimizer = _setup(lambda: optimizers.Adam(0.01))
+    _step_fn(model, optimizer, traced=False)(_Points().data, _Points().label)
+    loader = dezero.DataLoader(_Points(), 8)
+    path = save_checkpoint(tmp_path / "c.npz", model, optimizer, loader=loader)
+    lazy = MLP((8, 2))
+    lazy_optimizer = optimizers.MomentumSGD().setup(lazy)
+    with pytest.raises(ValueError, match="saved from Adam, loaded into MomentumSGD"):
+        load_checkpoint(path, lazy, lazy_optimizer)
+    assert lazy.l0.W.data is None and lazy.l1.W.data is None  # not half built
+    other, other_optimizer = _setup(lambda: optimizers.Adam(0.01), seed=5)
+    before, optimizer_before = other.state_dict(), other_optimizer.state_dict()
+    small = dezero.DataLoader(dezero.datasets.Spiral(), 8)  # another dataset
+    with pytest.raises(ValueError, match="not one of this dataset's"):
+        load_checkpoint(path, other, other_optimizer, loader=small)
+    for key, array in other.state_dict().items():
+        np.testing.assert_array_equal(array, before[key])
+    assert other_optimizer.t == int(optimizer_before["counters/t"]) == 0
+    assert not other_optimizer.ms
+
+
 def test_a_damaged_checkpoint_is_one_clear_error_and_changes_nothing(tmp_path):
     model, optimizer = _setup(lambda: optimizers.Adam())
     path = save_checkpoint(tmp_path / "c.npz", model, optimizer)
