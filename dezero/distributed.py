@@ -125,6 +125,15 @@ class Communicator:
             for p in params:
                 p.data = self.broadcast(p.data, root)
 
+    def _any_rank(self, flags):
+        """For each of the booleans flags (the same number on every rank), whether it
+        is true on some rank."""
+        flags = np.array(flags, dtype=np.uint8)
+        if self.size > 1:
+            from mpi4py import MPI
+            self.mpi.Allreduce(MPI.IN_PLACE, flags, op=MPI.MAX)
+        return flags.astype(bool).tolist()
+
     # ---- rank 0 alone --------------------------------------------------------
     def print(self, *args, **kwargs):
         """print() on rank 0 only (one line of progress, not one per rank)."""
@@ -294,9 +303,12 @@ class AllreduceGrads:
     It runs before the optimizer's other hooks, whatever order they were added in
     (runs_first): weight decay and gradient clipping then see the averaged gradient,
     as they would in one process on the whole batch. It exchanges one flat buffer per
-    dtype (one allreduce node in a traced step). Every parameter of the model takes
-    part: one without a gradient on a rank counts as zeros there, so that all ranks
-    exchange the same buffer and end with the same gradients.
+    dtype (one allreduce node in a traced step). A parameter without a gradient on a
+    rank counts as zeros there, so that all ranks exchange the same buffer and end
+    with the same gradients; one without a gradient on every rank keeps none and is
+    not updated, as in one process (zeros would let weight decay or Adam's moments
+    move it). Which ones have a gradient somewhere is a second, small exchange, made
+    where the hook runs in Python (eager steps, and a traced step's recording).
     """
 
     runs_first = True
@@ -306,6 +318,8 @@ class AllreduceGrads:
 
     def __call__(self, params):
         params = [p for p in params if p.data is not None]  # lazy init not run yet
+        somewhere = self.comm._any_rank([p.grad is not None for p in params])
+        params = [p for p, held in zip(params, somewhere) if held]
         if not params:
             return
         grads = [p.grad if p.grad is not None else

@@ -5,7 +5,7 @@ With DEZERO_WORKER_GPU=1 the models and batches live on the GPU (each rank on it
 local rank's), and the exchanges go through NCCL.
 
     python -m mpi4py tests/distributed_worker.py train out.npz
-    python -m mpi4py tests/distributed_worker.py fail       # (or mismatch)
+    python -m mpi4py tests/distributed_worker.py fail       # (or mismatch, unused)
 """
 import os
 import sys
@@ -100,6 +100,52 @@ def train(out):
         np.savez(out, **results)
 
 
+def unused():
+    """A parameter only rank 0's loss reaches (the others exchange zeros for it) and one
+    no loss reaches (it keeps no gradient and stays as it was), eager and traced: the
+    ranks end equal, and as one process whose loss weighs the first by 1 / size."""
+    comm = dist.init()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((16, 6)).astype(np.float32)
+    t = rng.integers(0, 3, 16)
+    mine = dist.shard_indices(16, comm.rank, comm.size, shuffle=False)
+
+    def run(parallel, traced):
+        np.random.seed(0)
+        model = MLP((8, 3))
+        model(x[:1])
+        model.extra = dezero.Parameter(np.ones(3, np.float32))
+        model.spare = dezero.Parameter(np.ones(2, np.float32))
+        optimizer = optimizers.Adam(alpha=0.01).setup(model)
+        optimizer.add_hook(optimizers.WeightDecay(0.1))
+        if parallel:
+            optimizer.add_hook(dist.AllreduceGrads(comm))
+        weight = 1.0 if parallel else 1.0 / comm.size
+
+        def step(x, t):
+            loss = F.softmax_cross_entropy(model(x), t)
+            if not parallel or comm.rank == 0:
+                loss = loss + weight * F.sum(model.extra * model.extra)
+            model.cleargrads()
+            loss.backward()
+            optimizer.update()
+            return loss
+        step = dezero.trace(step) if traced else step
+        for _ in range(STEPS):
+            step(x[mine], t[mine]) if parallel else step(x, t)
+        assert model.spare.grad is None, "a parameter no rank has a gradient for got one"
+        return [p.data for p in model.params()]
+
+    for traced in (False, True):
+        together = run(True, traced)
+        for i, mine_p in enumerate(together):
+            ranks = comm.mpi.allgather(mine_p)
+            assert all(np.array_equal(ranks[0], p) for p in ranks[1:]), f"parameter {i}"
+        for i, (a, b) in enumerate(zip(together, run(False, traced))):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7, err_msg=f"parameter {i}")
+        np.testing.assert_array_equal(together[-1], 1.0)  # spare, the last added
+
+
 def fail():
     comm = dist.init()
     if comm.rank == comm.size - 1:
@@ -116,4 +162,5 @@ def mismatch():
 
 
 if __name__ == "__main__":
-    {"train": lambda: train(sys.argv[2]), "fail": fail, "mismatch": mismatch}[sys.argv[1]]()
+    {"train": lambda: train(sys.argv[2]), "fail": fail, "mismatch": mismatch,
+     "unused": unused}[sys.argv[1]]()

@@ -196,7 +196,7 @@ def test_allreduce_grads_runs_before_the_other_hooks(half_world):
         np.testing.assert_allclose(p.grad.data, grads[id(p)] / 2 + 0.5 * p.data, rtol=1e-6)
 
 
-def test_a_parameter_without_a_gradient_exchanges_zeros(half_world):
+def test_a_parameter_without_a_gradient_exchanges_zeros(half_world, monkeypatch):
     x, t = classification()
     model = MLP((4, 3))
     model(x[:1])
@@ -205,8 +205,10 @@ def test_a_parameter_without_a_gradient_exchanges_zeros(half_world):
     optimizer.add_hook(dist.AllreduceGrads(half_world))
     exchanged = []
     real = half_world._reduce_arrays
-    half_world._reduce_arrays = lambda arrays, op: exchanged.append(len(arrays)) or \
-        real(arrays, op)
+    monkeypatch.setattr(half_world, "_reduce_arrays", lambda arrays, op: exchanged.append(
+        len(arrays)) or real(arrays, op))
+    # The other rank has a gradient for every parameter (its values are zeros).
+    monkeypatch.setattr(half_world, "_any_rank", lambda flags: [True] * len(flags))
     used.grad = Variable(np.ones_like(used.data))
     optimizer.update()
     assert exchanged == [len(list(model.params()))]  # all of them, in one exchange
@@ -323,3 +325,28 @@ def test_arrays_inside_a_traced_function_are_exchanged_by_the_recorded_op(comm):
     assert [n.op for n in traced.graph.nodes if n.kind == "op"] == ["mul", "allreduce"]
     with pytest.raises(TypeError, match="broadcast before the traced call"):
         dezero.trace(lambda x: comm.broadcast(x))(np.ones(2, np.float32))
+
+
+def test_a_parameter_without_a_gradient_on_every_rank_is_left_alone(comm):
+    # One process skips a parameter the loss does not reach; so must the ranks: zeros
+    # averaged in would let weight decay and Adam's moments move it.
+    x, t = classification()
+    runs = []
+    for hook in (False, True):
+        np.random.seed(0)
+        model = MLP((8, 3))
+        model(x[:1])
+        spare = dezero.Parameter(np.ones(3, np.float32), name="spare")
+        model.spare = spare
+        optimizer = optimizers.Adam().setup(model)
+        optimizer.add_hook(optimizers.WeightDecay(0.1))
+        if hook:
+            optimizer.add_hook(dist.AllreduceGrads(comm))
+        step = make_step(model, optimizer)
+        for _ in range(3):
+            step(x, t)
+        assert spare.grad is None
+        runs.append([p.data.copy() for p in model.params()])
+    np.testing.assert_array_equal(model.spare.data, 1.0)
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)

@@ -68,6 +68,14 @@ def test_ranks_on_shards_end_as_one_process_on_the_whole_batch(ranks, alone, tmp
     assert not np.array_equal(together["exact_eager_0"], np.arange(-4, 4).reshape(4, 2))
 
 
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_parameters_without_a_gradient_on_some_or_all_ranks(ranks):
+    # The worker checks that the ranks end equal and as one process on the whole
+    # batch, and that a parameter no rank has a gradient for is never updated.
+    run = launch(ranks, "unused")
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
 @pytest.mark.parametrize("runner", [("-m", "mpi4py"), ()], ids=["python -m mpi4py",
                                                                   "python"])
 @pytest.mark.parametrize("ranks", [2, 4])
