@@ -159,6 +159,12 @@ class Communicator:
         for i, a in enumerate(arrays):
             by_dtype.setdefault((a.dtype, cuda.get_array_module(a)), []).append(i)
         for (dtype, xp), positions in by_dtype.items():
+            if dtype.kind == "b":  # MPI and NCCL reduce no booleans
+                raise TypeError(f"allreduce: a bool array (shape "
+                                f"{arrays[positions[0]].shape}) cannot be reduced over "
+                                "ranks; cast it first, x.astype(np.int32) (op='sum' then "
+                                "counts the ranks where an element is true, 'max' is "
+                                "any, 'min' is all)")
             if op == "mean" and dtype.kind not in "fc":
                 raise TypeError(f"allreduce: op='mean' of {dtype} arrays would round; "
                                 f"reduce with op='sum' or cast to a float dtype first")

@@ -85,6 +85,13 @@ def test_allreduce_refuses_what_it_cannot_do(comm):
         comm.allreduce(np.array(["a"]))
 
 
+def test_allreduce_of_booleans_says_what_to_cast_them_to(comm):
+    # MPI has no sum of booleans: its own error named neither the array nor the fix.
+    with pytest.raises(TypeError, match=r"a bool array \(shape \(2,\)\).*astype\(np.int32\)"):
+        comm.allreduce(np.array([True, False]))
+    np.testing.assert_array_equal(comm.broadcast(np.array([True, False])), [True, False])
+
+
 def test_mean_and_sum_with_a_second_rank_of_zeros(half_world):
     x = np.array([1.0, 3.0], dtype=np.float32)
     np.testing.assert_array_equal(half_world.allreduce(x, op="mean"), x / 2)
