@@ -996,3 +996,21 @@ def test_returning_a_new_value_of_a_parameter_replays_like_eager():
 
     side_by_side((make(W), make(W_eager)), lambda i: (Variable(np.full(3, i + 0.5)),),
                  state=[(W, W_eager)])
+
+
+class LoggingNet(dezero.models.Model):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.sizes = dezero.layers.Linear(2, in_size=3), []
+
+    def forward(self, x):
+        self.sizes.append(len(x))  # Python state: a replay runs no Python
+        return self.fc(x)
+
+
+def test_a_list_a_model_appends_to_in_forward_raises_naming_it():
+    model = LoggingNet()
+    traced = dezero.trace(lambda x: model(x))
+    traced(np.ones((2, 3), np.float32))
+    with pytest.raises(TraceError, match=r"model\.sizes changed \(1 -> 2 items\)"):
+        traced(np.ones((2, 3), np.float32))

@@ -387,7 +387,7 @@ class _Walk:
             for method in [v for v in vars(obj).values() if isinstance(v, types.FunctionType)]:
                 self.add_function(method, quiet=issubclass(obj, Function))
             return self._mapping(obj.__dict__, obj, label, False, _NUMBERS)
-        if not (inside or self.quiet) and isinstance(obj, (dict, list, set, collections.deque)):
+        if not self.quiet and isinstance(obj, (dict, list, set, collections.deque)):
             self.structure.contents.append((obj, _items(obj), label))  # the user's
         if isinstance(obj, dict):  # settings = {"scale": 2.0}: its numbers count
             return self._mapping(obj, None, label, inside, _NUMBERS[:-1])
@@ -413,10 +413,11 @@ class _Walk:
         # other libraries' internals (a WeakKeyDictionary's flags).
         users = is_user_module(sys.modules.get(type(obj).__module__))
         numbers = _NUMBERS if users or type(obj).__module__.split(".")[0] == "dezero" else ()
-        self.quiet += not users
+        # An optimizer's slots fill as it needs them: its containers are its own.
+        self.quiet += (quiet := not users or isinstance(obj, Optimizer))
         found = self._mapping(attributes, obj, label,
                               inside or isinstance(obj, (Layer, Optimizer)), numbers)
-        self.quiet -= not users
+        self.quiet -= quiet
         return found
 
     def add_function(self, f, quiet=False):
