@@ -273,8 +273,13 @@ class Layer:
             raise ValueError(f"{type(self).__name__}.{call}: {source} does "
                              f"not match the model ({' | '.join(problems)}); was it saved "
                              f"from a model built the same way?")
-        for key, *_, var in owned:
-            var.data = loaded[key]
+        # An array made by loading joins the device of the built ones: a model moved
+        # to the GPU before its first call has its biases there, its weights not yet.
+        built = [var.data is not None for *_, var in owned]
+        on_gpu = any(cuda.get_array_module(var.data) is not np
+                     for (*_, var), made in zip(owned, built) if made)
+        for (key, *_, var), made in zip(owned, built):
+            var.data = loaded[key] if made or not on_gpu else cuda.as_cupy(loaded[key])
         for (_, dim), (layer, size) in sizes.items():
             if hasattr(layer, dim) and getattr(layer, dim) is None:
                 setattr(layer, dim, size)  # Linear.in_size, Conv2d.in_channels

@@ -57,3 +57,20 @@ def test_training_on_the_gpu_resumes_from_a_checkpoint(tmp_path, traced):
         np.testing.assert_allclose(got, want, rtol=1e-5)  # fused kernels: a few ulp
     else:
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_a_checkpoint_loads_into_a_model_moved_to_the_gpu_before_it_was_built(
+        tmp_path, traced):
+    # MLP((10, 3)).to_gpu() moves the biases; the weights, made by loading, join them.
+    model, optimizer = _setup(0)
+    _steps(model, optimizer, 2, traced)
+    path = save_checkpoint(tmp_path / "gpu.npz", model, optimizer)
+    want = _steps(model, optimizer, 3, traced)
+    lazy = MLP((10, 3))
+    lazy.to_gpu()
+    lazy_optimizer = optimizers.Adam(alpha=0.01).setup(lazy)
+    load_checkpoint(path, lazy, lazy_optimizer)
+    assert all(type(param.data) is cp.ndarray for param in lazy.params())
+    got = _steps(lazy, lazy_optimizer, 3, traced)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
