@@ -165,6 +165,9 @@ class Communicator:
                                 "ranks; cast it first, x.astype(np.int32) (op='sum' then "
                                 "counts the ranks where an element is true, 'max' is "
                                 "any, 'min' is all)")
+            if dtype.kind == "c" and op in ("max", "min"):
+                raise TypeError(f"allreduce: op={op!r} of {dtype} arrays has no order; "
+                                f"reduce abs(x) or x.real instead")
             if op == "mean" and dtype.kind not in "fc":
                 raise TypeError(f"allreduce: op='mean' of {dtype} arrays would round; "
                                 f"reduce with op='sum' or cast to a float dtype first")
@@ -186,12 +189,10 @@ class Communicator:
             self._mpi_exchange(flat, what, op, root)
             return
         nccl = self._nccl_communicator()
-        if nccl is None:  # host staging: copy to numpy, exchange, copy back
-            host = cuda.as_numpy(flat)
+        if nccl is None or not _nccl_exchange(nccl, flat, what, op, root):
+            host = cuda.as_numpy(flat)  # host staging: copy to numpy, exchange, copy back
             self._mpi_exchange(host, what, op, root)
             flat[...] = cuda.as_cupy(host)
-        else:
-            _nccl_exchange(nccl, flat, what, op, root)
 
     def _mpi_exchange(self, flat, what, op, root):
         from mpi4py import MPI
@@ -235,13 +236,15 @@ _REDUCE_OPS = {"sum", "mean", "max", "min"}
 
 
 def _nccl_exchange(comm, flat, what, op, root):
+    """Exchange flat through NCCL; False where NCCL has no reduction of its dtype."""
     from cupy.cuda import nccl
-    kinds = {"float16": nccl.NCCL_FLOAT16, "float32": nccl.NCCL_FLOAT32,
-             "float64": nccl.NCCL_FLOAT64, "int32": nccl.NCCL_INT32,
-             "int64": nccl.NCCL_INT64, "uint8": nccl.NCCL_UINT8}
-    kind = kinds.get(flat.dtype.name)
+    if what == "broadcast":  # any dtype, as its bytes
+        flat = flat.view(np.uint8)
+    elif flat.dtype.kind == "c":  # a complex sum: the sums of its two parts
+        flat = flat.view(flat.dtype.type(0).real.dtype)
+    kind = getattr(nccl, f"NCCL_{flat.dtype.name.upper()}", None)  # NCCL_INT8 ...
     if kind is None:
-        raise TypeError(f"NCCL exchanges {', '.join(kinds)} arrays, not {flat.dtype}")
+        return False
     stream = cuda.cupy.cuda.get_current_stream().ptr
     if what == "broadcast":
         comm.broadcast(flat.data.ptr, flat.data.ptr, flat.size, kind, root, stream)
@@ -249,6 +252,7 @@ def _nccl_exchange(comm, flat, what, op, root):
         reduce = {"sum": nccl.NCCL_SUM, "mean": nccl.NCCL_SUM, "max": nccl.NCCL_MAX,
                   "min": nccl.NCCL_MIN}[op]
         comm.allReduce(flat.data.ptr, flat.data.ptr, flat.size, kind, reduce, stream)
+    return True
 
 
 def _plain_array(x, what):

@@ -81,6 +81,8 @@ def test_allreduce_refuses_what_it_cannot_do(comm):
         comm.allreduce(np.ones(3), op="prod")
     with pytest.raises(TypeError, match="op='mean' of int64 arrays would round"):
         comm.allreduce(np.arange(3, dtype=np.int64), op="mean")
+    with pytest.raises(TypeError, match=r"op='max' of complex128 arrays has no order"):
+        comm.allreduce(np.array([1j]), op="max")
     with pytest.raises(TypeError, match="arrays of numbers only"):
         comm.allreduce(np.array(["a"]))
 

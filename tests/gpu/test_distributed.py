@@ -43,6 +43,21 @@ def test_exchanges_of_cupy_arrays_go_through_nccl(comm):
     assert comm.use_gpu() == 0
 
 
+def test_cupy_arrays_of_any_dtype_exchange_as_numpy_arrays_do(comm):
+    # NCCL reduces (u)int8/32/64 and floats, a complex sum is one of its real and
+    # imaginary parts, and a broadcast moves bytes: the dtypes numpy arrays take.
+    for dtype in (np.int8, np.uint32, np.uint64, np.float16, np.complex64):
+        x = np.arange(1, 4).astype(dtype)
+        y = comm.allreduce(cp.asarray(x))
+        assert isinstance(y, cp.ndarray) and y.dtype == dtype
+        np.testing.assert_array_equal(cp.asnumpy(y), comm.allreduce(x))
+    z = np.array([1 + 2j, -3j])
+    np.testing.assert_array_equal(cp.asnumpy(comm.allreduce(cp.asarray(z), op="mean")), z)
+    for x in (np.array([True, False]), np.array([1 + 2j]), np.arange(3, dtype=np.int16)):
+        np.testing.assert_array_equal(cp.asnumpy(comm.broadcast(cp.asarray(x))), x)
+    assert type(comm._nccl).__name__ == "NcclCommunicator"  # not through the host
+
+
 def test_without_nccl_cupy_arrays_are_exchanged_through_the_host(comm, monkeypatch):
     from cupy.cuda import nccl
     monkeypatch.setattr(nccl, "available", False)
