@@ -35,7 +35,8 @@ def init():
     script.py` is a world of size 1. Calling it again returns the same one.
 
     In a world of more than one rank, an exception that reaches the top of a rank
-    aborts the whole job (the others would otherwise wait for it forever).
+    aborts the whole job (the others would otherwise wait for it forever); a
+    sys.exit(1) does so only under `python -m mpi4py` (no hook sees a SystemExit).
     """
     if "world" in _COMMUNICATORS:
         return _COMMUNICATORS["world"]
