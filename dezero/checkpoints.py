@@ -15,7 +15,8 @@ import os
 import numpy as np
 
 from dezero.files import atomic_file
-from dezero.layers import _read_npz
+from dezero.layers import Layer, _read_npz
+from dezero.optimizers import Optimizer
 
 
 def save_checkpoint(path, model, optimizer=None, **others):
@@ -75,12 +76,10 @@ def load_checkpoint(path, model, optimizer=None, **others):
     if missing:
         raise ValueError(f"load_checkpoint({path!r}): the file holds no state for "
                          f"{', '.join(missing)}; was it saved with them?")
-    # What to put back if a later part does not fit: the model's arrays as they
-    # are (None for those not built yet, which state_dict() cannot copy).
-    model_before = [(var, var.data) for _, var in model._named()]
-    restore = [(obj, obj.state_dict()) for obj in others.values()]
-    if optimizer is not None and optimizer.target is not None:
-        restore.insert(0, (optimizer, optimizer.state_dict()))
+    random = _random_state(path, parts["random"])
+    numbers = _numbers(path, parts.get("numbers", {}))
+    put_back = [_put_back(obj) for obj in (model, optimizer, *others.values())
+                if obj is not None]
     try:
         model.load_state_dict(parts.get("model", {}))
         if optimizer is not None:
@@ -88,15 +87,59 @@ def load_checkpoint(path, model, optimizer=None, **others):
         for name, obj in others.items():
             obj.load_state_dict(parts["objects/" + name])
     except BaseException:
-        for var, data in model_before:
-            var.data = data
-        for obj, state in restore:
-            obj.load_state_dict(state)
+        for restore in put_back:
+            restore()
         raise
-    random = parts["random"]
-    np.random.set_state(("MT19937", random["keys"], int(random["pos"]),
-                         int(random["has_gauss"]), float(random["cached_gaussian"])))
-    return {name: array.item() for name, array in parts.get("numbers", {}).items()}
+    np.random.set_state(random)
+    return numbers
+
+
+def _put_back(obj):
+    """A function that puts obj back as it is now, for when a later part of the
+    checkpoint does not fit. A layer's arrays are kept as they are (None where not
+    built yet, which its state_dict() cannot copy)."""
+    if isinstance(obj, Layer):
+        arrays = [(var, var.data) for _, var in obj._named()]
+
+        def restore():
+            for var, data in arrays:
+                var.data = data
+        return restore
+    if isinstance(obj, Optimizer) and obj.target is None:
+        return lambda: None  # its load_state_dict refuses before changing anything
+    state = obj.state_dict()
+    return lambda: obj.load_state_dict(state)
+
+
+_RANDOM_SHAPES = {"keys": (624,), "pos": (), "has_gauss": (), "cached_gaussian": ()}
+
+
+def _random_state(path, random):
+    """numpy's global random state as saved, checked on a generator of its own."""
+    bad = [f"random/{key}" for key, shape in _RANDOM_SHAPES.items()
+           if key not in random or random[key].shape != shape or
+           random[key].dtype.kind not in "biuf"]
+    if not bad:
+        state = ("MT19937", random["keys"], int(random["pos"]), int(random["has_gauss"]),
+                 float(random["cached_gaussian"]))
+        try:
+            np.random.RandomState(0).set_state(state)
+            return state
+        except (TypeError, ValueError, IndexError):
+            bad = [f"random/{key}" for key in _RANDOM_SHAPES]
+    raise ValueError(f"load_checkpoint({path!r}): {', '.join(bad)} is not a random state "
+                     f"numpy takes (the file was damaged or written by other code)")
+
+
+def _numbers(path, numbers):
+    bad = [f"numbers/{name} (shape {array.shape}, {array.dtype})"
+           for name, array in numbers.items()
+           if array.shape != () or array.dtype.kind not in "iuf"]
+    if bad:
+        raise ValueError(f"load_checkpoint({path!r}): {', '.join(bad)} is not one number "
+                         f"as save_checkpoint writes it (the file was damaged or written "
+                         f"by other code)")
+    return {name: array.item() for name, array in numbers.items()}
 
 
 def _prefixed(prefix, state):

@@ -246,6 +246,23 @@ def test_a_checkpoint_that_does_not_fit_leaves_everything_as_it_was(tmp_path):
     assert not other_optimizer.ms
 
 
+def test_a_checkpoint_of_two_models_and_their_optimizers_loads_into_lazy_ones(tmp_path):
+    # A GAN's checkpoint: the second model and its optimizer are passed by name.
+    generator, generator_optimizer = _setup(lambda: optimizers.Adam(0.01))
+    critic, critic_optimizer = _setup(lambda: optimizers.SGD(0.1), seed=1)
+    path = save_checkpoint(tmp_path / "gan", generator, generator_optimizer,
+                           critic=critic, critic_optimizer=critic_optimizer)
+    lazy_generator, lazy_critic = MLP((8, 2)), MLP((8, 2))
+    load_checkpoint(path, lazy_generator, optimizers.Adam().setup(lazy_generator),
+                    critic=lazy_critic,
+                    critic_optimizer=optimizers.SGD().setup(lazy_critic))
+    np.testing.assert_array_equal(lazy_critic.l1.W.data, critic.l1.W.data)
+    with pytest.raises(ValueError, match="saved from SGD, loaded into Adam"):
+        load_checkpoint(path, MLP((8, 2)), critic=(lazy := MLP((8, 2))),
+                        critic_optimizer=optimizers.Adam().setup(lazy))
+    assert lazy.l0.W.data is None
+
+
 def test_a_damaged_checkpoint_is_one_clear_error_and_changes_nothing(tmp_path):
     model, optimizer = _setup(lambda: optimizers.Adam())
     path = save_checkpoint(tmp_path / "c.npz", model, optimizer)
@@ -258,6 +275,25 @@ def test_a_damaged_checkpoint_is_one_clear_error_and_changes_nothing(tmp_path):
         load_checkpoint(tmp_path / "none.npz", model)
     for key, array in model.state_dict().items():
         np.testing.assert_array_equal(array, before[key])
+
+
+@pytest.mark.parametrize("key, value", [("random/keys", np.zeros(10, np.uint32)),
+                                        ("random/pos", np.arange(3)),
+                                        ("numbers/epoch", np.arange(3))])
+def test_a_checkpoint_with_a_damaged_random_state_or_number_changes_nothing(
+        tmp_path, key, value):
+    model, optimizer = _setup(lambda: optimizers.Adam())
+    path = save_checkpoint(tmp_path / "c.npz", model, optimizer, epoch=3)
+    with np.load(path) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    arrays[key] = value  # readable, but not a state numpy takes
+    np.savez(path, **arrays)
+    lazy = MLP((8, 2))
+    random_state = np.random.get_state()
+    with pytest.raises(ValueError, match=f"load_checkpoint.*c.npz.*{key}"):
+        load_checkpoint(path, lazy, optimizers.Adam().setup(lazy))
+    assert lazy.l0.W.data is None
+    np.testing.assert_array_equal(np.random.get_state()[1], random_state[1])
 
 
 def test_a_loader_refuses_an_order_that_is_not_of_its_dataset():
