@@ -362,6 +362,10 @@ def shard_indices(n, rank, size, shuffle=True, seed=0, drop_last=False):
     """The indices of examples 0..n-1 that rank takes: every rank the same number,
     ceil(n / size) (the first examples of the order again fill the last shards) or
     with drop_last, n // size (the rest is left out)."""
+    if shuffle and seed is None:
+        raise ValueError("shard: shuffle with seed=None would draw another order on each "
+                         "rank (the shards would overlap and leave examples out); pass "
+                         "the same int on every rank, e.g. seed=epoch")
     order = np.random.default_rng(seed).permutation(n) if shuffle else np.arange(n)
     per_rank = n // size if drop_last else -(-n // size)
     if per_rank == 0:

@@ -165,6 +165,15 @@ def test_the_seed_picks_the_split_and_shuffle_false_keeps_the_order():
     np.testing.assert_array_equal(dist.shard_indices(10, 2, 3, shuffle=False), [8, 9, 0, 1])
 
 
+def test_shuffling_without_a_seed_is_refused():
+    # seed=None drew a different order on each rank: shards overlapped and left
+    # examples out, silently.
+    with pytest.raises(ValueError, match=r"seed=None.*the same int on every rank"):
+        dist.shard_indices(8, 0, 2, seed=None)
+    np.testing.assert_array_equal(dist.shard_indices(4, 1, 2, shuffle=False, seed=None),
+                                  [2, 3])
+
+
 def test_a_dataloader_over_any_rank_s_shard_gives_the_same_number_of_batches():
     dataset = Spiral()  # 300 examples
     for size in (2, 4, 7):
