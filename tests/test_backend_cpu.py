@@ -704,6 +704,34 @@ def test_first_replays_run_unfused_while_the_library_compiles(gated_builds):
     assert hasattr(again.graph.compile(), "library")  # and no second compile
 
 
+def test_threads_replaying_while_the_library_lands_switch_once(gated_builds, monkeypatch,
+                                                               capsys):
+    from dezero.static import debugging
+    gate, started = gated_builds
+    traced, x = dezero.trace(long_chain), randn(7)
+    traced(x)
+    plan, want, errors = traced.graph.compile(), long_chain(x).data, []
+
+    def replay():  # until the library is ready, and 50 times after
+        try:
+            while not plan.ready:
+                np.testing.assert_allclose(traced(x).data, want, rtol=1e-6)
+            for _ in range(50):
+                np.testing.assert_allclose(traced(x).data, want, rtol=1e-6)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+    monkeypatch.setattr(debugging, "LEVEL", 1)
+    threads = [threading.Thread(target=replay) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    assert started.wait(60)
+    gate.set()
+    for thread in threads:
+        thread.join(120)
+    assert errors == [] and hasattr(plan, "library")
+    assert capsys.readouterr().err.count("kernels of long_chain ready") == 1
+
+
 def test_a_library_that_fails_to_build_warns_once_and_replays_unfused(gated_builds,
                                                                       monkeypatch):
     gate, _ = gated_builds

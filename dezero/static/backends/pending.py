@@ -12,8 +12,11 @@ many new graphs queue rather than start a compiler each.
 from __future__ import annotations
 
 import threading
+import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+
+from dezero.static import debugging
 
 _WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dezero-compile")
 
@@ -44,14 +47,15 @@ class Pending:
 
     def __init__(self, unfused, build, take_over):
         self.current, self.error = unfused, None
-        self._take_over = take_over
+        self._take_over, self._lock, self._began = take_over, threading.Lock(), time.perf_counter()
         self._future = _WORKER.submit(build)
 
     def __call__(self, *inputs):
         return self.run(inputs)
 
     def run(self, leaves):
-        if self._future is not None and self._future.done():
+        future = self._future
+        if future is not None and future.done():
             self._switch()
         return self.current.run(leaves)
 
@@ -63,21 +67,29 @@ class Pending:
     def wait(self, timeout: float | None = None):
         """Block until the build has finished and switch to its plan; return self.
         TimeoutError after `timeout` seconds; the build's error, if it failed."""
-        if self._future is not None:
-            self._future.exception(timeout)  # waits; what build raised, take_over sees
-            self._switch()
+        future = self._future
+        if future is not None:
+            future.exception(timeout)  # waits; what build raised, take_over sees
+        self._switch()
         if self.error is not None:
             raise self.error
         return self
 
     def _switch(self):
-        future, self._future = self._future, None
-        try:
-            self.current = self._take_over(future.result)
-        except Exception as e:  # noqa: BLE001 - said once; the unfused plan runs on
-            self.error = e
-            warnings.warn(f"dezero: the kernels of graph {self.current.graph.name} were not "
-                          f"built, it replays unfused: {e}", RuntimeWarning, stacklevel=4)
+        with self._lock:  # threads replaying at once: one switches, the others wait
+            future, self._future = self._future, None
+            if future is None:
+                return
+            try:
+                self.current = self._take_over(future.result)
+                debugging.log(1, f"kernels of {self.current.graph.name} ready "
+                                 f"{time.perf_counter() - self._began:.2f} s after its trace: "
+                                 f"replays run them from now")
+            except Exception as e:  # noqa: BLE001 - said once; the unfused plan runs on
+                self.error = e
+                warnings.warn(f"dezero: the kernels of graph {self.current.graph.name} were "
+                              f"not built, it replays unfused: {e}", RuntimeWarning,
+                              stacklevel=4)
 
     def __getattr__(self, name):
         if name == "current":  # not set yet: __init__ failed
