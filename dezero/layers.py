@@ -343,7 +343,7 @@ def _shape_text(shape):
 def _read_npz(path, caller="load_weights", writer="save_weights"):
     """All arrays of an npz file, read at once; a bad file is one clear error."""
     try:
-        npz = np.load(path, allow_pickle=False)
+        npz = _load_npz(path)
         if not isinstance(npz, np.lib.npyio.NpzFile):
             raise ValueError("it holds a single array, not an npz archive of named arrays")
         with npz:
@@ -354,6 +354,18 @@ def _read_npz(path, caller="load_weights", writer="save_weights"):
             NotImplementedError) as e:  # zipfile: a damaged method, version or flag
         raise ValueError(f"{caller}: cannot read {path!r}: {e} (not an npz file written "
                          f"by {writer}, or one corrupt or truncated)") from e
+
+
+def _load_npz(path):
+    try:
+        return np.load(path, allow_pickle=False)
+    except ValueError as e:
+        if "pickle" not in str(e):
+            raise
+        # numpy takes a file that is neither a zip nor an array file for a pickle,
+        # and says how to load it unsafely.
+        raise ValueError("it is not an npz archive (a pickle, or a file of another kind); "
+                         "dezero never reads pickles") from None
 
 
 def _read_key(npz, key):

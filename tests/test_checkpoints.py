@@ -1,5 +1,7 @@
 """state_dict / load_state_dict of models and optimizers, and checkpoints: a run
 resumed from one continues bit for bit as the uninterrupted run, eager or traced."""
+import pickle
+
 import numpy as np
 import pytest
 from backend_helpers import assert_replay_equal
@@ -294,6 +296,19 @@ def test_a_checkpoint_with_a_damaged_random_state_or_number_changes_nothing(
         load_checkpoint(path, lazy, optimizers.Adam().setup(lazy))
     assert lazy.l0.W.data is None
     np.testing.assert_array_equal(np.random.get_state()[1], random_state[1])
+
+
+def test_a_pickle_or_a_text_file_is_named_as_not_an_npz_file(tmp_path):
+    # numpy's own message suggests loading it with allow_pickle or pickle.load().
+    model = MLP((8, 2))
+    pickled, text = tmp_path / "run.pkl", tmp_path / "notes.npz"
+    pickled.write_bytes(pickle.dumps({"l0/W": np.zeros((2, 8))}))
+    text.write_text("epoch 3, loss 0.25")
+    for path in (pickled, text):
+        for load in (lambda: load_checkpoint(path, model), lambda: model.load_weights(path)):
+            with pytest.raises(ValueError, match="not an npz archive") as error:
+                load()
+            assert "allow_pickle" not in str(error.value) and "pickle.load" not in str(error.value)
 
 
 def test_a_loader_refuses_an_order_that_is_not_of_its_dataset():
