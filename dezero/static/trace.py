@@ -43,7 +43,7 @@ def _array_key(data, is_variable, grad):
     # Device: numpy arrays (subclasses such as np.memmap too) are one kind; a cupy
     # array also names its GPU.
     device = "cpu" if isinstance(data, np.ndarray) else ("gpu", data.device.id)
-    return (data.shape, data.dtype, device, is_variable, grad is not None)
+    return ("array", data.shape, data.dtype, device, is_variable, grad is not None)
 
 
 def flatten(obj, leaves, key, labels=None, label=""):
@@ -102,18 +102,24 @@ def static_key(value, label):
     return ("static", type(value), value)
 
 
+def _kind(part) -> str | None:
+    """The tag of a part of a signature: "array", "attr" or "static" (None: untagged)."""
+    return part[0] if isinstance(part, tuple) and part and type(part[0]) is str else None
+
+
 def describe_change(label, old, new) -> str:
     """'x shape (32, 784) -> (16, 784)' for one differing part of a signature."""
-    if len(old) == 5 and len(new) == 5 and old[0] != "static":
+    kind = _kind(old) if _kind(old) == _kind(new) else None
+    if kind == "array":
         names = ("shape", "dtype", "device", "Variable", "has .grad")
-        for name, a, b in zip(names, old, new):
+        for name, a, b in zip(names, old[1:], new[1:]):
             if a != b:
                 return f"{label} {name} {a} -> {b}"
-    if old[0] == "attr" and new[0] == "attr":
+    if kind == "attr":
         def text(part):
             return type_str(part[1], part[2]) if len(part) > 2 else part[1]
         return f"{label} {text(old)} -> {text(new)}"
-    if old[0] == "static" and new[0] == "static":
+    if kind == "static":
         return f"{label}: {old[2]!r} -> {new[2]!r}"
     return f"{label}: {old} -> {new}"
 
@@ -357,10 +363,10 @@ class TracedFunction:
             for arg in args:
                 if isinstance(arg, Variable) and arg.grad is None:
                     d = arg._data
-                    key.append((d.shape, d.dtype, "cpu" if isinstance(d, np.ndarray) else
-                                ("gpu", d.device.id), True, False))
+                    key.append(("array", d.shape, d.dtype, "cpu" if isinstance(
+                        d, np.ndarray) else ("gpu", d.device.id), True, False))
                 elif type(arg) is np.ndarray:
-                    key.append((arg.shape, arg.dtype, "cpu", False, False))
+                    key.append(("array", arg.shape, arg.dtype, "cpu", False, False))
                 else:
                     flatten(arg, leaves, key)
                     continue
@@ -487,7 +493,7 @@ class TracedFunction:
         labels = []
         self._signature(args, kwargs, labels)
         leaf_labels = [label for label, part in zip(labels, key)
-                       if isinstance(part, tuple) and len(part) == 5 and part[0] != "static"]
+                       if _kind(part) == "array"]
         start = time.perf_counter()
         tracer = Tracer(self.name)
         seen = [tracer.add_input(label, leaf) for label, leaf in zip(leaf_labels, leaves)]
