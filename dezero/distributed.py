@@ -261,6 +261,10 @@ def _plain_array(x, what):
         raise TypeError(f"{what}: a traced array (an array inside a traced function) has "
                         f"no value yet; {what} before the traced call, or use allreduce, "
                         f"which the trace records")
+    if isinstance(x, Variable):  # np.asarray would make an object array of it
+        raise TypeError(f"{what}: a Variable ({x.name or 'unnamed'}: {x.dtype}"
+                        f"{list(x.shape)}); {what} its array, p.data = comm.{what}"
+                        f"(p.data), or a model's parameters with broadcast_params(model)")
     if not isinstance(x, cuda.array_types):
         x = np.asarray(x)
     if x.dtype.kind not in "biufc":

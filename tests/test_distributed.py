@@ -94,6 +94,14 @@ def test_allreduce_of_booleans_says_what_to_cast_them_to(comm):
     np.testing.assert_array_equal(comm.broadcast(np.array([True, False])), [True, False])
 
 
+def test_broadcast_of_a_parameter_says_to_pass_its_array(comm):
+    # np.asarray made an object array of it: "arrays of numbers only, not object".
+    p = dezero.Parameter(np.ones((2, 3), np.float32), name="W")
+    with pytest.raises(TypeError, match=r"broadcast: a Variable \(W: float32\[2, 3\]\).*"
+                                        r"p.data = comm.broadcast\(p.data\).*broadcast_params"):
+        comm.broadcast(p)
+
+
 def test_mean_and_sum_with_a_second_rank_of_zeros(half_world):
     x = np.array([1.0, 3.0], dtype=np.float32)
     np.testing.assert_array_equal(half_world.allreduce(x, op="mean"), x / 2)
