@@ -94,14 +94,26 @@ class DataLoader:
     def state_dict(self):
         """Where the loader is: the order of this epoch and the batches done (a
         checkpoint keeps it, since the next epoch's order is drawn when one ends)."""
-        return {"index": np.array(self.index), "iteration": np.array(self.iteration)}
+        return {"index": np.array(self.index), "iteration": np.array(self.iteration),
+                "batch_size": np.array(self.batch_size)}
 
     def load_state_dict(self, state):
-        index = np.asarray(state["index"])
+        caller = f"{type(self).__name__}.load_state_dict"
+        index, iteration = np.asarray(state["index"]), int(state["iteration"])
         if sorted(index.tolist()) != list(range(len(self.dataset))):
-            raise ValueError(f"{type(self).__name__}.load_state_dict: the saved order is "
-                             f"not one of this dataset's {len(self.dataset)} examples")
-        self.index, self.iteration = index, int(state["iteration"])
+            raise ValueError(f"{caller}: the saved order is not one of this dataset's "
+                             f"{len(self.dataset)} examples")
+        if not 0 <= iteration <= self.max_iter:
+            raise ValueError(f"{caller}: iteration {iteration} is not in 0..{self.max_iter}, "
+                             f"the batches of an epoch")
+        # Batches done mid-epoch are counted in the saved batch size; in another one
+        # the rest of the epoch would skip or repeat examples.
+        saved = int(state.get("batch_size", self.batch_size))
+        if iteration and saved != self.batch_size:
+            raise ValueError(f"{caller}: the state was saved mid-epoch with batch_size "
+                             f"{saved}, not {self.batch_size}; resume with batch_size="
+                             f"{saved}, or from a state saved between epochs")
+        self.index, self.iteration = index, iteration
 
     def to_cpu(self):
         self.gpu = False

@@ -322,3 +322,21 @@ def test_a_loader_refuses_an_order_that_is_not_of_its_dataset():
         loader.load_state_dict({"index": np.arange(29), "iteration": np.array(0)})
     with pytest.raises(ValueError, match="not one of this dataset's 30 examples"):
         loader.load_state_dict({"index": np.zeros(30, int), "iteration": np.array(0)})
+
+
+def test_a_loader_refuses_a_position_its_batches_cannot_continue_from():
+    loader = dezero.DataLoader(_Points(), 8)
+    next(loader)
+    state = loader.state_dict()
+    wider = dezero.DataLoader(_Points(), 16)  # batch 1 of 16 would skip examples 8-15
+    with pytest.raises(ValueError, match="saved mid-epoch with batch_size 8, not 16"):
+        wider.load_state_dict(state)
+    assert wider.iteration == 0
+    for iteration in (-1, 5):
+        with pytest.raises(ValueError, match=f"iteration {iteration} is not in 0..4"):
+            loader.load_state_dict({**state, "iteration": np.array(iteration)})
+    for _ in loader:  # the epoch ends: its next order is drawn, iteration back to 0
+        pass
+    wider.load_state_dict(loader.state_dict())  # a new batch size from the next epoch
+    np.testing.assert_array_equal(wider.index, loader.index)
+    assert [len(t) for _, t in wider] == [16, 14]
