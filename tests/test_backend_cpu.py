@@ -825,3 +825,19 @@ def test_at_exit_only_the_library_being_compiled_is_waited_for(tmp_path):
     assert run.returncode == 0, run.stderr
     assert log.read_text().count("x") == 1  # the first compile ran; two were dropped
     assert len(list((tmp_path / "cache").glob("*.so"))) == 1
+
+
+def test_a_graph_of_many_loops_compiles_as_libraries_side_by_side(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu, "LOOPS_PER_LIBRARY", 1)
+
+    def three_kernels(x):  # two loops: on 4x5 (k0, and k2 again) and on 5x4 (k1)
+        y = long_chain(F.transpose(long_chain(x)))
+        return long_chain(F.transpose(y))
+    x = randn(4, 5)
+    plan = dezero.trace(three_kernels).lower(x).compile("cpu").wait()
+    assert [sorted(lib.specs) for lib in plan.libraries] == [["k0", "k2"], ["k1"]]
+    assert not hasattr(plan, "library") and len(list(tmp_path.glob("*.so"))) == 2
+    assert "// kernel k2: the loop of k0" in plan.kernel_source
+    assert all(f"= _k{k}(" in plan.source for k in range(3))
+    np.testing.assert_allclose(plan(x).data, three_kernels(x).data, rtol=1e-5)

@@ -27,6 +27,7 @@ import sysconfig
 import tempfile
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -208,6 +209,28 @@ def cached_library(source: str, folder: Path | None = None) -> tuple[Path, bool]
     digest = target.with_suffix(".sha256")
     return target, target.exists() and digest.exists() and \
         digest.read_text() == _file_sha256(target)
+
+
+# A graph of more distinct loops than this compiles as several libraries, side by
+# side on the machine's cores (g++ takes about 0.1 s of CPU a loop).
+LOOPS_PER_LIBRARY = 24
+
+
+def split(specs) -> list[list]:
+    """specs as the kernels of several libraries of at most LOOPS_PER_LIBRARY distinct
+    loops each, the copies of a loop (see library_source) with it."""
+    loops: dict = {}
+    for spec in specs:
+        loops.setdefault(_numbered(kernel_source(spec), spec.name), []).append(spec)
+    loops = list(loops.values())
+    return [sum(loops[i:i + LOOPS_PER_LIBRARY], [])
+            for i in range(0, len(loops), LOOPS_PER_LIBRARY)]
+
+
+def build_libraries(sources: list, folder: Path | None = None) -> list[Path]:
+    """build_library of each source, as many at once as the machine has cores."""
+    with ThreadPoolExecutor(min(len(sources), os.cpu_count() or 1)) as pool:
+        return list(pool.map(build_library, sources, [folder] * len(sources)))
 
 
 def build_library(source: str, folder: Path | None = None) -> Path:
@@ -409,7 +432,8 @@ def compile_graph(graph):
     """The replay code of `graph` with its groups run as compiled kernels (those
     that pay, group.compiled: passes.fuse decides and print(graph) shows it): at once
     when the library is in the cache, else a pending.Pending plan that replays
-    unfused while the library compiles."""
+    unfused while the library compiles. A graph of many distinct loops has several
+    libraries (split), compiled side by side: plan.libraries (plan.library if one)."""
     groups = [g for g in getattr(graph, "groups", []) if g.compiled]
     if not groups or graph.device == "gpu":  # the cupy backend fuses on the GPU
         return pycode.Compiled(graph)
@@ -418,15 +442,16 @@ def compile_graph(graph):
     if reason is not None:
         _warn_unfused(reason)
         return pycode.Compiled(graph)
-    specs = [kernel_spec(g) for g in groups]
-    source = library_source(specs)
+    parts = split([kernel_spec(g) for g in groups])
+    sources = [library_source(part) for part in parts]
 
-    def fused(library_path):
-        """The fused plan, given a function that returns the library's path (or
-        raises why there is none); the unfused plan, with one warning, when the
+    def fused(library_paths):
+        """The fused plan, given a function that returns the libraries' paths (or
+        raises why there are none); the unfused plan, with one warning, when the
         cache cannot hold or load libraries."""
         try:
-            library = KernelLibrary(specs, source, library_path())
+            libraries = [KernelLibrary(part, source, path)
+                         for part, source, path in zip(parts, sources, library_paths())]
         except cache.CacheError as e:  # refused, or on a noexec mount: not compiled again
             _UNUSABLE[cache.folder()] = str(e)
             _warn_unfused(str(e))
@@ -437,14 +462,19 @@ def compile_graph(graph):
             _warn_unfused(f"the kernel cache {cache.folder()} cannot be written "
                           f"({e.strerror}); set DEZERO_CACHE_DIR to a writable folder")
             return pycode.Compiled(graph)
-        plan = pycode.Compiled(graph, factory=library.kernel,
-                               groups=measure.decide(library, groups))
-        plan.kernel_source, plan.library = library.source, library
+        holder = {name: library for library in libraries for name in library.specs}
+        chosen = {id(g) for library in libraries for g in measure.decide(
+            library, [g for g in groups if g.name in library.specs])}
+        plan = pycode.Compiled(graph, factory=lambda spec: holder[spec.name].kernel(spec),
+                               groups=[g for g in groups if id(g) in chosen])
+        plan.kernel_source, plan.libraries = "".join(sources), libraries
+        if len(libraries) == 1:  # the usual case, with its own name
+            plan.library = libraries[0]
         return plan
 
-    build = functools.partial(build_library, source, cache.folder())  # the folder of now
+    build = functools.partial(build_libraries, sources, cache.folder())  # the folder of now
     try:
-        whole = cached_library(source)[1]
+        whole = all(cached_library(source)[1] for source in sources)
     except (cache.CacheError, OSError):
         whole = True  # build() fails the same way now, and fused() says why
     return fused(build) if whole else pending.Pending(pycode.Compiled(graph), build, fused)
