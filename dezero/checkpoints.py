@@ -2,7 +2,8 @@
 in one npz file (no pickle), written atomically.
 
 Beside the model's and the optimizer's state_dict, a checkpoint keeps numpy's
-global random state (shuffling and dropout draw from it), any object given by
+global random state (shuffling, and dropout on the CPU, draw from it; cupy cannot
+save its generator's, so saving after dropout on the GPU warns), any object given by
 name that has state_dict/load_state_dict (a DataLoader, a schedule), and plain
 numbers (the epoch). Loading it back continues the run exactly as if it had
 never stopped.
@@ -11,9 +12,11 @@ never stopped.
     epoch = load_checkpoint("run.npz", model, optimizer, loader=loader)["epoch"]
 """
 import os
+import warnings
 
 import numpy as np
 
+from dezero import cuda
 from dezero.files import atomic_file
 from dezero.layers import Layer, _read_npz
 from dezero.optimizers import Optimizer
@@ -35,6 +38,11 @@ def save_checkpoint(path, model, optimizer=None, **others):
         else:
             raise TypeError(f"save_checkpoint: {name}={type(obj).__name__} is neither a "
                             f"number nor an object with state_dict()")
+    if cuda.gpu_random_used():
+        warnings.warn("save_checkpoint: dropout on the GPU (or another random op there) "
+                      "drew from cupy's generator, whose state cupy cannot save; a run "
+                      "resumed from this checkpoint draws other masks than the "
+                      "uninterrupted run would (everything else is saved)", stacklevel=2)
     kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
     arrays.update({"random/keys": keys, "random/pos": np.array(pos),
                    "random/has_gauss": np.array(has_gauss),

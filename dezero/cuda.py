@@ -122,6 +122,11 @@ def argument_error(tracer, labels, leaves, error) -> TypeError:
 _random_ready = set()  # the GPUs whose cupy generator is made
 
 
+def gpu_random_used():
+    """Whether a random op has drawn from cupy's generator in this process."""
+    return bool(_random_ready)
+
+
 def random_of(xp):
     """xp.random, ready to draw. cupy makes each GPU's generator at its first draw,
     seeded from os.urandom, which a traced run refuses as fresh entropy; that draw

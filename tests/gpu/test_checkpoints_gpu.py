@@ -2,6 +2,8 @@
 pickle) and a new model on the GPU resumes from it exactly: the optimizer's slots
 come back on the device of their parameters. Runs on a GPU or under the cupy test
 double (README.md here)."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -74,3 +76,16 @@ def test_a_checkpoint_loads_into_a_model_moved_to_the_gpu_before_it_was_built(
     assert all(type(param.data) is cp.ndarray for param in lazy.params())
     got = _steps(lazy, lazy_optimizer, 3, traced)
     np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_a_checkpoint_after_dropout_on_the_gpu_warns_that_its_masks_are_not_saved(
+        tmp_path, monkeypatch):
+    # cupy has no get_state/set_state: a resumed run draws other dropout masks.
+    monkeypatch.setattr(dezero.cuda, "_random_ready", set())
+    model, optimizer = _setup(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        save_checkpoint(tmp_path / "before.npz", model, optimizer)
+    F.dropout(model(cp.ones((2, 2), dtype=np.float32)), 0.5)
+    with pytest.warns(UserWarning, match="dropout on the GPU.*cupy cannot save"):
+        save_checkpoint(tmp_path / "after.npz", model, optimizer)
