@@ -135,8 +135,10 @@ Glossary: graph (a StaticGraph), node (one step of it), value (an array flowing
 between nodes), op (a registered Function name), attrs (an op's fixed
 arguments), state (captured Variables), write (a state update applied after the
 replay), signature (what selects a recorded graph), guard (a traced array as user
-code sees it while recording), group or kernel (elementwise nodes that run as one
-generated loop).
+code sees it while recording), replay guard (what a replay checks of captured state
+before it runs: trace.StateType, GradUnset, NotShared, each with check() and
+explain()), op record (the facts about an op, dezero/op_record.py), group or kernel
+(elementwise nodes that run as one generated loop).
 """
 from dezero.errors import GraphError, GraphFileError, TraceError
 from dezero.static.debugging import debug
