@@ -9,6 +9,7 @@ Variables, so a traced training step replays the update faithfully.
 """
 import functools
 import math
+import warnings
 import weakref
 
 import numpy as np
@@ -71,6 +72,7 @@ class Hyperparameter:
             for each in (var, *obj.__dict__[self.kinds_key]):
                 xp = cuda.get_array_module(each.data)
                 each.data = xp.array(value, dtype=each.data.dtype)
+                self._warn_if_lost(obj, value, each.data)
         obj.__dict__[self.value_key] = value
 
     def follow(self, obj, like, mixed=False):
@@ -90,11 +92,23 @@ class Hyperparameter:
                 return
         with _untraced():  # a one-time conversion, not part of a step to replay
             array = xp.array(obj.__dict__[self.value_key], dtype=dtype)
+            self._warn_if_lost(obj, obj.__dict__[self.value_key], array)
             if mixed:
                 kinds.append(var)
                 obj.__dict__[self.var_key] = Variable(array, name=self.name)
             else:
                 var.data = array
+
+
+    def _warn_if_lost(self, obj, value, array):
+        # A rate too small for the parameters' dtype is 0 in their updates; for a
+        # denominator's guard (Adam's eps in float16) a zero gradient then gives NaN.
+        if value != 0 and not array:
+            tiny = float(np.finfo(array.dtype).smallest_subnormal)
+            warnings.warn(f"{type(obj).__name__}: {self.name} = {value:g} is 0 in "
+                          f"{array.dtype}, the dtype of the parameters it updates (an "
+                          f"eps of 0 turns a zero gradient into NaN); use at least "
+                          f"{tiny:g}, or float32 parameters", stacklevel=4)
 
 
 def _follow_kind(obj, like, mixed=False):

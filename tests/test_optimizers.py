@@ -1,6 +1,7 @@
 """Optimizers against their update rules written out in numpy, step by step,
 plus the hooks and the behaviours the book got wrong (FreezeParam)."""
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -545,6 +546,20 @@ def test_float16_parameters_are_updated_in_float16(make):
             assert var.dtype == param.dtype
     want = run(make(), Mixed((np.float64, np.float32)))  # the same values, wider
     np.testing.assert_allclose(got[-1][0], want[-1][0], rtol=2e-2, atol=2e-3)
+
+
+def test_a_hyperparameter_that_is_0_in_the_parameters_dtype_is_named():
+    # Adam's eps = 1e-8 is 0 in float16: a zero gradient gave 0 / 0 = NaN in silence.
+    with pytest.warns(UserWarning, match=r"Adam: eps = 1e-08 is 0 in float16.*NaN.*6e-08"):
+        run(O.Adam(), Mixed((np.float16,)))
+    opt = O.SGD(lr=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run(O.Adam(eps=1e-4), Mixed((np.float16,)))
+        run(opt, Mixed((np.float16,)))
+        opt.lr = 0.0  # exactly 0 is what was asked for
+    with pytest.warns(UserWarning, match=r"SGD: lr = 1e-09 is 0 in float16"):
+        opt.lr = 1e-9  # a schedule's tail
 
 
 def test_a_rate_set_later_reaches_every_dtype():
