@@ -56,13 +56,9 @@ class Hyperparameter:
             layers.observer().hyperparameter_set(obj, self.name)
         _refuse_parameters(obj, self.name, value)
         value = float(value)
-        if not (math.isfinite(value) and value >= 0) or \
-                (self.below is not None and value >= self.below) or \
-                (self.at_most is not None and value > self.at_most):
-            interval = f"in [0, {self.below})" if self.below is not None else \
-                f"in [0, {self.at_most}]" if self.at_most is not None else "a finite number >= 0"
-            raise ValueError(f"{type(obj).__name__}: {self.name} must be {interval}, "
-                             f"got {value}")
+        problem = self.problem(value)
+        if problem:
+            raise ValueError(f"{type(obj).__name__}: {problem}")
         var = obj.__dict__.get(self.var_key)
         if var is None:
             obj.__dict__[self.var_key] = Variable(np.array(value, dtype=np.float32),
@@ -74,6 +70,16 @@ class Hyperparameter:
                 each.data = xp.array(value, dtype=each.data.dtype)
                 self._warn_if_lost(obj, value, each.data)
         obj.__dict__[self.value_key] = value
+
+    def problem(self, value):
+        """What is wrong with the float `value` for this hyperparameter, or None."""
+        if not (math.isfinite(value) and value >= 0) or \
+                (self.below is not None and value >= self.below) or \
+                (self.at_most is not None and value > self.at_most):
+            interval = f"in [0, {self.below})" if self.below is not None else \
+                f"in [0, {self.at_most}]" if self.at_most is not None else "a finite number >= 0"
+            return f"{self.name} must be {interval}, got {value}"
+        return None
 
     def follow(self, obj, like, mixed=False):
         """Make `opt._<name>` a Variable of the device and float dtype of the array
@@ -154,6 +160,12 @@ def _zeros_like(param):
     with _untraced():
         xp = cuda.get_array_module(param.data)
         return Variable(xp.zeros_like(param.data))
+
+
+def _kind(value):
+    """numpy's kind letter of an array's dtype (cupy's too), or of a Python number."""
+    dtype = getattr(value, "dtype", None)
+    return (np.asarray(value).dtype if dtype is None else dtype).kind
 
 
 def _is_count(array):
@@ -298,6 +310,13 @@ class Optimizer:
         wanted = [f"hyperparameters/{h.name}" for h in _hyperparameters(type(self))]
         wanted += ["counters/" + name.lstrip("_") for name in self.counters]
         problems += [f"{key} is missing" for key in wanted if key not in state]
+        for key in [key for key in wanted if key in state]:
+            table_name, _, name = key.partition("/")
+            if np.shape(state[key]) != () or _kind(state[key]) not in "biuf":
+                problems.append(f"{key} is not one number")
+            elif table_name == "hyperparameters" and \
+                    (problem := getattr(type(self), name).problem(float(state[key]))):
+                problems.append(f"{key}: {problem}")
         tables = dict(self._slot_tables())
         for key, array in state.items():
             table_name, _, param_key = key.partition("/")
@@ -308,6 +327,9 @@ class Optimizer:
             elif params[param_key].data is None:
                 problems.append(f"{param_key} is not built yet (load the model's state "
                                 f"first, or call it on an input once)")
+            elif _kind(array) not in "biuf":
+                problems.append(f"{key} holds {np.asarray(array).dtype} values, and slots are "
+                                f"real numbers")
             elif np.shape(array) != params[param_key].shape and not _is_count(array):
                 problems.append(f"{key} has shape {np.shape(array)}, the parameter "
                                 f"{params[param_key].shape}")

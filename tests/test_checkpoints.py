@@ -104,6 +104,23 @@ def test_optimizer_load_state_dict_refuses_a_mismatch_and_changes_nothing():
         optimizers.Adam().state_dict()
 
 
+@pytest.mark.parametrize("key, value, problem", [
+    ("hyperparameters/beta1", np.array(1.5), r"hyperparameters/beta1: beta1 must be in \[0, 1\)"),
+    ("hyperparameters/eps", np.array([1e-8, 1e-8]), "hyperparameters/eps is not one number"),
+    ("counters/t", np.zeros(3), "counters/t is not one number"),
+    ("ms/l0/W", np.zeros((2, 8), np.complex64), "ms/l0/W holds complex64 values")])
+def test_optimizer_load_state_dict_checks_every_value_before_changing_any(
+        key, value, problem):
+    model, optimizer = _setup(lambda: optimizers.Adam(0.01))
+    _step_fn(model, optimizer, traced=False)(_Points().data, _Points().label)
+    state = optimizer.state_dict()
+    state["hyperparameters/alpha"] = np.array(0.5)  # before the bad one
+    state[key] = value
+    with pytest.raises(ValueError, match="Adam.load_state_dict: .*" + problem):
+        optimizer.load_state_dict(state)
+    assert optimizer.alpha == 0.01 and optimizer.t == 1
+
+
 def test_model_load_state_dict_checks_keys_and_shapes():
     model = MLP((8, 2))
     model(np.zeros((1, 2), dtype=np.float32))
