@@ -704,6 +704,31 @@ def test_first_replays_run_unfused_while_the_library_compiles(gated_builds):
     assert hasattr(again.graph.compile(), "library")  # and no second compile
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
+def test_a_process_forked_while_the_library_compiles_builds_it_again(gated_builds):
+    gate, started = gated_builds
+    traced, x = dezero.trace(long_chain), randn(7)
+    traced(x)
+    plan = traced.graph.compile()
+    assert started.wait(60)
+    pid = os.fork()  # the parent's build, held at the gate, is not in the child
+    if pid == 0:
+        code = 1
+        try:
+            started.clear()  # the child's copies: its own build starts and passes
+            gate.set()
+            plan.wait(timeout=120)
+            fused = traced(x).data
+            code = 0 if hasattr(plan, "library") and np.allclose(fused, long_chain(x).data,
+                                                                 rtol=1e-6) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    gate.set()
+    assert hasattr(plan.wait(timeout=120), "library")
+
+
 def test_threads_replaying_while_the_library_lands_switch_once(gated_builds, monkeypatch,
                                                                capsys):
     from dezero.static import debugging

@@ -11,6 +11,7 @@ many new graphs queue rather than start a compiler each.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 import warnings
@@ -18,7 +19,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 from dezero.static import debugging
 
-_WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dezero-compile")
+
+def _new_worker():
+    global _WORKER
+    _WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dezero-compile")
+
+
+_new_worker()
+# A forked child has no worker thread: it gets its own (and builds again what its
+# parent had not finished, see Pending._here).
+os.register_at_fork(after_in_child=_new_worker)
 
 
 def _drop_queued_builds():
@@ -48,13 +58,22 @@ class Pending:
     def __init__(self, unfused, build, take_over):
         self.current, self.error = unfused, None
         self._take_over, self._lock, self._began = take_over, threading.Lock(), time.perf_counter()
+        self._build, self._pid = build, os.getpid()
         self._future = _WORKER.submit(build)
 
     def __call__(self, *inputs):
         return self.run(inputs)
 
+    def _here(self):
+        """The build's future in this process: a child forked before the build
+        finished builds again (its parent's worker, and what it does, is not here)."""
+        with self._lock:
+            if self._future is not None and self._pid != os.getpid():
+                self._pid, self._future = os.getpid(), _WORKER.submit(self._build)
+            return self._future
+
     def run(self, leaves):
-        future = self._future
+        future = self._future if self._pid == os.getpid() else self._here()
         if future is not None and future.done():
             self._switch()
         return self.current.run(leaves)
@@ -67,7 +86,7 @@ class Pending:
     def wait(self, timeout: float | None = None):
         """Block until the build has finished and switch to its plan; return self.
         TimeoutError after `timeout` seconds; the build's error, if it failed."""
-        future = self._future
+        future = self._here()
         if future is not None:
             future.exception(timeout)  # waits; what build raised, take_over sees
         self._switch()
