@@ -235,9 +235,10 @@ class Layer:
         return {key: array.copy() for key, array in self._host_arrays("state_dict").items()}
 
     def load_state_dict(self, arrays):
-        """Assign the arrays of a state_dict to this layer's Variables, checked as
-        load_weights checks a file: on an error the layer is left as it was."""
-        arrays = {key: np.asarray(value) if cuda.get_array_module(value) is np else
+        """Assign copies of the arrays of a state_dict to this layer's Variables,
+        checked as load_weights checks a file: on an error the layer is left as it
+        was. (A copy: an in-place update, W.data -= ..., leaves the dict as it is.)"""
+        arrays = {key: np.array(value) if cuda.get_array_module(value) is np else
                   cuda.as_numpy(value) for key, value in arrays.items()}
         self._load_arrays(arrays, "load_state_dict", "the state dict")
 

@@ -121,6 +121,20 @@ def test_optimizer_load_state_dict_checks_every_value_before_changing_any(
     assert optimizer.alpha == 0.01 and optimizer.t == 1
 
 
+def test_a_loaded_state_dict_shares_no_array_with_the_model():
+    # Keep the best weights, go back to them, train on with the book's in-place
+    # update, go back again: the kept dict must still hold the best weights.
+    model, _ = _setup(lambda: optimizers.SGD())
+    best = model.state_dict()
+    kept = {key: array.copy() for key, array in best.items()}
+    for _ in range(2):
+        model.load_state_dict(best)
+        for param in model.params():
+            param.data -= 0.5
+        for key, array in best.items():
+            np.testing.assert_array_equal(array, kept[key])
+
+
 def test_model_load_state_dict_checks_keys_and_shapes():
     model = MLP((8, 2))
     model(np.zeros((1, 2), dtype=np.float32))
