@@ -32,7 +32,11 @@ def save_checkpoint(path, model, optimizer=None, **others):
         arrays.update(_prefixed("optimizer", optimizer.state_dict()))
     for name, obj in others.items():
         if isinstance(obj, int | float | np.integer | np.floating) and not isinstance(obj, bool):
-            arrays["numbers/" + name] = np.array(obj)
+            arrays["numbers/" + name] = number = np.array(obj)
+            if number.dtype == object:
+                raise TypeError(f"save_checkpoint: {name}={obj} is an int no int64 or "
+                                f"uint64 holds (np.savez would pickle it); save "
+                                f"float({name}) instead")
         elif hasattr(obj, "state_dict"):
             arrays.update(_prefixed("objects/" + name, obj.state_dict()))
         else:

@@ -208,6 +208,15 @@ def test_checkpoint_files_hold_no_pickle_and_a_failed_write_keeps_the_old_one(
     assert [p.name for p in tmp_path.iterdir()] == ["c.npz"]
 
 
+def test_a_number_no_numpy_type_holds_is_refused_rather_than_pickled(tmp_path):
+    model, _ = _setup(lambda: optimizers.SGD())
+    with pytest.raises(TypeError, match=f"seed={2**64} is an int no int64 or uint64 holds"):
+        save_checkpoint(tmp_path / "c.npz", model, seed=2**64)
+    assert not list(tmp_path.iterdir())
+    path = save_checkpoint(tmp_path / "c.npz", model, seed=2**64 - 1, step=-2**63)
+    assert load_checkpoint(path, model) == {"seed": 2**64 - 1, "step": -2**63}
+
+
 def test_load_checkpoint_names_what_the_file_lacks(tmp_path):
     model, optimizer = _setup(lambda: optimizers.SGD())
     path = save_checkpoint(tmp_path / "c.npz", model)
