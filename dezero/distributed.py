@@ -10,6 +10,8 @@ through NCCL. Launch with `mpiexec -n 2 python -m mpi4py train.py`.
     optimizer.add_hook(dist.AllreduceGrads(comm))
 """
 import sys
+import time
+import traceback
 import warnings
 
 import numpy as np
@@ -54,9 +56,15 @@ def _abort_on_uncaught_exception(mpi_comm):
     # `python -m mpi4py script.py` does the same; this covers a plain `python script.py`.
     previous = sys.excepthook
 
-    def abort(kind, value, traceback):
-        previous(kind, value, traceback)
+    def abort(kind, value, tb):
+        # The report in one write, then a moment for mpiexec to pass it on: written in
+        # pieces, its end was sometimes lost when the abort stopped the job's output.
+        if previous is sys.__excepthook__:
+            sys.stderr.write("".join(traceback.format_exception(kind, value, tb)))
+        else:
+            previous(kind, value, tb)
         sys.stderr.flush()
+        time.sleep(0.2)
         mpi_comm.Abort(1)
 
     sys.excepthook = abort
