@@ -781,6 +781,7 @@ def test_a_library_that_fails_to_build_warns_once_and_replays_unfused(gated_buil
 # =============================================================================
 
 
+@pytest.mark.measures
 def test_each_kernel_is_timed_against_its_numpy_calls_once_and_kept(tmp_path, monkeypatch,
                                                                     capsys):
     from dezero.static import debugging
@@ -803,6 +804,7 @@ def test_each_kernel_is_timed_against_its_numpy_calls_once_and_kept(tmp_path, mo
     np.testing.assert_allclose(again(x).data, long_chain(x).data, rtol=1e-6)
 
 
+@pytest.mark.measures
 @pytest.mark.parametrize("kernel_us, numpy_us, compiled", [(2.0, 9.0, True),
                                                            (9.0, 2.0, False)])
 def test_a_group_runs_the_faster_way(tmp_path, monkeypatch, kernel_us, numpy_us, compiled):
@@ -818,6 +820,7 @@ def test_a_group_runs_the_faster_way(tmp_path, monkeypatch, kernel_us, numpy_us,
     np.testing.assert_allclose(plan(x).data, long_chain(x).data, rtol=1e-6)
 
 
+@pytest.mark.measures
 @pytest.mark.parametrize("text", ["{", '{"k0": [1]}', '{"k9": [1, 2]}', '{"k0": ["a", 2]}'])
 def test_damaged_or_foreign_timings_in_the_cache_are_measured_again(tmp_path, monkeypatch,
                                                                      text):
