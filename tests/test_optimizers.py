@@ -532,6 +532,9 @@ def test_hooks_keep_each_parameter_and_gradient_in_its_dtype(make):
             assert var.dtype == param.dtype
 
 
+# The default eps of AdaGrad, Adam and AdamW is 0 in float16: the warning that says so
+# has its own test below.
+@pytest.mark.filterwarnings("ignore:.* is 0 in float16:UserWarning")
 @pytest.mark.parametrize("make", ALL)
 def test_float16_parameters_are_updated_in_float16(make):
     # Adam's step size is computed from its float32 step count: under numpy 2 a
