@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 
 from dezero import cuda
-from dezero.files import atomic_file
+from dezero.files import save_npz
 from dezero.layers import Layer, _read_npz
 from dezero.optimizers import Optimizer
 
@@ -51,16 +51,7 @@ def save_checkpoint(path, model, optimizer=None, **others):
     arrays.update({"random/keys": keys, "random/pos": np.array(pos),
                    "random/has_gauss": np.array(has_gauss),
                    "random/cached_gaussian": np.array(cached_gaussian)})
-    path = os.fspath(path)
-    if not path.endswith(".npz"):
-        path += ".npz"
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(f"save_checkpoint({path!r}): the directory {directory!r} "
-                                f"does not exist; create it first")
-    with atomic_file(path) as f:
-        np.savez(f, **arrays)
-    return path
+    return save_npz(path, arrays, "save_checkpoint", compress=False)
 
 
 def load_checkpoint(path, model, optimizer=None, **others):

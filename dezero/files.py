@@ -1,4 +1,4 @@
-"""Writing files without ever leaving half of one: atomic_file.
+"""Writing files without ever leaving half of one: atomic_file, save_npz.
 
 Every file dezero writes (weights, rendered graphs, saved static graphs, dataset
 caches, downloads) goes through here: the bytes land in a temporary file beside
@@ -10,6 +10,8 @@ import contextlib
 import os
 import stat
 import tempfile
+
+import numpy as np
 
 
 @contextlib.contextmanager
@@ -40,6 +42,22 @@ def atomic_file(path, mode="wb"):
         with contextlib.suppress(OSError):
             os.remove(tmp)
         raise
+
+
+def save_npz(path, arrays, caller, compress=True):
+    """Write `arrays` to the npz file `path` through atomic_file and return the path
+    written; as np.savez, ".npz" is appended to a path without it. `caller` names
+    the call in the error for a missing directory."""
+    path = os.fspath(path)
+    if not path.endswith(".npz"):
+        path += ".npz"
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"{caller}({path!r}): the directory {directory!r} does "
+                                f"not exist; create it first")
+    with atomic_file(path) as f:
+        (np.savez_compressed if compress else np.savez)(f, **arrays)
+    return path
 
 
 def _default_file_mode():

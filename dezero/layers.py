@@ -18,7 +18,7 @@ import numpy as np
 import dezero.functions as F
 from dezero import core, cuda
 from dezero.core import Parameter, Variable
-from dezero.files import atomic_file
+from dezero.files import save_npz
 from dezero.functions_conv import _pair
 
 # =============================================================================
@@ -203,16 +203,7 @@ class Layer:
         leaves a partial file or loses an old one. Returns the path written.
         """
         arrays = self._host_arrays("save_weights")
-        path = os.fspath(path)
-        if not path.endswith(".npz"):
-            path += ".npz"
-        directory = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(directory):
-            raise FileNotFoundError(f"{type(self).__name__}.save_weights({path!r}): the "
-                                    f"directory {directory!r} does not exist; create it first")
-        with atomic_file(path) as f:
-            np.savez_compressed(f, **arrays)
-        return path
+        return save_npz(path, arrays, f"{type(self).__name__}.save_weights")
 
     def load_weights(self, path):
         """Load arrays saved by `save_weights` into this layer's Variables.
