@@ -5,6 +5,7 @@ import sys
 
 import numpy as np
 import pytest
+from train_helpers import training_step
 
 import dezero
 import dezero.distributed as dist
@@ -35,16 +36,6 @@ def classification(n=16, dim=3, classes=3, seed=0):
     rng = np.random.default_rng(seed)
     return (rng.standard_normal((n, dim)).astype(np.float32),
             rng.integers(0, classes, n))
-
-
-def make_step(model, optimizer):
-    def step(x, t):
-        loss = F.softmax_cross_entropy(model(x), t)
-        model.cleargrads()
-        loss.backward()
-        optimizer.update()
-        return loss
-    return step
 
 
 # =============================================================================
@@ -263,7 +254,7 @@ def test_training_in_a_world_of_one_is_training_alone(comm):
         optimizer = optimizers.Adam().setup(model)
         if hook:
             optimizer.add_hook(dist.AllreduceGrads(comm))
-        step = make_step(model, optimizer)
+        step = training_step(model, optimizer)
         losses = [float(step(x, t).data) for _ in range(4)]
         runs.append((losses, [p.data.copy() for p in model.params()]))
     assert runs[0][0] == runs[1][0]
@@ -285,7 +276,7 @@ def test_a_traced_step_has_one_allreduce_node_between_backward_and_the_update(co
         model(x[:1])
         optimizer = optimizers.Adam().setup(model)
         optimizer.add_hook(dist.AllreduceGrads(comm))
-        steps.append((make_step(model, optimizer), model))
+        steps.append((training_step(model, optimizer), model))
     (eager, model_e), (traced, model) = steps
     traced = dezero.trace(traced)
     for _ in range(3):  # (fused kernels, DEZERO_BACKEND=cpu, round a few ulp apart)
@@ -368,7 +359,7 @@ def test_a_parameter_without_a_gradient_on_every_rank_is_left_alone(comm):
         optimizer.add_hook(optimizers.WeightDecay(0.1))
         if hook:
             optimizer.add_hook(dist.AllreduceGrads(comm))
-        step = make_step(model, optimizer)
+        step = training_step(model, optimizer)
         for _ in range(3):
             step(x, t)
         assert spare.grad is None

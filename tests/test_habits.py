@@ -3,6 +3,7 @@ with a message that shows the dezero way (print(model), PyTorch's argument
 orders, optimizers given parameters, DataLoader's drop_last)."""
 import numpy as np
 import pytest
+from train_helpers import training_step
 
 import dezero
 import dezero.functions as F
@@ -125,16 +126,7 @@ def test_dataloader_refuses_a_non_bool_drop_last():
 def test_a_traced_loop_over_dropped_last_batches_records_one_graph():
     np.random.seed(0)
     model = MLP((5, 10))
-    optimizer = optimizers.SGD(0.1).setup(model)
-
-    @dezero.trace
-    def step(x, t):
-        loss = F.softmax_cross_entropy(model(x), t)
-        model.cleargrads()
-        loss.backward()
-        optimizer.update()
-        return loss
-
+    step = training_step(model, optimizers.SGD(0.1).setup(model), traced=True)
     for _ in range(3):
         for x, t in dezero.DataLoader(_Numbers(), 3, drop_last=True):
             step(x, t)

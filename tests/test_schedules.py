@@ -4,9 +4,8 @@ import math
 
 import numpy as np
 import pytest
+from train_helpers import training_step
 
-import dezero
-import dezero.functions as F
 from dezero import optimizers
 from dezero.models import MLP
 from dezero.schedules import CosineDecay, LinearWarmup, StepDecay
@@ -58,14 +57,7 @@ def test_a_traced_step_follows_the_schedule_without_retracing(make):
         model = MLP((6, 2))
         optimizer = optimizers.Adam(alpha=0.05).setup(model)
         schedule = make(optimizer)
-
-        def step(x, t):
-            loss = F.softmax_cross_entropy(model(x), t)
-            model.cleargrads()
-            loss.backward()
-            optimizer.update()
-            return loss
-        step = dezero.trace(step) if traced else step
+        step = training_step(model, optimizer, traced)
         x = np.random.RandomState(1).randn(12, 3).astype(np.float32)
         t = (x[:, 0] > 0).astype(np.int64)
         losses = []

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 cp = pytest.importorskip("cupy")
+from train_helpers import training_step  # noqa: E402
+
 import dezero  # noqa: E402
 import dezero.functions as F  # noqa: E402
 from dezero import Variable, optimizers  # noqa: E402
@@ -27,13 +29,7 @@ def _setup(seed):
 
 
 def _steps(model, optimizer, n, traced):
-    def step(x, t):
-        loss = F.softmax_cross_entropy(model(x), t)
-        model.cleargrads()
-        loss.backward()
-        optimizer.update()
-        return loss
-    step = dezero.trace(step) if traced else step
+    step = training_step(model, optimizer, traced)
     x, t = dezero.datasets.get_spiral(train=True)
     x, t = cp.asarray(x[:30].astype(np.float32)), cp.asarray(t[:30])
     return [cp.asnumpy(step(x, t).data) for _ in range(n)]

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 cp = pytest.importorskip("cupy")
+from train_helpers import training_step  # noqa: E402
+
 import dezero  # noqa: E402
 import dezero.functions as F  # noqa: E402
 from dezero import Variable, optimizers  # noqa: E402
@@ -40,16 +42,6 @@ def _model(x):
     return model
 
 
-def _step(model, optimizer):
-    def step(x, t):
-        loss = F.softmax_cross_entropy(model(x), t)
-        model.cleargrads()
-        loss.backward()
-        optimizer.update()
-        return loss
-    return step
-
-
 def _state_arrays(optimizer):
     return [v.data for _, table in optimizer._slot_tables() for v in table.values()
             if isinstance(v, Variable)] + [getattr(optimizer, n).data for n in
@@ -68,9 +60,8 @@ def test_optimizer_state_follows_its_parameters_both_ways(name, traced):
     optimizer, reference_optimizer = (OPTIMIZERS[name]().setup(m) for m in (moved, reference))
     for opt in (optimizer, reference_optimizer):  # a hook's hyperparameter moves too
         opt.add_hook(optimizers.WeightDecay(1e-3))
-    reference_step = _step(reference, reference_optimizer)
-    step = _step(moved, optimizer)
-    step = dezero.trace(step) if traced else step
+    reference_step = training_step(reference, reference_optimizer)
+    step = training_step(moved, optimizer, traced)
     for device in ("cpu", "gpu", "gpu", "cpu", "cpu"):
         (moved.to_gpu if device == "gpu" else moved.to_cpu)()
         xp = cp if device == "gpu" else np
@@ -127,7 +118,7 @@ def test_a_graph_saved_on_the_cpu_replays_loaded_onto_the_gpu(tmp_path):
     x, t = _batch()
     model = _model(x)
     optimizer = optimizers.Adam(alpha=0.01).setup(model)
-    step = dezero.trace(_step(model, optimizer))
+    step = training_step(model, optimizer, traced=True)
     step(x, t)
     step.graph.save(str(tmp_path / "step.json"))
     expected = [step(x, t).data for _ in range(3)]  # the saved state, stepped on the CPU
@@ -163,7 +154,7 @@ def test_a_full_write_of_a_cupy_array_into_state_inside_a_trace():
 def test_a_batch_on_the_other_device_than_the_model_is_a_clear_error(where):
     x, t = _batch()
     model = _model(x)
-    step = dezero.trace(_step(model, optimizers.SGD().setup(model)))
+    step = training_step(model, optimizers.SGD().setup(model), traced=True)
     if where == "model on the GPU":
         model.to_gpu()
         batch, message = x, (r"argument x is on the CPU \(numpy\) but the state it meets is "
@@ -198,7 +189,7 @@ def test_of_two_arguments_the_one_on_the_other_device_is_named():
     x, t = _batch()
     model = _model(x)
     model.to_gpu()
-    step = dezero.trace(_step(model, optimizers.SGD().setup(model)))
+    step = training_step(model, optimizers.SGD().setup(model), traced=True)
     with pytest.raises(TypeError, match=r"argument t is on the CPU \(numpy\) but the state "
                        r"it meets is on the GPU"):
         step(cp.asarray(x), t)  # the labels stayed behind

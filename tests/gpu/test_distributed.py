@@ -12,9 +12,10 @@ import pytest
 
 cp = pytest.importorskip("cupy")
 pytest.importorskip("mpi4py")
+from train_helpers import training_step  # noqa: E402
+
 import dezero  # noqa: E402
 import dezero.distributed as dist  # noqa: E402
-import dezero.functions as F  # noqa: E402
 from dezero import optimizers  # noqa: E402
 from dezero.models import MLP  # noqa: E402
 
@@ -80,15 +81,7 @@ def test_a_traced_gpu_step_with_the_hook_equals_eager(comm):
         comm.broadcast_params(model)
         optimizer = optimizers.Adam(alpha=0.01).setup(model)
         optimizer.add_hook(dist.AllreduceGrads(comm))
-
-        def step(x, t):
-            loss = F.softmax_cross_entropy(model(x), t)
-            model.cleargrads()
-            loss.backward()
-            optimizer.update()
-            return loss
-
-        step = dezero.trace(step) if traced else step
+        step = training_step(model, optimizer, traced)
         for _ in range(3):
             step(x, t)
         runs.append([cp.asnumpy(p.data) for p in model.params()])
