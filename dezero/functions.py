@@ -993,26 +993,39 @@ def _check_class_ids(op, t, classes, of="classes"):
 
 
 class SoftmaxCrossEntropy(Function):
-    """Mean over the batch of -log softmax(x)[i, t[i]]; x: (N, C), t: (N,) integers."""
+    """Mean over the batch of -log softmax(x)[i, t[i]]; x: (N, C), t: (N,) integers.
+    Outputs the loss and softmax(x), the probabilities its backward reads."""
 
     def forward(self, x, t):
         _check_labels(self.op_name, x, t)
         _check_class_ids(self.op_name, t, x.shape[1])
         xp = cuda.get_array_module(x)
-        # log softmax only where the labels pick it: x[i, t[i]] - logsumexp(x[i]).
-        # Cheaper than the whole log-softmax matrix and .mean() on small batches.
-        # The max goes first, as in LogSoftmax: (x - m) - log s, not x - (m + log s).
+        # log softmax only where the labels pick it: x[i, t[i]] - log s[i], with
+        # s[i] = sum(exp(x[i] - max x[i])); the max goes first, as in LogSoftmax:
+        # (x - m) - log s, not x - (m + log s). The probabilities are Softmax's
+        # forward, bit for bit, so the backward need not compute softmax again.
         shifted = x - x.max(axis=1, keepdims=True)
-        log_s = xp.log(xp.exp(shifted).sum(axis=1))
-        picked = shifted[xp.arange(len(x)), t.ravel()] - log_s
+        y = xp.exp(shifted)
+        s = y.sum(axis=1, keepdims=True)
+        picked = shifted[xp.arange(len(x)), t.ravel()] - xp.log(s[:, 0])
         # Scaled by a scalar of x's dtype: the loss keeps float32 on numpy 1.x too.
-        return -picked.sum() * x.dtype.type(_per_example(x))
+        return -picked.sum() * x.dtype.type(_per_example(x)), y / s
 
-    def backward(self, gy):
+    def backward(self, gy, gp):
         x, t = self.inputs
-        n, classes = x.shape
-        t_onehot = OneHot(classes, x.dtype.name, None)(reshape(t, (n,)))
-        gx = (softmax(x, axis=1) - t_onehot) * (gy * _per_example(x))
+        # The probabilities live while a trace records, or while a reader of them
+        # does; in eager code nobody keeps them, and softmax(x) gives the same bits.
+        p = self.outputs[1]()
+        p = softmax(x, axis=1) if p is None else p
+        gx = None
+        if gy is not None:
+            n, classes = x.shape
+            t_onehot = OneHot(classes, x.dtype.name, None)(reshape(t, (n,)))
+            gx = (p - t_onehot) * (gy * _per_example(x))
+        if gp is not None:  # a gradient reaching the probabilities (double backprop)
+            gp = p * gp
+            gp = gp - p * sum(gp, axis=1, keepdims=True)
+            gx = gp if gx is None else gx + gp
         return gx, None
 
 
@@ -1023,7 +1036,8 @@ def softmax_cross_entropy(x, t):
     1.3862943611198906
     """
     x, = _floating(x)
-    return SoftmaxCrossEntropy()(x, t)
+    loss, _ = SoftmaxCrossEntropy()(x, t)
+    return loss
 
 
 def _labels_like(t, x):
