@@ -180,15 +180,19 @@ class Communicator:
             if op == "mean" and dtype.kind not in "fc":
                 raise TypeError(f"allreduce: op='mean' of {dtype} arrays would round; "
                                 f"reduce with op='sum' or cast to a float dtype first")
-            flat = xp.concatenate([arrays[i].reshape(-1) for i in positions])
-            self._exchange(flat, "allreduce", op)  # also alone: the same path at any size
-            if op == "mean" and self.size > 1:
-                flat /= dtype.type(self.size)
+            # Pack into one buffer. A mean divides each array by the number of ranks as
+            # it is packed, so the exchange's sum is the mean: no second pass over it.
+            flat = xp.empty(sum(arrays[i].size for i in positions), dtype)
             start = 0
             for i in positions:
-                size = arrays[i].size
-                results[i] = flat[start:start + size].reshape(arrays[i].shape)
-                start += size
+                a = arrays[i]
+                results[i] = flat[start:start + a.size].reshape(a.shape)
+                start += a.size
+                if op == "mean" and self.size > 1:
+                    xp.divide(a, dtype.type(self.size), out=results[i])
+                else:
+                    results[i][...] = a
+            self._exchange(flat, "allreduce", op)  # also alone: the same path at any size
         return results
 
     def _exchange(self, flat, what, op="sum", root=0):
