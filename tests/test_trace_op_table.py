@@ -70,7 +70,9 @@ def plans(graph) -> dict:
     made = {"python": graph.compile("python")}
     if cpu.missing_reason() is None:
         library = cpu.KernelLibrary([kernel_spec(g) for g in graph.groups])
-        made["cpu kernels"] = pycode.Compiled(graph, library.kernel, graph.groups)
+        for group in graph.groups:  # a kernel step calls its kernel where it is compiled
+            group.compiled = True
+        made["cpu kernels"] = pycode.Compiled(graph, library.kernel)
     return made
 
 

@@ -11,6 +11,7 @@ building Variables or a dynamic graph. The package reads as a pipeline:
     ir.py         Graph, Node, Value, Group: data, printing and check(); no consumer
     passes.py     graph -> graph: dce, cse, fold, simplify, fuse (kernel groups)
     codegen.py    a fused group -> a kernel spec: typed params and a C++ body
+    lowering.py   graph -> program: read, node or kernel, store, free, return
     backends/     the reference interpreter, the generated replay code, cupy kernels
     saving.py     the JSON + .npz file format; drawing.py the DOT pictures
     slots.py      where a state node's array lives (a Variable's .data, .grad, an attribute)
@@ -69,13 +70,55 @@ on the CPU (under 4 ops and 16384 elements) says it runs as numpy calls::
       b.grad <- i
       return d
 
-`graph.code` is the replay code: one line per node, simple ops spelled inline,
-the others calling their Function's forward on arrays. As eager code does, it
-stores each new .data and .grad into its Variable (`_s_W` is W) as soon as it is
-computed and deletes each array after its last reader::
+After fusion the graph is lowered once into a program (lowering.py), the steps a
+replay runs in order: read the state, run a node or a kernel (a kernel too small
+to pay runs its nodes), store each new .data and .grad as soon as it is computed,
+free each array after its last reader (as eager code does), return. Every backend
+runs this one program; `print(graph.program)`::
 
-    def step(x, t, W, b, lr):  # generated from trace step: 11 ops
+    program step(x: f32[8,3], t: f32[8,1])
+      W: f32[3,1] = state
+      b: f32[1] = state
+      lr: f32[] = state
+      c: f32[8,1] = linear(x, W, b)
+      d: f32[] = mean_squared_error(c, t)
+      f: f32[8,1] = k0(c, t, a)  # 2 ops, as numpy calls
+        e: f32[8,1] = sub(c, t)
+        free c
+        f: f32[8,1] = mul(e, a)
+        free e
+      g: f32[3,8] = transpose(x) [axes=None]
+      h: f32[3,1] = matmul(g, f)
+      store W.grad <- h
+      free g
+      i: f32[1] = sum_to(f) [shape=(1,)]
+      store b.grad <- i
+      free f
+      k: f32[3,1] = k1(lr, h, W)  # 2 ops, as numpy calls
+        j: f32[3,1] = mul(lr, h)
+        free h
+        k: f32[3,1] = sub(W, j)
+        free W, j
+      store W <- k
+      m: f32[1] = k2(lr, i, b)  # 2 ops, as numpy calls
+        l: f32[1] = mul(lr, i)
+        free i
+        m: f32[1] = sub(b, l)
+        free b, l
+      store b <- m
+      return d
+
+`graph.code` is the program printed as Python: one line per step, simple ops
+spelled inline, the others calling their Function's forward on arrays (`_s_W` is
+the Variable W)::
+
+    def step(x, t):  # generated from trace step: 11 ops
         # constants (globals of this code): a
+        x = x._data if _isinstance(x, _Variable) else x
+        t = t._data if _isinstance(t, _Variable) else t
+        W = _s_W._data
+        b = _s_b._data
+        lr = _s_lr._data
         c = x @ W + b
         d = _arr(_mean_squared_error0(c, t))
         e = c - t
@@ -90,14 +133,16 @@ computed and deletes each array after its last reader::
         _s_b.grad = _wrap(i)  # b.grad <- i
         del f
         j = lr * h
+        del h
         k = W - j
-        _s_W._data = k  # W <- k
         del W, j
+        _s_W._data = k  # W <- k
         l = lr * i
+        del i
         m = b - l
-        _s_b._data = m  # b <- m
         del b, l
-        return (d,)
+        _s_b._data = m  # b <- m
+        return _outputs((d,))
 
 A kernel backend runs each group as one generated kernel instead; its C++ body
 (codegen.kernel_spec(graph.groups[1]).body) computes one element, with a local
@@ -132,13 +177,14 @@ node is no part of a kernel, why kernels were split) and the IR checks; 4 the
 replay code and kernel sources; 5 the IR before and after every pass.
 
 Glossary: graph (a StaticGraph), node (one step of it), value (an array flowing
-between nodes), op (a registered Function name), attrs (an op's fixed
-arguments), state (captured Variables), write (a state update applied after the
-replay), signature (what selects a recorded graph), guard (a traced array as user
-code sees it while recording), replay guard (what a replay checks of captured state
-before it runs: trace.StateType, GradUnset, NotShared, each with check() and
-explain()), op record (the facts about an op, dezero/op_record.py), group or kernel
-(elementwise nodes that run as one generated loop).
+between nodes), op (a registered Function name), attrs (an op's fixed arguments),
+state (captured Variables), write (a state update, a store step of the program),
+program (the steps of a replay, lowering.py), signature (what selects a recorded
+graph), guard (a traced array as user code sees it while recording), replay guard
+(what a replay checks of captured state before it runs: trace.StateType, GradUnset,
+NotShared, each with check() and explain()), op record (the facts about an op,
+dezero/op_record.py), group or kernel (elementwise nodes that run as one generated
+loop).
 """
 from dezero.errors import GraphError, GraphFileError, TraceError
 from dezero.static.debugging import debug

@@ -91,8 +91,7 @@ def first_difference(tracer, recorded, leaves, random_state) -> str:
     state = np.random.get_state()
     np.random.set_state(random_state)
     try:
-        comparing.execute(*[getattr(leaf, "_data", leaf) for leaf in leaves],
-                          *[c.before_data for c in tracer.captures])
+        comparing.execute(leaves, [c.before_data for c in tracer.captures])
     except Exception:  # noqa: BLE001 - a graph the interpreter cannot run: no detail
         pass
     finally:
@@ -118,14 +117,17 @@ class _Comparing(Interpreter):
         super().__init__(graph)
         self.eager, self.first = eager, None
 
-    def op(self, node):
-        super().op(node)
-        for value in node.outputs:
+    def node(self, step):
+        super().node(step)
+        for value in step.node.outputs:
             expected = self.eager.get(id(value))
             if self.first is None and expected is not None:
                 problem = _difference(expected, self.env[value.name])
                 if problem:
-                    self.first = (node, problem)
+                    self.first = (step.node, problem)
+
+    def store(self, step):
+        pass  # only compares: the state stays as the eager run left it
 
 
 def set_attributes(triples):

@@ -50,6 +50,12 @@ class StaticGraph(Graph):
         return self._compiled[backend]
 
     @property
+    def program(self):
+        """What a replay of the default backend runs, step by step (lowering.py):
+        print(graph.program)."""
+        return self.compile().program
+
+    @property
     def code(self) -> str:
         """The generated Python replay code, as text (the python backend's where the
         default backend generates none: the interpreter)."""

@@ -551,9 +551,8 @@ class TracedFunction:
         kept = not tracer.uninitialised and not new and not unchecked and not writes
         entry = Entry(graph, tracer, structure, watch.fresh_grads)
         if debugging.LEVEL >= 4:  # the interpreter generates no code
-            code = getattr(entry.compiled, "source", "(interpreted)")
-            debugging.log(4, f"replay code of {self.name}:\n{code}\n"
-                             f"{getattr(entry.compiled, 'glue', '')}")
+            code = getattr(entry.compiled, "source", None) or f"{graph.program}\n"
+            debugging.log(4, f"replay code of {self.name}:\n{code}")
             for group in graph.groups:
                 debugging.log(4, f"kernel {group.name} of {self.name}:\n"
                                  f"{kernel_spec(group).body}")

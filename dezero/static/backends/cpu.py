@@ -463,10 +463,9 @@ def compile_graph(graph):
                           f"({e.strerror}); set DEZERO_CACHE_DIR to a writable folder")
             return pycode.Compiled(graph)
         holder = {name: library for library in libraries for name in library.specs}
-        chosen = {id(g) for library in libraries for g in measure.decide(
-            library, [g for g in groups if g.name in library.specs])}
-        plan = pycode.Compiled(graph, factory=lambda spec: holder[spec.name].kernel(spec),
-                               groups=[g for g in groups if id(g) in chosen])
+        for library in libraries:  # sets each group's `compiled`, which the code reads
+            measure.decide(library, [g for g in groups if g.name in library.specs])
+        plan = pycode.Compiled(graph, factory=lambda spec: holder[spec.name].kernel(spec))
         plan.kernel_source, plan.libraries = "".join(sources), libraries
         if len(libraries) == 1:  # the usual case, with its own name
             plan.library = libraries[0]

@@ -1,31 +1,29 @@
-"""The reference interpreter of the static IR: one method per node kind.
+"""The reference interpreter: walks a graph's program (lowering.py) one step at a time.
 
-Every other backend (the generated replay code now, fused kernels later) is tested
-against it. It checks each op's result against the type the graph promises and
-re-raises any failure with the printed line of the node that failed.
+Every other backend is tested against it. It runs a kernel step's nodes one by one,
+checks each op's result against the type the graph promises and re-raises any
+failure with the printed line of the step that failed.
 
     outputs = Interpreter(graph)(x, t)   # a plan (plan.py), like every backend's
-    flat = Interpreter(graph).execute(*input_arrays, *state_arrays)
+    flat = Interpreter(graph).execute([x, t], state_arrays)   # the returned arrays
 """
 from __future__ import annotations
 
+from dezero.core import Variable
 from dezero.errors import GraphError
 from dezero.op_record import as_result_array
 from dezero.static.backends.plan import Plan
-from dezero.static.ir import (
-    Graph,
-    Node,
-    format_node,
-)
+from dezero.static.ir import Graph
+from dezero.static.lowering import store
 
 # =============================================================================
 # Shared by the backends: reraise
 # =============================================================================
 
 
-def reraise(error: BaseException, node: Node, graph_name: str):
-    """Raise `error` again with the node's printed line appended (same type if possible)."""
-    message = f"{error}\n  while replaying {graph_name}: {format_node(node)}"
+def reraise(error: BaseException, line: str, graph_name: str):
+    """Raise `error` again with the step's printed line appended (same type if possible)."""
+    message = f"{error}\n  while replaying {graph_name}: {line}"
     try:
         new = type(error)(message)
     except Exception:  # an exception type whose constructor wants other arguments
@@ -34,43 +32,50 @@ def reraise(error: BaseException, node: Node, graph_name: str):
 
 
 # =============================================================================
-# Interpreter: input, state, const, op, write, output
+# Interpreter: read, node, kernel, store, free, return
 # =============================================================================
 
 
 class Interpreter(Plan):
-    """Runs a graph node by node on numpy/cupy arrays.
-
-    `execute(*arrays)` takes the input arrays then the state arrays (graph order)
-    and returns the outputs followed by the sources of the state writes; the plan
-    around it (plan.py) reads and writes the state.
-    """
+    """Runs a graph's program on numpy/cupy arrays, one method per step kind."""
 
     def __init__(self, graph: Graph):
         super().__init__(graph)
         self.functions = {id(n): n.record.function(n.attrs) for n in graph.nodes
                           if n.kind == "op"}
+        self.methods = {"read": self.read, "node": self.node, "store": self.store,
+                        "free": self.free, "return": self.returns}
 
-    def execute(self, *arrays):
-        self.env, self.feed, self.written, self.returned = {}, iter(arrays), [], ()
-        for node in self.graph.nodes:
+    def run(self, leaves):
+        self.refuse_while_recording()
+        return self.program.outputs(self.execute(leaves))
+
+    def execute(self, leaves, state=None) -> list:
+        """The arrays the program returns, run on `leaves` (arrays or Variables) and
+        `state` (the arrays to read, the captured state's now if None)."""
+        self.leaves = dict(zip(self.graph.input_names, leaves))
+        self.env = {n.outputs[0].name: n.payload for n in self.graph.of_kind("const")}
+        self.env.update((name, x._data if isinstance(x, Variable) else x)
+                        for name, x in self.leaves.items())
+        self.feed, self.returned = iter(self.read_state() if state is None else state), []
+        self.walk(self.program.steps)
+        return self.returned
+
+    def walk(self, steps):
+        for step in steps:
+            if step.kind == "kernel":  # the reference runs a group's nodes one by one
+                self.walk(step.body)
+                continue
             try:
-                getattr(self, node.kind)(node)
-            except Exception as e:  # noqa: BLE001 - re-raised with the node's line
-                reraise(e, node, self.graph.name)
-        return tuple(self.returned) + tuple(self.written)
+                self.methods[step.kind](step)
+            except Exception as e:  # noqa: BLE001 - re-raised with the step's line
+                reraise(e, str(step), self.graph.name)
 
-    def input(self, node):
-        self.env[node.outputs[0].name] = next(self.feed)
+    def read(self, step):
+        self.env[step.node.outputs[0].name] = next(self.feed)
 
-    def state(self, node):
-        self.env[node.outputs[0].name] = next(self.feed)
-
-    def const(self, node):
-        # A copy per run: what it returns or stores never shares the graph's array.
-        self.env[node.outputs[0].name] = node.payload.copy()
-
-    def op(self, node):
+    def node(self, step):
+        node = step.node
         ys = self.functions[id(node)].forward(*(self.env[v.name] for v in node.inputs))
         if not isinstance(ys, tuple):
             ys = (ys,)
@@ -84,14 +89,19 @@ class Interpreter(Plan):
                                  f"graph says {value.type}")
             self.env[value.name] = y
 
-    def write(self, node):
-        if node.attrs["field"] == "attr":  # an attribute write names only its source
-            self.written.append(self.env[node.inputs[0].name])
-        elif len(node.inputs) > 1:  # a grad write without a source clears the grad
-            self.written.append(self.env[node.inputs[1].name])
+    def value(self, name: str, copies):
+        return self.env[name].copy() if name in copies else self.env[name]
 
-    def output(self, node):
-        self.returned = [self.env[v.name] for v in node.inputs]
+    def store(self, step):
+        source = step.source
+        store(step, None if source is None else self.value(source, step.copies), self.leaves)
+
+    def free(self, step):
+        for name in step.names:
+            del self.env[name]
+
+    def returns(self, step):
+        self.returned = [self.value(name, step.copies) for name in step.names]
 
 
 compile_graph = Interpreter

@@ -1,0 +1,285 @@
+"""Lowering: an optimised graph as a program, the one list of steps every backend runs.
+
+lowering.py sits after the passes (fusion last) and before the backends: lower(graph)
+walks the node list once and writes down what a replay does, in order:
+
+    read     bind a captured state's array (all reads come first)
+    node     run one op node
+    kernel   run a fused group: its compiled kernel (the group's spec, where the
+             group's `compiled` says so and the backend has kernels), else its body,
+             the group's node steps
+    store    put a value into .data or .grad of captured state, .grad of an argument
+             or an attribute, right after the value is made (in-place writes last)
+    free     drop values that no later step reads, as eager code drops them
+    return   the returned values (copies where someone else holds the array)
+
+The interpreter walks the steps, the python backend prints them as source, and the
+cpu and cupy backends print them too, with a kernel call for each compiled group.
+
+    print(graph.program)   # or lower(graph)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dezero.core import Config, Variable, _wrap_output
+from dezero.errors import GraphError, TraceError
+from dezero.static.ir import Graph, Group, Node, format_node
+from dezero.static.slots import AttrSlot
+
+# =============================================================================
+# Steps and programs: Step, Program
+# =============================================================================
+
+STEP_KINDS = ("read", "node", "kernel", "store", "free", "return")
+
+
+@dataclass(eq=False)
+class Step:
+    """One step of a program.
+
+    kind    one of STEP_KINDS
+    node    read: the state node; node: the op node; store: the write node
+    group   kernel: the fused group (its spec, inputs, outputs, compiled decision)
+    body    kernel: node and free steps that run the group's nodes one by one
+    names   free: the values dropped; kernel: its inputs that die with it (its body
+            frees them after their last reader); return: the values returned
+    copies  store, return: the names stored or returned as copies (arrays that the
+            caller, captured state or the graph's constants hold)
+    target  store: "state", "input" (the .grad of an argument) or "attr"
+    slot    store: the slot of the state (or the attribute) it writes
+    """
+
+    kind: str
+    node: Node | None = None
+    group: Group | None = None
+    body: list = field(default_factory=list)
+    names: tuple = ()
+    copies: frozenset = frozenset()
+    target: str = ""
+    slot: object = None
+
+    @property
+    def source(self) -> str | None:
+        """store: the name of the value stored (None: the store clears a .grad)."""
+        node = self.node
+        return node.inputs[0].name if node.attrs["field"] == "attr" else \
+            node.inputs[1].name if len(node.inputs) > 1 else None
+
+    def __str__(self):
+        if self.kind in ("read", "node"):
+            return format_node(self.node)
+        if self.kind == "kernel":
+            g = self.group
+            return (", ".join(f"{v.name}: {v.type}" for v in g.outputs) + f" = {g.name}("
+                    + ", ".join(v.name for v in g.inputs) + f")  # {len(g.nodes)} ops, "
+                    + ("compiled" if g.compiled else "as numpy calls"))
+        if self.kind == "store":
+            return "store " + format_node(self.node) + (" (a copy)" if self.copies else "")
+        names = ", ".join(f"{n} (a copy)" if n in self.copies else n for n in self.names)
+        return f"{self.kind} {names}"
+
+
+@dataclass(eq=False)
+class Program:
+    """The steps of one replay of `graph`, made once by lower(graph) for each plan."""
+
+    graph: Graph
+    steps: list
+
+    @property
+    def reads(self) -> list:
+        """The state nodes the program reads, in order."""
+        return [s.node for s in self.steps if s.kind == "read"]
+
+    def outputs(self, flat):
+        """The structure the traced function returned, around the arrays returned."""
+        return build_outputs(self.graph.out_tree, flat)
+
+    def __str__(self):
+        inputs = ", ".join(repr(v) for v in self.graph.input_values)
+        lines = [f"program {self.graph.name}({inputs})"]
+        for step in self.steps:
+            lines.append(f"  {step}")
+            lines += [f"    {inner}" for inner in step.body]
+        return "\n".join(lines)
+
+
+# =============================================================================
+# Lowering: lower
+# =============================================================================
+
+
+def lower(graph: Graph) -> Program:
+    """The program of `graph`: its steps in the order a replay runs them."""
+    owned = [n.outputs[0].name for n in graph.nodes if n.kind in ("input", "state", "const")]
+    stores = _stores(graph, set(owned))
+    # Stores of arguments, state or constants wait until every state is read: a state
+    # stored before another reads it would hand that read the new array.
+    steps = [Step("read", n) for n in graph.of_kind("state")]
+    steps += [s for name in owned for s in stores.pop(name, ())]
+    starts = {id(g.nodes[0]): g for g in graph.groups}
+    inside = {id(n) for g in graph.groups for n in g.nodes}
+    for node in graph.of_kind("op"):
+        group = starts.get(id(node))
+        if group is None and id(node) in inside:
+            continue
+        steps.append(Step("node", node) if group is None else
+                     Step("kernel", group=group, body=[Step("node", n) for n in group.nodes]))
+        steps += [s for v in (group or node).outputs for s in stores.pop(v.name, ())]
+    steps += stores.pop(None, [])  # in place: after every reader of the old array
+    if stores:
+        raise GraphError(f"graph {graph.name}: writes of values no step makes: "
+                         f"{', '.join(map(str, stores))}")
+    shared = set(owned) | {s.source for s in steps if s.kind == "store"}
+    returned = [v.name for v in graph.output_values]
+    steps.append(Step("return", names=tuple(returned),
+                      copies=frozenset(n for n in returned if n in shared)))
+    return Program(graph, _with_frees(graph, steps))
+
+
+def _stores(graph: Graph, owned: set) -> dict:
+    """name of the value a store waits for -> its store steps: the source (a clear
+    waits for its target; an in-place write, for every reader: key None)."""
+    slots = {n.outputs[0].name: n.payload for n in graph.of_kind("state")}
+    stores: dict = {}
+    for node in graph.of_kind("write"):
+        kind = node.attrs["field"]
+        if kind == "attr" and node.payload is None:
+            continue  # a loaded graph has no object to set
+        target = "attr" if kind == "attr" else \
+            "state" if node.inputs[0].name in slots else "input"
+        step = Step("store", node, target=target, slot=node.payload if kind == "attr" else
+                    slots.get(node.inputs[0].name))
+        source = step.source
+        step.copies = frozenset([source]) if source in owned else frozenset()
+        key = None if node.attrs.get("in_place") else source or node.inputs[0].name
+        stores.setdefault(key, []).append(step)
+    return stores
+
+
+def _with_frees(graph: Graph, steps: list) -> list:
+    """`steps` with a free step after each value's last reader (after the stores that
+    follow that reader), and in each kernel's body after its nodes' last readers.
+
+    A value lives from the step that makes it to its last reader, as in eager code,
+    instead of until the replay returns (large intermediates would pile up and their
+    memory be mapped afresh at every call). A state array that gets a new .data dies
+    after its last reader too, so that once the new value is stored the old one is
+    freed. Returned values live on, as do stored values that no later node reads;
+    arguments (the caller's), state that is not replaced and constants are never
+    dropped.
+    """
+    replaced = {n.inputs[0].name for n in graph.of_kind("write") if n.attrs["field"] == "data"}
+    last = {}  # name -> the read or node step that reads it last (or None: kept)
+    for s in (inner for step in steps for inner in step.body or [step]):
+        if s.kind == "read" and s.node.outputs[0].name in replaced:
+            last[s.node.outputs[0].name] = s
+        elif s.kind == "node":
+            last.update((v.name, s) for v in s.node.inputs if v.name in last)
+            last.update((v.name, s) for v in s.node.outputs)  # unread: dies at once
+        elif s.kind == "store" and s.source in last:
+            last[s.source] = None  # stored: dies only where a later node reads it last
+        elif s.kind == "return":
+            last.update((name, None) for name in s.names)
+    dying: dict = {}
+    for name, s in last.items():
+        if s is not None:
+            dying.setdefault(id(s), []).append(name)
+    out, dead = [], []
+    for step in steps:
+        if step.kind != "store" and dead:
+            out.append(Step("free", names=tuple(dead)))
+            dead = []
+        out.append(step)
+        if step.kind == "kernel":
+            body, step.body = step.body, []
+            for inner in body:
+                step.body.append(inner)
+                if id(inner) in dying:
+                    step.body.append(Step("free", names=tuple(dying[id(inner)])))
+            inputs = {v.name for v in step.group.inputs}
+            step.names = tuple(n for inner in step.body if inner.kind == "free"
+                               for n in inner.names if n in inputs)
+        dead += dying.get(id(step), [])
+    return out
+
+
+# =============================================================================
+# Running steps: store, holder
+# =============================================================================
+
+
+def holder(slot):
+    """The object a state's slot reads through: the Variable, or the attribute's holder."""
+    return slot.holder if isinstance(slot, AttrSlot) else slot.var
+
+
+def store(step: Step, value, leaves: dict) -> None:
+    """Apply a store step: `value` (an array, or None to clear a .grad) into its
+    target; leaves maps argument names to what the caller passed (a .grad reaches
+    only a Variable argument). The python backend prints the same as code."""
+    node = step.node
+    kind = node.attrs["field"]
+    if step.target == "attr":
+        setattr(step.slot.holder, step.slot.name, _wrap_output(value))
+        return
+    target = leaves[node.inputs[0].name] if step.target == "input" else holder(step.slot)
+    if not isinstance(target, Variable):
+        return
+    if node.attrs.get("in_place"):
+        target._data[...] = value  # as the traced code did: sharers of the array see it
+    elif kind == "data":
+        target.data = value
+    else:
+        target.grad = None if value is None else _wrap_output(value)
+
+
+# =============================================================================
+# Outputs of a replay: ReplayedOutput, replayed_output, build_outputs
+# =============================================================================
+
+
+class ReplayedOutput:
+    """The creator of a Variable a replay returns: the replay built no dynamic graph,
+    so a gradient cannot flow back through it, and saying so beats a silent None.
+    Not a Function: it is no op of any graph, so it stays out of the op registry."""
+
+    generation, inputs, outputs = 0, [], []
+
+    def backward(self, *gys):
+        raise TraceError(
+            "backward() reached a value returned by a replayed traced function; a replay "
+            "records no graph, so no gradient can flow into it (eager code would have "
+            "filled the parameters' .grad)\n  fix: call backward() inside the traced "
+            "function, or call it under dezero.no_grad() if no gradient is needed")
+
+
+# One creator serves every replayed output: it has no inputs, keeps no outputs
+# and its backward only raises, so nothing in it belongs to one replay.
+_REPLAYED = ReplayedOutput()
+
+
+def replayed_output(array):
+    """A Variable for a replayed output; under enable_backprop it gets ReplayedOutput
+    as its creator, so that backward() through it fails loudly."""
+    y = _wrap_output(array)
+    if Config.enable_backprop:
+        y.creator, y.generation = _REPLAYED, 1
+    return y
+
+
+def build_outputs(tree, flat):
+    """The structure the traced function returned (see saving.py for out_tree),
+    rebuilt around the flat output arrays."""
+    kind = tree[0]
+    if kind == "var":
+        return replayed_output(flat[tree[1]])
+    if kind == "array":
+        return flat[tree[1]]
+    if kind in ("tuple", "list"):
+        items = [build_outputs(t, flat) for t in tree[1]]
+        return tuple(items) if kind == "tuple" else items
+    if kind == "dict":
+        return {key: build_outputs(t, flat) for key, t in tree[1]}
+    return tree[1]  # "static": a Python value returned as is
