@@ -408,7 +408,7 @@ def test_debug_ladder_levels(capsys):
         traced(x)
         traced(x)
     err = capsys.readouterr().err
-    code = "(interpreted)" if backends.DEFAULT == "interpreter" else "def lambda_(x):"
+    code = "program <lambda>(x" if backends.DEFAULT == "interpreter" else "def lambda_(x):"
     for text in ("trace <lambda>: first call", "replay <lambda>:", "dce <lambda>: removed",
                  "check <lambda> after cse: ok", code, "before fold:"):
         assert text in err

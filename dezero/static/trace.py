@@ -550,7 +550,7 @@ class TracedFunction:
             n.record.random for n in graph.of_kind("op"))
         kept = not tracer.uninitialised and not new and not unchecked and not writes
         entry = Entry(graph, tracer, structure, watch.fresh_grads)
-        if debugging.LEVEL >= 4:  # the interpreter generates no code
+        if debugging.LEVEL >= 4:  # the interpreter generates no code: its program
             code = getattr(entry.compiled, "source", None) or f"{graph.program}\n"
             debugging.log(4, f"replay code of {self.name}:\n{code}")
             for group in graph.groups:
