@@ -185,8 +185,9 @@ CHECKS = {
          r"const float f = tanh\(e\);",
          r"GPU: fused replay equals numpy eager: True" if GPU else r"GPU: skipped"],
     69: [r"saved train_step\.json \(\d+ nodes\) and train_step\.npz \(.*state/model_layers_0_W",
-         r"loaded: train_step inputs \['xb', 'tb'\] state \['model_layers_0_W', "
-         r"'model_layers_0_b', 'model_layers_1_W', 'model_layers_1_b', 'optimizer_lr'\]",
+         r"loaded: train_step inputs \['xb', 'tb'\] state \['model\.layers\.0\.W', "
+         r"'model\.layers\.0\.b', 'model\.layers\.1\.W', 'model\.layers\.1\.b', "
+         r"'optimizer\.lr'\]",
          between(rf"elsewhere, 200 more steps: loss {NUMBER}", 0.0, 1.0)],
     70: [r"TraceError: float\(\) of a traced array in clipped_loss \(step70\.py:\d+",
          r"fix: ", r"as ops: 1\.8909 .*replayed on a small x: 1\.1818",

@@ -222,9 +222,9 @@ def op_node(d, op):
 
 
 @pytest.mark.parametrize("change, field", [
-    (lambda d: d.update(version=True), r"version: expected int in \[1, 1\], got bool True"),
-    (lambda d: d.update(version="1"), r"version: expected int in \[1, 1\], got str '1'"),
-    (lambda d: d.update(version=0), r"version: expected int in \[1, 1\], got int 0"),
+    (lambda d: d.update(version=True), r"version: expected int in \[1, 2\], got bool True"),
+    (lambda d: d.update(version="1"), r"version: expected int in \[1, 2\], got str '1'"),
+    (lambda d: d.update(version=0), r"version: expected int in \[1, 2\], got int 0"),
     (lambda d: d.update(extra=1), r"unexpected key 'extra'"),
     (lambda d: d.update(arrays="../g.npz"), r"arrays: expected the file name of the \.npz"),
     (lambda d: d["nodes"][0]["outputs"][0].update(name="sum"), r"nodes\[0\]\.outputs\[0\]"
@@ -278,9 +278,9 @@ def test_load_names_the_field_it_rejects(saved, change, field):
 
 
 @pytest.mark.parametrize("text, message", [
-    ('"version": 1', '"version": NaN'),
-    ('"version": 1', '"version": 1e400'),
-    ('"version": 1', '"version": 1, "version": 1'),
+    ('"version": 2', '"version": NaN'),
+    ('"version": 2', '"version": 2e400'),
+    ('"version": 2', '"version": 2, "version": 2'),
 ])
 def test_load_reads_strict_json(saved, text, message):
     path, *_ = saved

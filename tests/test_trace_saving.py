@@ -93,7 +93,7 @@ def test_json_format_is_documented_and_versioned(tmp_path):
     graph, *_ = training_graph()
     graph.save(str(tmp_path / "g.json"))
     description = json.loads((tmp_path / "g.json").read_text())
-    assert description["format"] == "dezero.static-graph" and description["version"] == 1
+    assert description["format"] == "dezero.static-graph" and description["version"] == 2
     kinds = [n["kind"] for n in description["nodes"]]
     assert kinds[:2] == ["input", "input"] and kinds[-1] == "output" and "write" in kinds
     ops = [n for n in description["nodes"] if n["kind"] == "op"]
@@ -104,8 +104,8 @@ def test_json_format_is_documented_and_versioned(tmp_path):
     (lambda j, z: j.write_text(j.read_text()[:100]), "corrupt or truncated JSON"),
     (lambda j, z: z.write_bytes(z.read_bytes()[:50]), "hash differs"),
     (lambda j, z: z.unlink(), "missing"),
-    (lambda j, z: j.write_text(j.read_text().replace('"version": 1', '"version": 7')),
-     "format version 7; this dezero reads versions up to 1"),
+    (lambda j, z: j.write_text(j.read_text().replace('"version": 2', '"version": 7')),
+     "format version 7; this dezero reads versions up to 2"),
     (lambda j, z: j.write_text('{"hello": 1}'), "not a dezero static graph file"),
 ])
 def test_damaged_files_give_clear_errors(tmp_path, damage, message):

@@ -156,8 +156,9 @@ so a value of that name is `v_i` in a kernel)::
 
 Values in a trace: arguments are inputs; Variables made outside and read inside
 are captured by reference, and named by where the function reaches them (W above,
-a global; model_layers_0_W for model.layers[0].W, optimizer_ms_layers_0_W for the
-Adam moment of that parameter, optimizer_t for its step count); Python scalars and
+a global; model.layers.0.W for model.layers[0].W, optimizer.ms[layers.0.W] for the
+Adam moment of that parameter, optimizer.t for its step count; generated code calls
+them model_layers_0_W, optimizer_ms_layers_0_W, optimizer_t); Python scalars and
 literal arrays made inside are constants; random ops (dropout masks) draw afresh at
 every replay; values that a layer keeps in an attribute between calls (LSTM.h) are
 carried state. Branching

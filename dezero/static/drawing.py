@@ -33,8 +33,8 @@ def graph_to_dot(graph: Graph) -> str:
     for i, node in enumerate(graph.nodes):
         if node.kind in ("input", "state", "const"):
             v = node.outputs[0]
-            label = f"{v.name}: {v.type}"
-            if node.kind == "state" and node.attrs.get("field") == "grad":
+            label = f"{escape_dot(v.label)}: {v.type}"
+            if node.kind == "state" and node.attrs.get("field") == "grad" and not v.place:
                 label += f"\\n({escape_dot(node.attrs['of'])}.grad)"
             lines.append(f'  "{v.name}" [label="{label}", {_STYLE[node.kind]}];')
         elif node.kind == "op":
@@ -45,7 +45,7 @@ def graph_to_dot(graph: Graph) -> str:
             for v in node.inputs:
                 lines.append(f'  "{v.name}" -> "op{i}";')
             for v in node.outputs:
-                lines.append(f'  "{v.name}" [label="{v.name}: {v.type}", {_STYLE["value"]}];')
+                lines.append(f'  "{v.name}" [label="{v}", {_STYLE["value"]}];')
                 lines.append(f'  "op{i}" -> "{v.name}";')
         elif node.kind == "write":
             # A write gets its own node at the bottom (not an edge back up to the
@@ -54,7 +54,7 @@ def graph_to_dot(graph: Graph) -> str:
             if field == "attr":
                 target = f"{node.attrs['of']}.{node.attrs['name']}"
             else:
-                target = node.inputs[0].name + (".grad" if field == "grad" else "")
+                target = node.inputs[0].label + (".grad" if field == "grad" else "")
             source = node.inputs[-1].name if field == "attr" or len(node.inputs) > 1 \
                 else None
             lines.append(f'  "write{i}" [label="{escape_dot(target)} <-", {_STYLE["write"]}];')

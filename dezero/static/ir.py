@@ -38,21 +38,32 @@ def type_str(shape, dtype) -> str:
 
 
 class Value:
-    """One array flowing through a graph: a name, a shape and a dtype."""
+    """One array flowing through a graph: a name, a shape and a dtype.
 
-    __slots__ = ("name", "shape", "dtype")
+    name   an identifier, the variable generated code binds ('m_layers_0_W')
+    place  for state, where it lives as the user's code reaches it, dotted
+           ('m.layers.0.W', 'opt.ms[layers.0.W]', names.dotted), else None;
+           printing and drawings show it (label)
+    """
 
-    def __init__(self, name: str | None, shape: tuple, dtype):
-        self.name = name
+    __slots__ = ("name", "shape", "dtype", "place")
+
+    def __init__(self, name: str | None, shape: tuple, dtype, place: str | None = None):
+        self.name, self.place = name, place
         self.shape = tuple(int(n) for n in shape)
         self.dtype = np.dtype(dtype)
+
+    @property
+    def label(self) -> str:
+        """What print(graph) and drawings call the value: its place, else its name."""
+        return self.place or self.name
 
     @property
     def type(self) -> str:
         return type_str(self.shape, self.dtype)
 
     def __repr__(self):
-        return f"{self.name}: {self.type}"
+        return f"{self.label}: {self.type}"
 
 
 class Node:
@@ -129,7 +140,7 @@ class Group:
         """'kernel k0: 5 ops -> d, f', the comment printed above the group (which says
         so when the group runs as numpy calls)."""
         return f"kernel {self.name}: {len(self.nodes)} ops -> " + \
-            ", ".join(v.name for v in self.outputs) + \
+            ", ".join(v.label for v in self.outputs) + \
             ("" if self.compiled else " (numpy calls: too small to pay for a kernel)")
 
 
@@ -198,9 +209,9 @@ def _format_const(array) -> str:
 
 def format_node(node: Node) -> str:
     """One line of the printed graph (without indentation)."""
-    binders = ", ".join(f"{v.name}: {v.type}" for v in node.outputs)
+    binders = ", ".join(f"{v.label}: {v.type}" for v in node.outputs)
     if node.kind == "op":
-        args = ", ".join(v.name for v in node.inputs)
+        args = ", ".join(v.label for v in node.inputs)
         text = f"{binders} = {node.op}({args})"
         if node.attrs:
             text += " [" + ", ".join(f"{k}={format_attr(v)}"
@@ -210,13 +221,13 @@ def format_node(node: Node) -> str:
         return f"{binders} = const {_format_const(node.payload)}"
     if node.kind == "write":
         if node.attrs["field"] == "attr":
-            return f"{node.attrs['of']}.{node.attrs['name']} <- {node.inputs[0].name}"
-        target = node.inputs[0].name + (".grad" if node.attrs["field"] == "grad" else
-                                        "[...]" if node.attrs.get("in_place") else "")
-        source = node.inputs[1].name if len(node.inputs) > 1 else "None"
+            return f"{node.attrs['of']}.{node.attrs['name']} <- {node.inputs[0].label}"
+        target = node.inputs[0].label + (".grad" if node.attrs["field"] == "grad" else
+                                         "[...]" if node.attrs.get("in_place") else "")
+        source = node.inputs[1].label if len(node.inputs) > 1 else "None"
         return f"{target} <- {source}"
     if node.kind == "output":
-        return "return " + ", ".join(v.name for v in node.inputs)
+        return "return " + ", ".join(v.label for v in node.inputs)
     if node.kind == "state":
         field = node.attrs.get("field")
         suffix = f"  # {node.attrs['of']}.grad" if field == "grad" else \
@@ -227,7 +238,7 @@ def format_node(node: Node) -> str:
 
 def _origin(node: Node) -> str:
     field = node.attrs.get("field")
-    if field == "grad":
+    if field == "grad" and not node.outputs[0].place:  # a place says it: m.l0.W.grad
         return f" ({node.attrs['of']}.grad)"
     if field == "attr":
         return f" ({node.attrs['of']}.{node.attrs['name']})"
@@ -242,7 +253,7 @@ def format_graph(graph: Graph) -> str:
     states = [n for n in graph.nodes if n.kind == "state"]
     if states:
         header += " captures " + ", ".join(
-            f"{n.outputs[0].name}: {n.outputs[0].type}{_origin(n)}" for n in states)
+            f"{n.outputs[0].label}: {n.outputs[0].type}{_origin(n)}" for n in states)
     lines = [header]
     starts = {id(g.nodes[0]): g for g in graph.groups}
     inside = {id(n) for g in graph.groups for n in g.nodes}
@@ -300,8 +311,8 @@ class Graph:
 
     @property
     def state(self) -> dict:
-        """name -> the Variable each data-state node reads (and writes)."""
-        return {n.outputs[0].name: n.payload.var for n in self.nodes
+        """label ('model.l0.W') -> the Variable each data-state node reads (and writes)."""
+        return {n.outputs[0].label: n.payload.var for n in self.nodes
                 if n.kind == "state" and n.attrs.get("field") == "data"}
 
     def with_nodes(self, nodes: list[Node]) -> Graph:

@@ -288,9 +288,16 @@ def survey(fn, args, kwargs, captured: set, computed: dict, known: set, constant
                    isinstance(v, _NUMBERS)}
         if numbers:
             walk.structure.add(module.__dict__, numbers, None, module.__name__, "attribute")
-    for label, key, value in walk.slot_tables:  # by parameter, named by its own place
-        if id(value) in captured and id(key) in walk.places:
-            walk.places[id(value)] = f"{label}[{walk.places[id(key)].partition('.')[2]}]"
+    # An optimizer's slot is named by its parameter's place, without the root the
+    # table's parameters share (opt.ms[l0.W]); with several roots (two models), in full.
+    slots = [(label, value, walk.places[id(key)]) for label, key, value in walk.slot_tables
+             if id(value) in captured and id(key) in walk.places]
+    roots = collections.defaultdict(set)
+    for label, _, path in slots:
+        roots[label].add(path.partition(".")[0])
+    for label, value, path in slots:
+        short = len(roots[label]) == 1 and "." in path
+        walk.places[id(value)] = f"{label}[{path.partition('.')[2] if short else path}]"
     return walk.structure, walk.carried, walk.transient, walk.places
 
 

@@ -6,11 +6,11 @@ captured state is saved with it and owned by the loaded graph.
 
     graph.save("step.json"); g = dezero.static.load("step.json"); g(x, t); g.state["W"]
 
-File format, version 1
+File format, version 2
 ----------------------
 `NAME.json` is one JSON object:
 
-    {"format": "dezero.static-graph", "version": 1,
+    {"format": "dezero.static-graph", "version": 2,
      "name": "train_step",                  # the traced function's name
      "arrays": "NAME.npz", "arrays_sha256": "<hex digest of the .npz bytes>",
      "nodes": [NODE, ...],                  # topological order, as printed
@@ -21,6 +21,9 @@ File format, version 1
             "inputs": ["x", "W"],           # names of values defined by earlier nodes
             "attrs": {"axis": 1},           # encoded as below
             "outputs": [{"name": "a", "shape": [32, 10], "dtype": "float32"}]}
+
+A value may add "place": printable text, where state lives ("model.l0.W"), which
+print(graph) and drawings show (ir.Value). Version 1, the same without places, loads.
 
 State nodes have attrs {"field": "data"} (the Variable's .data), {"field": "grad",
 "of": "W"} (the .grad of data state W) or {"field": "attr", "name": "h", "of":
@@ -89,7 +92,7 @@ from dezero.static.passes import fuse
 from dezero.static.slots import DataSlot, GradSlot
 
 FORMAT = "dezero.static-graph"
-VERSION = 1
+VERSION = 2
 # The dtypes a file may declare: plain numbers, never objects, strings or records.
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
           "float16", "float32", "float64")
@@ -329,7 +332,8 @@ def save(graph: Graph, path: str) -> None:
     arrays, nodes = {}, []
     for node in graph.nodes:
         entry = {"kind": node.kind,
-                 "outputs": [{"name": v.name, "shape": list(v.shape), "dtype": v.dtype.name}
+                 "outputs": [{"name": v.name, "shape": list(v.shape), "dtype": v.dtype.name,
+                              **({"place": v.place} if v.place else {})}
                              for v in node.outputs]}
         if node.kind == "op":
             entry["op"] = node.op
@@ -508,12 +512,13 @@ def _read_node(entry, at, values, owned, arrays) -> Node:
 
 
 def _read_value(entry, at, values) -> Value:
-    at.record(entry, ("name", "shape", "dtype"))
+    at.record(entry, ("name", "shape", "dtype"), ("place",))
     name = at["name"].name(entry["name"])
     if name in values:
         at["name"].fail("a name no earlier node defines", name)
+    place = at["place"].text(entry["place"]) if "place" in entry else None
     values[name] = Value(name, at["shape"].shape(entry["shape"]),
-                         at["dtype"].dtype(entry["dtype"]))
+                         at["dtype"].dtype(entry["dtype"]), place)
     return values[name]
 
 

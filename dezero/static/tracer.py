@@ -22,7 +22,7 @@ from dezero.errors import TraceError, user_frame, where
 from dezero.static.graph import StaticGraph
 from dezero.static.guard import GuardedArray, overlap
 from dezero.static.ir import Node, Value
-from dezero.static.names import identifier, letter_name
+from dezero.static.names import dotted, identifier, letter_name, place_roots, printable
 from dezero.static.randomness import RandomWatch
 from dezero.static.slots import AttrSlot, DataSlot, GradSlot
 
@@ -406,8 +406,9 @@ class Tracer(TracerHooks):
                 capture.node.payload = GradSlot(owner.var)
 
     def _name_values(self, places: dict):
-        # State is named by where the code reaches it (reach.survey's places: model.l0.W
-        # is model_l0_W, an Adam moment adam_ms_l0_W), else by Variable.name.
+        # State is named by where the code reaches it (reach.survey's places, dotted:
+        # model.l0.W, an Adam moment adam.ms[l0.W]; names.py), else by Variable.name;
+        # its name in generated code is that made an identifier (model_l0_W).
         used: set[str] = {identifier(self.name, "graph")}
 
         def fresh(base):
@@ -422,19 +423,25 @@ class Tracer(TracerHooks):
             node.outputs[0].name = fresh(identifier(node.outputs[0].name, "x"))
         grads = []
         for capture in self.captures:
+            value = capture.node.outputs[0]
             if capture.node.attrs["field"] == "grad":
                 grads.append(capture)
             elif capture.node.attrs["field"] == "attr":
-                capture.node.outputs[0].name = fresh(identifier(capture.node.attrs["name"],
-                                                                "s"))
+                value.name = fresh(identifier(capture.node.attrs["name"], "s"))
             else:
                 place = places.get(id(capture.var))
                 base = "_".join(re.findall(r"\w+", place)) if place else capture.var.name
-                capture.node.outputs[0].name = fresh(identifier(base, "s"))
+                value.name = fresh(identifier(base, "s"))
+                # A place that is one identifier (a global) is the name, or its fresh
+                # variant if an argument has it: names stay unique, places too.
+                if place and not place.isidentifier():
+                    value.place = printable(dotted(place))
         for capture in grads:
-            owner = capture.node.attrs["of"]
-            capture.node.attrs["of"] = owner.node.outputs[0].name
-            capture.node.outputs[0].name = fresh(owner.node.outputs[0].name + "_grad")
+            owner = capture.node.attrs["of"].node.outputs[0]
+            capture.node.attrs["of"] = owner.name
+            capture.node.outputs[0].name = fresh(owner.name + "_grad")
+            capture.node.outputs[0].place = owner.place and owner.place + ".grad"
+        used.update(place_roots(c.node.outputs[0] for c in self.captures))
         n = 0
         for node in self.consts + self.ops:
             for value in node.outputs:
@@ -453,7 +460,7 @@ class Tracer(TracerHooks):
 
     def state_names(self):
         """(name, whether its .grad is compared) for each entry of state_before()."""
-        names = [(c.node.outputs[0].name, c.node.attrs["field"] != "attr")
+        names = [(c.node.outputs[0].label, c.node.attrs["field"] != "attr")
                  for c in self.captures]
         names += [(node.outputs[0].name, True) for (node, arg) in self.inputs
                   if isinstance(arg, Variable)]
