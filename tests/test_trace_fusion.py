@@ -65,36 +65,47 @@ def test_the_tanh_chain_is_one_kernel():
     assert str(graph).endswith("\n    l: f32[10] = add(k, x)\n  return l")
 
 
-def test_a_sigmoid_mlp_sgd_step_has_seven_kernels():
+def test_a_sigmoid_mlp_sgd_steps_updates_are_one_horizontal_kernel_that_pays():
     graph, _ = traced_step(lambda: optimizers.SGD(0.1), classification_calls())
     # sigmoid with its 1 - y; the loss's gradient; the backward of the sigmoid;
-    # then one update (lr * grad, param - that) per parameter
-    assert kernel_sizes(graph) == [2, 2, 2, 2, 2, 2, 2]
+    # then the update (lr * grad, param - that) of every parameter in one kernel
+    assert kernel_sizes(graph) == [2, 2, 2, 8]
     # both read later; 1 - y, computed in the backward pass, moved up (and kept its name)
     assert [v.name for v in graph.groups[0].outputs] == ["d", "q"]
-    assert [g.shape for g in graph.groups[3:]] == [(4, 10), (10,), (10, 3), (3,)]
+    update = graph.groups[3]
+    assert [s.shape for s in update.segments] == [(4, 10), (10,), (10, 3), (3,)]
+    assert [s.name for s in update.segments] == ["k3_0", "k3_1", "k3_2", "k3_3"]
+    assert update.shape == (40 + 10 + 30 + 3,) and update.compiled  # 8 ops: it pays
+    assert [g.compiled for g in graph.groups[:3]] == [False] * 3  # 2 ops on small arrays
+    assert "  # kernel k3: horizontal, 4 x 2 ops over [4,10], [10], [10,3], [3]\n" \
+           "    # k3_0: f32[4,10] -> y\n" in str(graph)
 
 
-def test_an_adam_step_has_one_scalar_kernel_and_one_kernel_per_parameter():
+def test_an_adam_step_has_one_scalar_kernel_and_one_horizontal_update_kernel():
     graph, _ = traced_step(lambda: optimizers.Adam(0.01), classification_calls())
-    assert kernel_sizes(graph) == [2, 2, 2, 12, 12, 12, 12, 12]
+    assert kernel_sizes(graph) == [2, 2, 2, 12, 48]
     scalars = graph.groups[3]  # the step count and the bias-corrected step size
-    assert scalars.shape == () and len(scalars.outputs) == 2
-    for group in graph.groups[4:]:  # m, v and the parameter are written back
-        assert len(group.outputs) == 3
+    assert scalars.shape == () and len(scalars.outputs) == 2 and not scalars.segments
+    update = graph.groups[4]
+    assert len(update.segments) == 4 and len(update.outputs) == 12
+    for segment in update.segments:  # m, v and the parameter are written back
+        assert len(segment.nodes) == 12 and len(segment.outputs) == 3
 
 
-def test_the_adam_update_of_one_parameter_is_one_readable_kernel():
+def test_the_adam_update_of_one_parameter_is_one_readable_segment():
     graph, _ = traced_step(lambda: optimizers.Adam(0.01), classification_calls())
     spec = kernel_spec(graph.groups[4])
+    assert [s.name for s in spec.segments] == ["k4_0", "k4_1", "k4_2", "k4_3"]
+    assert spec.body == "// kernel k4: horizontal over k4_0, k4_1, k4_2, k4_3\n"
+    first = spec.segments[0]
     # the gradient u, the slots m and v (named by where they live), 1 - beta1, 1 - beta2,
     # the step size, eps and the parameter
-    assert [p.name for p in spec.inputs] == [
+    assert [p.name for p in first.inputs] == [
         "u", "optimizer_ms_layers_0_W", "bj", "optimizer_vs_layers_0_W", "bk", "bi",
         "optimizer_eps", "model_layers_0_W"]
-    assert [p.name for p in spec.outputs] == ["bn", "br", "bw"]  # new m, v and W
-    assert spec.body == (
-        "// kernel k4: sub, mul, add, mul, sub, mul, add, mul, sqrt, add, div, sub\n"
+    assert [p.name for p in first.outputs] == ["bn", "br", "bw"]  # new m, v and W
+    assert first.body == (
+        "// kernel k4_0: sub, mul, add, mul, sub, mul, add, mul, sqrt, add, div, sub\n"
         "const float bl = u - optimizer_ms_layers_0_W;\n"
         "const float bm = bj * bl;\n"
         "const float bn_ = optimizer_ms_layers_0_W + bm;\n"
@@ -110,6 +121,10 @@ def test_the_adam_update_of_one_parameter_is_one_readable_kernel():
         "bn = bn_;\n"
         "br = br_;\n"
         "bw = bw_;\n")
+    # the kernel's params: every segment's, each once (the 4 shared scalars too)
+    assert [p.name for p in spec.inputs][:8] == [p.name for p in first.inputs]
+    assert len(spec.inputs) == 8 + 3 * 4 and [p.name for p in spec.outputs] == [
+        p.name for s in spec.segments for p in s.outputs]
 
 
 def test_groups_are_consecutive_typed_and_checked():
@@ -118,14 +133,21 @@ def test_groups_are_consecutive_typed_and_checked():
     for k, group in enumerate(graph.groups):
         spots = [at[id(n)] for n in group.nodes]
         assert group.name == f"k{k}" and spots == list(range(spots[0], spots[0] + len(spots)))
-        assert all(n.outputs[0].shape == group.shape for n in group.nodes)
-        for v in group.inputs:
-            assert np.broadcast_shapes(v.shape, group.shape) == group.shape
+        for part in group.segments or [group]:
+            assert all(n.outputs[0].shape == part.shape for n in part.nodes)
+            for v in part.inputs:
+                assert np.broadcast_shapes(v.shape, part.shape) == part.shape
     graph.check()
     broken = graph.with_nodes(graph.nodes)
     first = graph.groups[0]
     broken.groups = [Group("k0", first.nodes[::-1], first.inputs, first.outputs, first.shape)]
     with pytest.raises(GraphError, match="kernel k0 is not a run of consecutive nodes"):
+        broken.check()
+    update = graph.groups[4]  # segments out of order: not the group's nodes
+    broken.groups = [Group("k4", update.nodes, update.inputs, update.outputs, update.shape,
+                           segments=update.segments[::-1])]
+    with pytest.raises(GraphError, match=r"kernel k4 is not a run of consecutive nodes of "
+                                         r"the graph with results of shape \(3,\) or"):
         broken.check()
 
 

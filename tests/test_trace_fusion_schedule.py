@@ -29,12 +29,19 @@ def crossed(x, v):
 
 
 def check_schedule(graph):
-    """graph.check() and: no kernel reads a value made after it starts."""
+    """graph.check() and: no kernel reads a value made after it starts; the segments
+    of a horizontal kernel read nothing another segment makes, and their inputs are
+    the kernel's."""
     graph.check()
     at = {id(v): i for i, n in enumerate(graph.nodes) for v in n.outputs}
     start = {id(n): graph.nodes.index(g.nodes[0]) for g in graph.groups for n in g.nodes}
     for group in graph.groups:
         assert all(at[id(v)] < start[id(group.nodes[0])] for v in group.inputs)
+        made = {id(v) for s in group.segments for n in s.nodes for v in n.outputs}
+        for segment in group.segments:
+            inside = {id(v) for n in segment.nodes for v in n.outputs}
+            assert not any(id(v) in made - inside for n in segment.nodes for v in n.inputs)
+            assert all(any(v is w for w in group.inputs) for v in segment.inputs)
 
 
 BACKENDS = ["interpreter", "python"] + (["cpu"] if cpu.missing_reason() is None else [])
@@ -170,3 +177,112 @@ def test_random_traced_programs_replay_like_eager():
 @pytest.mark.slow
 def test_four_hundred_random_traced_programs_replay_like_eager():
     trace_random_programs(range(100, 500))
+
+
+# =============================================================================
+# Horizontal kernels: groups of one body merge only where no path joins them
+# =============================================================================
+
+
+def test_updates_that_wait_for_each_other_stay_apart():
+    """p - s * g of x, then of a value computed from the first update's result
+    (through a sum): the second waits for the first, so they are two kernels; the
+    update of v, independent of both, joins the first."""
+    def program(x, v, s):
+        x, v, s = map(dezero.as_variable, (x, v, s))  # s * y is mul(s, y) for every y
+        a = x - s * v
+        b = v - s * F.broadcast_to(F.sum(a, axis=0), (3, 3))
+        return b, v - s * x
+    arrays = [np.float32(k + 1) * np.ones((3, 3), np.float32) for k in range(2)]
+    s = np.asarray(0.5, np.float32)  # an array: an input, not a constant
+    graph = dezero.trace(program).lower(*arrays, s)
+    check_schedule(graph)
+    assert [len(g.nodes) for g in graph.groups] == [4, 2]  # the waiting one alone
+    first, second = graph.groups[0].segments
+    assert [s.nodes[0].inputs[1].name for s in (first, second)] == ["v", "x"]
+    got = graph.compile("python").run((*arrays, s))
+    for a, b in zip(got, program(*(dezero.Variable(a) for a in (*arrays, s)))):
+        assert_replay_equal(a.data, b.data)
+
+
+def test_two_merges_that_together_close_a_cycle_are_not_both_made():
+    """a1 feeds b2's kernel (through a transpose), b1 feeds a2's: merging the a's, and
+    then the b's, would make two kernels that wait for each other."""
+    def program(x, v, s):
+        a1 = x * s + v              # body A
+        b1 = v * v - s              # body B
+        b2 = F.transpose(a1) * F.transpose(a1) - s
+        a2 = F.transpose(b1) * s + x
+        return a2, b2
+    x, v = (np.arange(9, dtype=np.float32).reshape(3, 3) + k for k in range(2))
+    s = np.asarray(2, np.float32)
+    graph = dezero.trace(program).lower(x, v, s)
+    check_schedule(graph)
+    assert sum(1 for g in graph.groups if g.segments) == 1  # one of the two merges
+    got = graph.compile("python").run((x, v, s))
+    want = program(*(dezero.Variable(a) for a in (x, v, s)))
+    for a, b in zip(got, want):
+        assert_replay_equal(a.data, b.data)
+
+
+UPDATE_INPUTS = (("x", (3, 3)), ("v", (3, 3)), ("r", (3, 1)), ("w", (3, 1)), ("s", ()))
+
+
+def random_updates(seed):
+    """A random graph of updates p - s * g (the same two-op body on (3, 3) and (3, 1)
+    arrays) of inputs and of transposes, sums and tanh of earlier values, which make
+    paths between the updates."""
+    rng = random.Random(seed)
+    values = [Value(n, shape, F32) for n, shape in UPDATE_INPUTS]
+    nodes = [Node("input", outputs=[v]) for v in values]
+    scalar, sources = values[-1], values[:-1]  # sources: what updates read
+
+    def add(op, inputs, shape, attrs=None):
+        values.append(Value(f"t{len(values)}", shape, F32))
+        nodes.append(Node("op", op, inputs, attrs or {}, [values[-1]]))
+        return values[-1]
+    for _ in range(rng.randrange(6, 18)):
+        kind = rng.choices(["update", "transpose", "sum", "tanh"], (4, 2, 1, 1))[0]
+        if kind == "update":
+            p = rng.choice(sources[-6:])
+            g = rng.choice([v for v in sources if v.shape == p.shape])
+            add("sub", [p, add("mul", [scalar, g], p.shape)], p.shape)
+            continue
+        p = rng.choice(values[len(UPDATE_INPUTS):] or sources)
+        if kind == "transpose" and p.shape == (3, 3):
+            sources.append(add("transpose", [p], (3, 3), {"axes": None}))
+        elif kind == "sum" and p.shape == (3, 3):
+            sources.append(add("sum", [p], (3, 1), {"axis": 1, "keepdims": True}))
+        else:
+            add("tanh", [p], p.shape)
+    made = values[len(UPDATE_INPUTS):]
+    outputs = [values[-1]] + rng.sample(made, min(2, len(made)))
+    nodes.append(Node("output", inputs=outputs))
+    tree = ("tuple", [("array", i) for i in range(len(outputs))])
+    return StaticGraph("updates", nodes, tree)
+
+
+def fuse_random_updates(seeds, replay_every):
+    merged = 0
+    for seed in seeds:
+        graph = random_updates(seed)
+        fused = passes.fuse(graph)
+        check_schedule(fused)
+        merged += sum(1 for g in fused.groups if g.segments)
+        if seed % replay_every == 0:
+            rng = np.random.default_rng(seed)
+            arrays = [rng.standard_normal(s).astype(np.float32) for _, s in UPDATE_INPUTS]
+            want = graph.interpret(*arrays)
+            got = Compiled(fused, reference_factory(fused)).run(arrays)
+            for a, b in zip(got, want, strict=True):
+                np.testing.assert_array_equal(a, b, err_msg=f"seed {seed}")
+    return merged
+
+
+def test_horizontal_fusion_of_four_hundred_random_graphs_has_an_acyclic_schedule():
+    assert fuse_random_updates(range(400), replay_every=20) > 200  # merges do happen
+
+
+@pytest.mark.slow
+def test_horizontal_fusion_of_two_thousand_random_graphs_replays_like_the_interpreter():
+    assert fuse_random_updates(range(400, 2400), replay_every=4) > 1000

@@ -13,7 +13,7 @@ import dezero
 import dezero.functions as F
 from dezero import Function, Variable, models, optimizers
 from dezero import layers as L
-from dezero.static import backends, passes
+from dezero.static import backends, horizontal, passes
 
 # =============================================================================
 # Memory: each intermediate is freed after its last use
@@ -193,9 +193,13 @@ def test_passes_import_only_the_ir_and_leave_the_old_graph_as_it_was(monkeypatch
     imported = {(node.module, alias.name) for node in ast.walk(ast.parse(source))
                 if isinstance(node, ast.ImportFrom) for alias in node.names
                 if node.module.startswith("dezero.static")}
-    # the IR and the naming rules below it, and the debug log
-    assert {m for m, name in imported if (m, name) != ("dezero.static", "debugging")} == \
+    # the IR and the naming rules below it, the debug log, and the horizontal rule,
+    # which imports only the IR
+    others = {("dezero.static", "debugging"), ("dezero.static", "horizontal")}
+    assert {m for m, name in imported if (m, name) not in others} == \
         {"dezero.static.ir", "dezero.static.names"}
+    assert {node.module for node in ast.walk(ast.parse(inspect.getsource(horizontal)))
+            if isinstance(node, ast.ImportFrom)} == {"__future__", "dezero.static.ir"}
 
     def snapshot(graph):
         return str(graph), [(id(v), v.name) for n in graph.nodes for v in n.inputs + n.outputs]

@@ -46,7 +46,9 @@ backward pass is part of the graph; `.data` assignments became state writes and
 the gradients backward() left are written back too. The fusion pass grouped
 chains of elementwise ops of one shape into kernels (graph.groups), each indented
 under a comment that names what it returns; a kernel too small to pay for its call
-on the CPU (under 4 ops and 16384 elements) says it runs as numpy calls::
+on the CPU (under 4 ops and 16384 elements) says it runs as numpy calls. The same
+update of W and of b, neither waiting for the other, is one horizontal kernel k1
+with a segment per array (as an optimizer's fused multi-tensor apply)::
 
     trace step(x: f32[8,3], t: f32[8,1]) captures W: f32[3,1], b: f32[1], lr: f32[]
       a: f32[] = const 0.25
@@ -58,10 +60,11 @@ on the CPU (under 4 ops and 16384 elements) says it runs as numpy calls::
       g: f32[3,8] = transpose(x) [axes=None]
       h: f32[3,1] = matmul(g, f)
       i: f32[1] = sum_to(f) [shape=(1,)]
-      # kernel k1: 2 ops -> k (numpy calls: too small to pay for a kernel)
+      # kernel k1: horizontal, 2 x 2 ops over [3,1], [1]
+        # k1_0: f32[3,1] -> k
         j: f32[3,1] = mul(lr, h)
         k: f32[3,1] = sub(W, j)
-      # kernel k2: 2 ops -> m (numpy calls: too small to pay for a kernel)
+        # k1_1: f32[1] -> m
         l: f32[1] = mul(lr, i)
         m: f32[1] = sub(b, l)
       W <- k
@@ -94,17 +97,16 @@ runs this one program; `print(graph.program)`::
       i: f32[1] = sum_to(f) [shape=(1,)]
       store b.grad <- i
       free f
-      k: f32[3,1] = k1(lr, h, W)  # 2 ops, as numpy calls
+      k: f32[3,1], m: f32[1] = k1(lr, h, W, i, b)  # 4 ops, compiled
         j: f32[3,1] = mul(lr, h)
         free h
         k: f32[3,1] = sub(W, j)
         free W, j
-      store W <- k
-      m: f32[1] = k2(lr, i, b)  # 2 ops, as numpy calls
         l: f32[1] = mul(lr, i)
         free i
         m: f32[1] = sub(b, l)
         free b, l
+      store W <- k
       store b <- m
       return d
 
@@ -136,23 +138,23 @@ the Variable W)::
         del h
         k = W - j
         del W, j
-        _s_W._data = k  # W <- k
         l = lr * i
         del i
         m = b - l
         del b, l
+        _s_W._data = k  # W <- k
         _s_b._data = m  # b <- m
         return _outputs((d,))
 
-A kernel backend runs each group as one generated kernel instead; its C++ body
-(codegen.kernel_spec(graph.groups[1]).body) computes one element, with a local
-per node and the values read outside assigned last (`i` is cupy's loop index,
-so a value of that name is `v_i` in a kernel)::
+A kernel backend runs each group as one generated kernel instead; the C++ body
+of a segment (codegen.kernel_spec(graph.groups[1]).segments[1].body) computes one
+element, with a local per node and the values read outside assigned last (`i` is
+cupy's loop index, so a value of that name is `v_i` in a kernel)::
 
-    // kernel k1: mul, sub
-    const float j = lr * h;
-    const float k_ = W - j;
-    k = k_;
+    // kernel k1_1: mul, sub
+    const float l = lr * v_i;
+    const float m_ = b - l;
+    m = m_;
 
 Values in a trace: arguments are inputs; Variables made outside and read inside
 are captured by reference, and named by where the function reaches them (W above,

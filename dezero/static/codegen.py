@@ -47,11 +47,22 @@ class KernelSpec:
     outputs: tuple  # Params, all of shape `shape`
     shape: tuple
     body: str
+    # A horizontal kernel's segments: KernelSpecs (k4_0, k4_1 ...) whose params are
+    # some of this one's, by name; `shape` is then (total elements,), and each output
+    # has its segment's shape.
+    segments: tuple = ()
 
     def key(self) -> str:
         """sha256 of everything in the spec: the same graph gives the same key."""
-        text = repr((self.name, self.inputs, self.outputs, self.shape, self.body))
+        text = repr((self.name, self.inputs, self.outputs, self.shape, self.body,
+                     self.segments))
         return hashlib.sha256(text.encode()).hexdigest()
+
+    def shape_of(self, param: Param) -> tuple:
+        """The shape `param` (one of inputs) broadcasts to: the kernel's, or that of the
+        first segment reading it."""
+        return next((s.shape for s in self.segments if param.name in
+                     (p.name for p in s.inputs)), self.shape)
 
 
 # =============================================================================
@@ -158,8 +169,14 @@ def kernel_spec(group: Group) -> KernelSpec:
     return group.spec
 
 
-def _make_spec(group: Group) -> KernelSpec:
-    names = c_names(group)
+def _make_spec(group: Group, names: dict | None = None) -> KernelSpec:
+    names = names or c_names(group)
+    if group.segments:  # one body per segment, with names unique across all of them
+        segments = tuple(_make_spec(s, names) for s in group.segments)
+        return KernelSpec(group.name, _params(group.inputs, names),
+                          _params(group.outputs, names), tuple(group.shape),
+                          f"// kernel {group.name}: horizontal over "
+                          f"{', '.join(s.name for s in segments)}\n", segments)
     dtype = group.nodes[0].outputs[0].dtype
     ctype = CTYPES[dtype.name]
     lines = [f"// kernel {group.name}: " + ", ".join(n.op for n in group.nodes)]

@@ -10,7 +10,7 @@ graph are graph.py's (StaticGraph, the Graph users hold).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -126,6 +126,11 @@ class Group:
     compiled whether a kernel backend runs it as one compiled kernel (fuse decides
              by passes.pays), else as one numpy call per node
     spec     its kernel spec, made once by codegen.kernel_spec and kept here
+    segments a horizontal group's parts (passes.fuse): Groups named k4_0, k4_1 ... of
+             the same body on arrays of their own shapes, none reading another's
+             results; its nodes are theirs one after the other, its inputs theirs
+             (each once), its outputs theirs, its shape (total elements,). Empty for
+             a vertical group (one chain, one shape)
     """
 
     name: str
@@ -135,12 +140,18 @@ class Group:
     shape: tuple
     compiled: bool = True
     spec: object = None
+    segments: list = field(default_factory=list)
 
     def header(self) -> str:
         """'kernel k0: 5 ops -> d, f', the comment printed above the group (which says
-        so when the group runs as numpy calls)."""
-        return f"kernel {self.name}: {len(self.nodes)} ops -> " + \
-            ", ".join(v.label for v in self.outputs) + \
+        so when the group runs as numpy calls); a horizontal one says
+        'kernel k4: horizontal, 4 x 12 ops over [2,10], [10], [10,3], [3]'."""
+        what = f"{len(self.nodes)} ops -> " + ", ".join(v.label for v in self.outputs)
+        if self.segments:  # each segment's line names its results
+            what = f"horizontal, {len(self.segments)} x {len(self.segments[0].nodes)} ops " \
+                   f"over " + ", ".join(f"[{','.join(map(str, s.shape))}]"
+                                        for s in self.segments)
+        return f"kernel {self.name}: {what}" + \
             ("" if self.compiled else " (numpy calls: too small to pay for a kernel)")
 
 
@@ -256,12 +267,17 @@ def format_graph(graph: Graph) -> str:
             f"{n.outputs[0].label}: {n.outputs[0].type}{_origin(n)}" for n in states)
     lines = [header]
     starts = {id(g.nodes[0]): g for g in graph.groups}
+    parts = {id(s.nodes[0]): s for g in graph.groups for s in g.segments}
     inside = {id(n) for g in graph.groups for n in g.nodes}
     for node in graph.nodes:
         if node.kind in ("input", "state"):
             continue
         if id(node) in starts:
             lines.append("  # " + starts[id(node)].header())
+        if id(node) in parts:  # a segment of a horizontal kernel
+            part = parts[id(node)]
+            lines.append(f"    # {part.name}: {type_str(part.shape, node.outputs[0].dtype)}"
+                         f" -> " + ", ".join(v.label for v in part.outputs))
         # A kernel's nodes are indented under its header, so that its end shows.
         lines.append(("    " if id(node) in inside else "  ") + format_node(node))
     return "\n".join(lines)
@@ -392,11 +408,13 @@ class Graph:
         at = {id(n): i for i, n in enumerate(self.nodes)}
         for group in self.groups:
             spots = [at.get(id(n)) for n in group.nodes]
+            parts = group.segments or [group]
             if None in spots or spots != list(range(spots[0], spots[0] + len(spots))) or \
-                    any(v.shape != group.shape for n in group.nodes for v in n.outputs):
+                    [n for s in parts for n in s.nodes] != group.nodes or \
+                    any(v.shape != s.shape for s in parts for n in s.nodes for v in n.outputs):
                 raise GraphError(f"graph {self.name}: kernel {group.name} is not a run of "
                                  f"consecutive nodes of the graph with results of shape "
-                                 f"{group.shape}")
+                                 f"{' or '.join(str(s.shape) for s in parts)}")
 
     def _check_write(self, node, fail, writes, producers):
         field = node.attrs.get("field")

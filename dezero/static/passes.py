@@ -21,7 +21,7 @@ import numpy as np
 from dezero import cuda
 from dezero.errors import GraphError
 from dezero.op_record import as_result_array
-from dezero.static import debugging
+from dezero.static import debugging, horizontal
 from dezero.static.ir import (
     Graph,
     Group,
@@ -350,6 +350,8 @@ def fuse(graph: Graph) -> Graph:
             waiters[u].add(root)
     kept = [members[g] for g in range(len(parent)) if parent[g] == g and len(members[g]) > 1]
     nodes = _schedule(graph.nodes, kept)
+    kept = horizontal.merge(nodes, kept, log)
+    nodes = _schedule(nodes, [[n for part in parts for n in part] for parts in kept])
     fused = graph.with_nodes(nodes)
     fused.groups = _make_groups(nodes, kept, graph.device)
     log(f"{len(fused.groups)} kernels of " + ", ".join(
@@ -402,14 +404,16 @@ def _schedule(nodes: list, groups: list) -> list:
 
 
 def _make_groups(nodes: list, groups: list, device: str) -> list[Group]:
-    """Group records named k0, k1 ... in the order of the scheduled nodes."""
+    """Group records named k0, k1 ... in the order of the scheduled nodes, from
+    groups given as lists of segments (node lists); a group of several segments is a
+    horizontal one, its segments Groups named k4_0, k4_1 ..."""
     readers: dict[int, list] = {}
     for node in nodes:
         for v in node.inputs:
             readers.setdefault(id(v), []).append(node)
     position = {id(n): i for i, n in enumerate(nodes)}
-    made = []
-    for members in sorted(groups, key=lambda g: min(position[id(n)] for n in g)):
+
+    def make(name, members):
         members = sorted(members, key=lambda n: position[id(n)])
         inside = {id(n) for n in members}
         defined = {id(v) for n in members for v in n.outputs}
@@ -419,7 +423,16 @@ def _make_groups(nodes: list, groups: list, device: str) -> list[Group]:
         # A value no one reads (a graph that dce did not clean) stays a result too.
         outputs = [v for n in members for v in n.outputs
                    if not all(id(r) in inside for r in readers.get(id(v), [None]))]
-        group = Group(f"k{len(made)}", members, inputs, outputs, members[0].outputs[0].shape)
+        return Group(name, members, inputs, outputs, members[0].outputs[0].shape)
+
+    def first(members):
+        return min(position[id(n)] for n in members)
+
+    made = []
+    for parts in sorted(groups, key=lambda g: min(first(p) for p in g)):
+        name = f"k{len(made)}"
+        group = make(name, parts[0]) if len(parts) == 1 else horizontal.group(
+            name, [make(f"{name}_{j}", p) for j, p in enumerate(sorted(parts, key=first))])
         group.compiled = pays(group, device)
         made.append(group)
     return made
@@ -441,10 +454,12 @@ def pays(group: Group, device: str = "cpu") -> bool:
 def _carry_groups(graph: Graph, new: Graph, nodes: dict, values: dict):
     """new.groups: graph's groups over new's nodes (nodes and values map ids of the
     old ones to the new ones)."""
-    new.groups = [Group(g.name, [nodes[id(n)] for n in g.nodes],
-                        [values.get(id(v), v) for v in g.inputs],
-                        [values.get(id(v), v) for v in g.outputs], g.shape, g.compiled)
-                  for g in graph.groups]
+    def carry(g):
+        return Group(g.name, [nodes[id(n)] for n in g.nodes],
+                     [values.get(id(v), v) for v in g.inputs],
+                     [values.get(id(v), v) for v in g.outputs], g.shape, g.compiled,
+                     segments=[carry(s) for s in g.segments])
+    new.groups = [carry(g) for g in graph.groups]
     return new
 
 

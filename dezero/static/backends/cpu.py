@@ -110,7 +110,10 @@ def _size(shape) -> int:
 def kernel_source(spec) -> str:
     """The C++ of one kernel: `int <name>(inputs..., outputs...)` on numpy arrays, its
     body once inside DEZERO_FOR_EACH_ELEMENT (dezero_kernels.h writes the loops); it
-    returns 0 when done, k + 1 when input k must be converted first."""
+    returns 0 when done, k + 1 when input k must be converted first. A horizontal
+    kernel calls its segments' functions (library_source writes them) in turn."""
+    if spec.segments:
+        return _horizontal_source(spec)
     ins, outs, nd = spec.inputs, spec.outputs, len(spec.shape)
     ctype, dtype = (ins or outs)[0].ctype, np.dtype((ins or outs)[0].dtype)
     if any(p.ctype != ctype for p in ins):
@@ -147,12 +150,29 @@ def kernel_source(spec) -> str:
         "  )", "}", ""])
 
 
+def _horizontal_source(spec) -> str:
+    """One function for a horizontal kernel: its arguments are all segments' inputs,
+    then their outputs; it runs each segment's loop on its share of them, and a
+    segment's refused input k is told as that input's place among all."""
+    at: dict = {}
+    for k, p in enumerate(spec.inputs + spec.outputs):
+        at.setdefault(p.name, k)
+    params = ", ".join(f"Object* _a{k}" for k in range(len(spec.inputs + spec.outputs)))
+    lines = ["", spec.body.strip(), f"extern \"C\" int {spec.name}({params}) {{"]
+    for j, part in enumerate(spec.segments):
+        args = ", ".join(f"_a{at[p.name]}" for p in part.inputs + part.outputs)
+        places = ", ".join(str(at[p.name]) for p in part.inputs) or "0"
+        lines += [f"  static const int _in{j}[] = {{{places}}};  // {part.name}'s inputs",
+                  f"  if (const int _r = {part.name}({args})) return _in{j}[_r - 1] + 1;"]
+    return "\n".join(lines + ["  return 0;", "}", ""])
+
+
 def library_source(specs) -> str:
     """The header, then each kernel; a kernel that computes what an earlier one does
     (the same loop up to names: an unrolled RNN's steps, same-shaped parameters'
     updates) is a one-line call of it, so the compiler sees each loop once."""
     parts, first = [], {}
-    for spec in specs:
+    for spec in (s for top in specs for s in (*top.segments, top)):
         source = kernel_source(spec)
         same = first.setdefault(_numbered(source, spec.name), spec.name)
         if same != spec.name:
@@ -336,7 +356,7 @@ class KernelLibrary:
             len(spec.inputs) + len(spec.outputs)))
         fn = prototype(ctypes.cast(getattr(self.dll, spec.name), ctypes.c_void_p).value)
         take = self.pool.take
-        outs = [(self.pool.buffers(spec.shape, p.dtype), spec.shape, np.dtype(p.dtype))
+        outs = [(self.pool.buffers(p.shape, p.dtype), p.shape, np.dtype(p.dtype))
                 for p in spec.outputs]
 
         def run_kernel(*arrays):
@@ -408,13 +428,14 @@ def _conform(spec, k: int, arrays: tuple) -> tuple:
     elif not np.can_cast(x.dtype, p.dtype, "equiv"):
         raise TypeError(f"kernel {spec.name}: input {p.name} is {x.dtype}, the kernel was "
                         f"compiled for {p.dtype}; retrace with inputs of that dtype")
+    shape = spec.shape_of(p)
     try:
-        np.broadcast_shapes(x.shape, spec.shape)
+        np.broadcast_shapes(x.shape, shape)
     except ValueError:
         raise ValueError(f"kernel {spec.name}: input {p.name} has shape {x.shape}, which "
-                         f"does not broadcast to the kernel's shape {spec.shape}") from None
-    if x.ndim > len(spec.shape):
-        x = x.reshape(x.shape[x.ndim - len(spec.shape):])  # leading axes of size 1
+                         f"does not broadcast to the kernel's shape {shape}") from None
+    if x.ndim > len(shape):
+        x = x.reshape(x.shape[x.ndim - len(shape):])  # leading axes of size 1
     fixed = np.array(x, dtype=np.dtype(p.dtype).newbyteorder("="), order="C")
     return arrays[:k] + (fixed,) + arrays[k + 1:]
 

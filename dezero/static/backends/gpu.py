@@ -31,6 +31,8 @@ def elementwise_params(spec) -> tuple[str, str, str]:
 
 def kernel_source(spec) -> str:
     """The kernel as cupy receives it, readable: its parameters, then the body."""
+    if spec.segments:
+        return "".join(kernel_source(s) for s in spec.segments)
     in_params, out_params, body = elementwise_params(spec)
     return (f"// kernel {spec.name}: cupy.ElementwiseKernel, shape {spec.shape}\n"
             f"// in_params:  {in_params}\n// out_params: {out_params}\n{body.rstrip()}\n")
@@ -53,6 +55,8 @@ def kernel_factory(spec):
     """The callable of a kernel line of the replay code: the input arrays (cupy, any
     strides, broadcasting to spec.shape) in spec.inputs order -> a tuple of fresh
     output arrays of spec.shape, one per spec.outputs."""
+    if spec.segments:
+        return _segments_factory(spec)
     kernel = elementwise_kernel(*elementwise_params(spec), spec.name)
 
     def run(*arrays):
@@ -60,6 +64,17 @@ def kernel_factory(spec):
             return _timed(spec.name, kernel, arrays)
         return kernel(*arrays)
 
+    run.__name__ = run.__qualname__ = spec.name
+    return run
+
+
+def _segments_factory(spec):
+    """A horizontal kernel as one launch per segment, each on its share of the arrays."""
+    at = {p.name: k for k, p in enumerate(spec.inputs)}
+    parts = [(kernel_factory(s), [at[p.name] for p in s.inputs]) for s in spec.segments]
+
+    def run(*arrays):
+        return tuple(y for kernel, places in parts for y in kernel(*(arrays[k] for k in places)))
     run.__name__ = run.__qualname__ = spec.name
     return run
 
