@@ -349,7 +349,8 @@ def test_carried_state_the_search_cannot_reach_is_an_error_not_a_silent_skip():
         return slot.h * 1.0
 
     for step, holder in ((in_closure(), "cell"), (in_slot, "Slotted")):
-        with pytest.raises(TraceError, match=f"still held after the call by .*{holder}.* "
+        with pytest.raises(TraceError, match=rf"\(f32\[2\] from mul at .*\) is still held "
+                                             f"after the call by .*{holder}.* "
                                              f"that the tracer cannot reach"):
             dezero.trace(step)(Variable(np.ones(2, np.float32)))
 

@@ -83,10 +83,9 @@ def first_difference(tracer, recorded, leaves, random_state) -> str:
     """'b: f32[2] = counting(x), made at step.py:12, `y = g(x)`' for the first op of
     the recorded graph whose result differs from the eager run's, or ''."""
     eager = {}
-    for var in tracer.computed.values():
-        value = tracer.values.get(id(var))
-        if value is not None and var._data is not None:
-            eager[id(value)] = var._data
+    for known in tracer.known.values():
+        if known.computed and known.value is not None and known.var._data is not None:
+            eager[id(known.value)] = known.var._data
     comparing = _Comparing(recorded, eager)
     state = np.random.get_state()
     np.random.set_state(random_state)

@@ -192,15 +192,15 @@ class GuardedArray(TracedArray):
                     f"Variable; the replay could not know they still share it\n  fix: "
                     f"assign a new array instead (v.data = (v - ...).data), or give each "
                     f"its own copy")
-            for other in tracer.computed.values():  # Variables of the run sharing it
-                if other._data is self.array and id(other) in tracer.values:
-                    tracer.values[id(other)] = result.value
+            for other in tracer.known.values():  # Variables of the run sharing it
+                if other.computed and other.value is not None and other.var._data is self.array:
+                    other.value = result.value
             tracer.assign(source, result.value)
-            tracer.in_place.add(id(source))
+            known = tracer.known[id(source)]
+            known.in_place = True
             tracer.overwritten.append(self.array)
-            capture = tracer.captured.get(id(source))
-            if capture is not None and capture.before_data is self.array:
-                capture.before_data = self.array.copy()  # to put back (check, lower)
+            if known.node is not None and known.before_data is self.array:
+                known.before_data = self.array.copy()  # to put back (check, lower)
         self.array[...] = result.array
         self.value = result.value
         return self

@@ -8,7 +8,7 @@ replay code make names from any text (identifier) and literals from plain values
 State has two names. Its place, shown by print(graph) and drawings, says where it
 lives as the traced code reaches it, one dot per step: attributes, list and tuple
 indices and dict keys that are identifiers (`m.layers[0].W` is `m.layers.0.W`,
-`cfg["w"]` is `cfg.w`); an optimizer's slot of a parameter is the slot table
+`cfg['w']` is `cfg.w`); an optimizer's slot of a parameter is the slot table
 indexed by the parameter's place without its root (`opt.ms[layers.0.W]`), and a
 .grad read as state is its Variable's place plus `.grad`. Its name, the variable
 generated code binds, is the place made an identifier (`m_layers_0_W`).
@@ -45,14 +45,7 @@ def dotted(place: str) -> str:
     """A place as code spells it ('opt.ms[layers[0].W]', "cfg['w']") with indices
     and identifier keys as dotted steps ('opt.ms[layers.0.W]', 'cfg.w'); other keys
     keep their brackets ("cfg['a b']")."""
-    return re.sub(r"\[(\d+|'([A-Za-z_]\w*)'|\"([A-Za-z_]\w*)\")\]",
-                  lambda m: "." + (m[2] or m[3] or m[1]), place)
-
-
-def place_roots(values) -> set[str]:
-    """The first steps of the values' places ('m' of 'm.l0.W'): no computed value is
-    named so, so that `m` never reads as part of `m.l0.W`."""
-    return {v.place.split(".")[0] for v in values if v.place}
+    return re.sub(r"\[(\d+)\]|\['([A-Za-z_]\w*)'\]", lambda m: "." + (m[1] or m[2]), place)
 
 
 # =============================================================================

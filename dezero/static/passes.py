@@ -31,7 +31,7 @@ from dezero.static.ir import (
     format_attr,
     format_node,
 )
-from dezero.static.names import identifier, letter_name, place_roots
+from dezero.static.names import identifier, letter_name
 
 # =============================================================================
 # Helpers: remap, is_random, is_pinned
@@ -197,7 +197,7 @@ def rename(graph: Graph) -> Graph:
     closing the gaps the other passes leave (inputs and state keep their names)."""
     used = {identifier(graph.name, "graph")}
     used.update(n.outputs[0].name for n in graph.nodes if n.kind in ("input", "state"))
-    used.update(place_roots(n.outputs[0] for n in graph.of_kind("state")))
+    used.update(n.outputs[0].label.split(".")[0] for n in graph.of_kind("state"))  # m of m.W
     n = 0
     mapping: dict[int, Value] = {}
     nodes, renamed = [], {}

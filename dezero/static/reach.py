@@ -214,7 +214,7 @@ def _contents(cell):
 # =============================================================================
 
 
-def survey(fn, args, kwargs, captured: set, computed: dict, known: set, constants=()):
+def survey(fn, args, kwargs, captured: set, computed, known: set, constants=()):
     """(Structure, [(holder, name, Variable)], [Variable], places) for a run of
     fn(*args, **kwargs): the guard, the carried attributes, the per-update values that
     optimizers keep (alive after the run by design, not carried), and where each
@@ -222,7 +222,7 @@ def survey(fn, args, kwargs, captured: set, computed: dict, known: set, constant
     ({id: "model.l0.W"}; an optimizer's slot of a parameter: "adam.ms[l0.W]").
 
     captured  ids of the Variables the graph reads as state
-    computed  id -> Variable for each Variable the run computed
+    computed  computed(v): whether the run computed Variable v (Tracer.computed)
     known     (id(holder), name) of attributes already read as carried state
     constants the arrays the graph copied as constants: where the walk finds one,
               a change to its values retraces
@@ -292,11 +292,9 @@ def survey(fn, args, kwargs, captured: set, computed: dict, known: set, constant
     # table's parameters share (opt.ms[l0.W]); with several roots (two models), in full.
     slots = [(label, value, walk.places[id(key)]) for label, key, value in walk.slot_tables
              if id(value) in captured and id(key) in walk.places]
-    roots = collections.defaultdict(set)
-    for label, _, path in slots:
-        roots[label].add(path.partition(".")[0])
+    roots = {(label, path.partition(".")[0]) for label, _, path in slots}
     for label, value, path in slots:
-        short = len(roots[label]) == 1 and "." in path
+        short = "." in path and sum(table == label for table, _ in roots) == 1
         walk.places[id(value)] = f"{label}[{path.partition('.')[2] if short else path}]"
     return walk.structure, walk.carried, walk.transient, walk.places
 
@@ -485,4 +483,4 @@ class _Walk:
         return True
 
     def computed_here(self, value) -> bool:
-        return isinstance(value, Variable) and self.computed.get(id(value)) is value
+        return isinstance(value, Variable) and self.computed(value)

@@ -495,15 +495,13 @@ class TracedFunction:
         leaf_labels = [label for label, part in zip(labels, key)
                        if _kind(part) == "array"]
         start = time.perf_counter()
-        tracer = Tracer(self.name)
+        attrs_before = [(h, n, getattr(h, n, None)) for h, n in self._carried]
+        tracer = Tracer(self.name, attrs_before)
         seen = [tracer.add_input(label, leaf) for label, leaf in zip(leaf_labels, leaves)]
         call_args, call_kwargs = with_leaves(args, kwargs, self._static_positions,
                                              self.static_argnames, seen)
         random_state = np.random.get_state() if (self.check or restore_state) else None
-        attrs_before = [(h, n, getattr(h, n, None)) for h, n in self._carried]
-        tracer.attr_before = {id(v): (h, n) for h, n, v in attrs_before
-                              if isinstance(v, Variable)}
-        before = survey(self.fn, args, kwargs, set(), {}, set())[0]
+        before = survey(self.fn, args, kwargs, set(), lambda v: False, set())[0]
         watch = Watch(tracer.computed)
         previous, observer = core.set_tracer(tracer), layers.set_observer(watch)
         try:
@@ -528,7 +526,8 @@ class TracedFunction:
                 f"self.calls.data += 1), draw random numbers with dezero's random ops or "
                 f"outside the traced function, or make the change outside it")
         self._python_writes.update(where for where, _ in writes)
-        computed = [weakref.ref(v) for v in tracer.computed.values()]
+        # Weak references to the Variables the run computed -> the Value each holds.
+        computed = {weakref.ref(k.var): k.value for k in tracer.known.values() if k.computed}
         # `return y.data`: y stays alive behind the array (in `behind`), by design.
         alive_by_design = [unguarded(result, behind := []), behind, *transient,
                            *(v for _, _, v in attr_writes), *(c.var.grad for c in tracer.captures),
@@ -581,15 +580,14 @@ class TracedFunction:
                             if writes else "")
                          + ("; not kept: check=True waits for a call that initialises "
                             "nothing before random ops" if unchecked else ""))
-        values, made_by = tracer.values, {id(v): n for n in tracer.ops for v in n.outputs}
+        ops = tracer.ops
         # The recording's own references to the run's Variables go (a guard kept past
         # the recording leads to the tracer, so the tracer lets go of them too).
-        tracer.keep.clear()
-        tracer.computed.clear()
+        tracer.known.clear()
         tracer.recorded.clear()  # the Functions hold their inputs (a Constant of a guard)
         del tracer, watch, seen, call_args, call_kwargs
         for var, kinds in escaped(computed, alive_by_design)[:1]:
-            node = made_by.get(id(values.get(id(var))))
+            node = next((n for n in ops if computed[weakref.ref(var)] in n.outputs), None)
             what = type_str(var.shape, var.dtype) + (
                 f" from {node.op}" + (f" at {source_text(node.source)}" if node.source
                                       else "") if node is not None else "")

@@ -11,8 +11,8 @@ traced arrays through guards (guard.py).
 """
 from __future__ import annotations
 
-import keyword
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from dezero.errors import TraceError, user_frame, where
 from dezero.static.graph import StaticGraph
 from dezero.static.guard import GuardedArray, overlap
 from dezero.static.ir import Node, Value
-from dezero.static.names import dotted, identifier, letter_name, place_roots, printable
+from dezero.static.names import dotted, identifier, letter_name, printable
 from dezero.static.randomness import RandomWatch
 from dezero.static.slots import AttrSlot, DataSlot, GradSlot
 
@@ -31,49 +31,55 @@ from dezero.static.slots import AttrSlot, DataSlot, GradSlot
 # =============================================================================
 
 
-class Capture:
-    """A Variable made before the run that the graph reads (its state)."""
+@dataclass(eq=False, slots=True)
+class Traced:
+    """Everything the tracer knows of one Variable it met in the run (Tracer.known)."""
 
-    __slots__ = ("var", "node", "before_data", "before_grad")
-
-    def __init__(self, var, node, before_data, before_grad):
-        self.var, self.node = var, node
-        self.before_data, self.before_grad = before_data, before_grad
+    var: Variable                  # held: its id stays its own for the run
+    value: Value | None = None     # the Value it holds now
+    computed: bool = False         # made in the run (an op's result, Variable(...))
+    literal: bool = False          # holds a plain array made in the run: a constant
+    input: bool = False            # an argument of the traced function
+    node: Node | None = None       # its state node, when the graph reads it as state
+    before_data: object = None     # state: its .data and .grad before the run
+    before_grad: object = None
+    write: Value | None = None     # state: the Value the run left in it
+    in_place: bool = False         # state: the run overwrote its array itself
+    attr: tuple | None = None      # (object, name): an attribute carrying it between calls
 
 
 class Tracer(TracerHooks):
     """Receives the core's hooks during one run of a traced function.
 
     A value is known by the Variable or argument it came from: Variables by
-    identity (kept alive for the run), array arguments and `.data` through the
-    GuardedArray user code sees; never by id() of an array, as arrays are shared.
+    identity, each with one Traced record in `known`; array arguments and `.data`
+    through the GuardedArray user code sees; never by id() of an array, as arrays
+    are shared.
     """
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, carried=()):
         self.name = name
         self.inputs: list[tuple[Node, object]] = []   # (input node, argument)
         self.input_grads: list = []                    # .grad of Variable arguments before
-        self.captures: list[Capture] = []
+        # id(Variable) -> its record; first those of attributes known to carry values
+        # between calls (LSTM.h): a captured Variable found in one is read through it.
+        self.known: dict[int, Traced] = {id(v): Traced(v, attr=(h, n)) for h, n, v in carried
+                                         if isinstance(v, Variable)}
+        self.captures: list[Traced] = []               # the state, in order of capture
+        self.written: list[Traced] = []                # the state written, in order
         self.consts: list[Node] = []
         self.ops: list[Node] = []
-        self.values: dict[int, Value] = {}     # id(Variable) -> the Value it holds now
-        self.keep: list = []                   # keeps every id above alive during the run
-        self.made: set[int] = set()            # Variable(array) made in the run: literals
-        self.const_of: dict[int, Node] = {}    # id(Variable) -> its const node
         self.const_sources: list = []          # the arrays the constants copy
-        self.captured: dict[int, Capture] = {}
-        self.writes: dict[int, tuple[Capture, Value]] = {}
-        self.in_place: set[int] = set()        # state whose array the run overwrote
-        self.overwritten: list = []            # the arrays it overwrote
-        self.producer: dict[int, str] = {}     # id(Value) -> name of the op that made it
+        self.overwritten: list = []            # the arrays the run overwrote in place
         self.uninitialised: list[str] = []     # state whose .data was None before the run
-        self.computed: dict[int, Variable] = {}  # id -> each Variable made in the run
-        self.recorded: set = set()               # the Functions called in the run
+        self.recorded: set = set()             # the Functions called in the run
         self.finished = False
         self.random: RandomWatch | None = None
-        # id(Variable) -> (object, name): attributes known to carry values between
-        # calls (LSTM.h); a captured Variable found here is read through the attribute.
-        self.attr_before: dict[int, tuple] = {}
+
+    def computed(self, var) -> bool:
+        """Whether the run made `var` (an op's result, or a Variable made in it)."""
+        known = self.known.get(id(var))
+        return known is not None and known.var is var and known.computed
 
     # ---- arguments ---------------------------------------------------------
     def add_input(self, name: str, arg):
@@ -85,8 +91,7 @@ class Tracer(TracerHooks):
         self.input_grads.append(arg.grad if isinstance(arg, Variable) else None)
         if not isinstance(arg, Variable):
             return GuardedArray(arg, value, name, self)
-        self.values[id(arg)] = value
-        self.keep.append(arg)
+        self.known[id(arg)] = Traced(arg, value, input=True)
         return arg
 
     # ---- hooks called by the core -----------------------------------------------
@@ -99,25 +104,24 @@ class Tracer(TracerHooks):
             self.random.restart()
 
     def created(self, var: Variable, data):
-        self.keep.append(var)
-        self.computed[id(var)] = var
+        known = self.known[id(var)] = Traced(var, computed=True)
         if isinstance(data, GuardedArray):  # Variable(h.data): the same value as h
             data._alive("Variable()")
-            self.values[id(var)] = self.value_of(data)
+            known.value = self.value_of(data)
             return data.array
-        self.made.add(id(var))
+        known.literal = True
         return data
 
     def read(self, var: Variable):
         data = var._data
         if data is None:
             return None
-        value = self.values.get(id(var))
-        if value is None and id(var) in self.made:
+        known = self.known.get(id(var))
+        if known is not None and known.value is None and known.literal:
             return data  # a literal made in the run, not yet read by any op
         # State not captured yet gets its Value when first used: reading .shape or
         # .dtype captures nothing.
-        return GuardedArray(data, value, var, self)
+        return GuardedArray(data, known and known.value, var, self)
 
     def record(self, function, inputs, outputs) -> None:
         self.random.look(self.name, function.random)
@@ -131,10 +135,7 @@ class Tracer(TracerHooks):
         node.source = (frame.f_code.co_filename, frame.f_lineno) if frame else None
         self.ops.append(node)
         for y, value in zip(outputs, node.outputs):
-            self.computed[id(y)] = y
-            self.values[id(y)] = value
-            self.producer[id(value)] = function.op_name
-            self.keep.append(y)
+            self.known[id(y)] = Traced(y, value, computed=True)
 
     def cleared(self, var: Variable) -> None:
         # W.cleargrad() before backward(), as model.cleargrads() tells the observer:
@@ -168,10 +169,11 @@ class Tracer(TracerHooks):
                 f"it a static argument")
 
     def assigned(self, var: Variable, value):
+        known = self.known.get(id(var))
         if isinstance(value, GuardedArray):
             value._alive(".data =")
-            if value.array is not var._data:
-                self.in_place.discard(id(var))  # a new array, not the in-place idiom
+            if value.array is not var._data and known is not None:
+                known.in_place = False  # a new array, not the in-place idiom
             self.assign(var, self.value_of(value))
             return value.array
         if value is None:
@@ -179,19 +181,17 @@ class Tracer(TracerHooks):
                              f"a static graph cannot remove a value")
         if not isinstance(value, cuda.array_types):
             return value  # the core's type check explains
-        if id(var) not in self.captured and id(var) not in self.values and \
-                id(var) not in self.made and _moved_to_other_device(var._data, value):
+        if (known is None or known.node is None and known.value is None and not
+                known.literal) and _moved_to_other_device(var._data, value):
             # State moved between CPU and GPU before the run first reads it (optimizer
             # hyperparameters follow their parameters): the move persists, so later
             # calls find it done, as if it had happened before this call.
             return value
-        if id(var) in self.made or (id(var) in self.values and id(var) not in
-                                    self.captured and not self._is_input(var)):
+        if known is not None and (known.literal or known.value is not None and
+                                  known.node is None and not known.input):
             # A Variable of the run is given a new literal array: it is fresh at every
             # call, so the array is a constant of the graph (taken when first read).
-            self.values.pop(id(var), None)
-            self.const_of.pop(id(var), None)
-            self.made.add(id(var))
+            known.value, known.literal = None, True
             return value
         raise TraceError(
             f"{self.label(var)}.data is assigned an array that no recorded Function "
@@ -201,37 +201,34 @@ class Tracer(TracerHooks):
 
     def assign(self, var: Variable, source: Value) -> None:
         """Record that `var` now holds `source`: a state write, or data flow."""
-        capture = self.captured.get(id(var))
-        if capture is None:
-            if self._is_input(var):
+        known = self.known.get(id(var))
+        if known is None or known.node is None:
+            if known is not None and known.input:
                 raise TraceError(
-                    f"{self.name} assigns .data of its argument {self.values[id(var)].name} "
+                    f"{self.name} assigns .data of its argument {known.value.name} "
                     f"({where()}); a replay cannot write into its arguments\n  fix: return "
                     f"the new value instead")
-            if id(var) in self.values or id(var) in self.made:
+            if known is not None and (known.value is not None or known.literal):
                 # A Variable of this run: plain data flow, fresh at every call.
-                self.values[id(var)] = source
-                self.made.discard(id(var))
-                self.const_of.pop(id(var), None)
+                known.value, known.literal = source, False
                 return
-            capture = self.capture(var)
-        target = capture.node.outputs[0]
-        if capture.before_data is None:
+            known = self.capture(var)
+        target = known.node.outputs[0]
+        if known.before_data is None:
             target.shape, target.dtype = source.shape, source.dtype
         elif (source.shape, source.dtype) != (target.shape, target.dtype):
             raise TraceError(
                 f"{self.label(var)}.data ({target.type}) is assigned a {source.type} in "
                 f"{self.name} ({where()}); a static graph cannot change the type of state")
-        self.writes[id(var)] = (capture, source)
-        self.values[id(var)] = source  # reads later in the run see the new value
-
-    def _is_input(self, var) -> bool:
-        return any(arg is var for _, arg in self.inputs)
+        if known.write is None:
+            self.written.append(known)
+        known.write = known.value = source  # reads later in the run see the new value
 
     def concretized(self, var: Variable, how: str) -> None:
-        if id(var) in self.const_of or (id(var) in self.made and id(var) not in self.values):
+        known = self.known.get(id(var))
+        if known is not None and known.literal:
             return  # a literal made in the run: its value is known for good
-        value = self.values.get(id(var))
+        value = known and known.value
         raise TraceError(
             f"{how} of a traced value in {self.name} ({where()})\n  value: "
             f"{self.describe(var, value)}\n  fix: make it a static argument "
@@ -239,10 +236,11 @@ class Tracer(TracerHooks):
             f"are fine to branch on)")
 
     def describe(self, var, value) -> str:
-        if value is None or id(var) in self.captured:
+        if value is None or getattr(self.known.get(id(var)), "node", None) is not None:
             return f"captured state {self.label(var)}" + (f": {value.type}" if value else "")
-        if id(value) in self.producer:
-            return f"{value.type} from {self.producer[id(value)]}"
+        producer = next((n.op for n in self.ops if any(v is value for v in n.outputs)), None)
+        if producer is not None:
+            return f"{value.type} from {producer}"
         return f"{value.type} (input {value.name})" if value.name else value.type
 
     # ---- guards (dezero.static.guard) ------------------------------------------------
@@ -255,26 +253,25 @@ class Tracer(TracerHooks):
         if isinstance(source, Variable) and source._data is guard.array:
             # .data of a Variable that still holds this array: its current value
             # (an in-place write through another name for the array included).
-            guard.value = self.values.get(id(source)) or self.resolve(source)
+            guard.value = self.resolve(source)
         return guard.value
 
     def resolve(self, var: Variable) -> Value:
         """The Value a Variable stands for, capturing or making a const on first sight."""
-        value = self.values.get(id(var))
-        if value is not None:
-            return value
-        if id(var) in self.made:
+        known = self.known.get(id(var))
+        if known is not None and known.value is not None:
+            return known.value
+        if known is not None and known.literal:  # its value becomes a const node
             data = var._data
             node = Node("const", outputs=[Value(None, data.shape, data.dtype)],
                         payload=data.copy())
             self.const_sources.append(data)
             self.consts.append(node)
-            self.const_of[id(var)] = node
-            self.values[id(var)] = node.outputs[0]
-            return node.outputs[0]
+            known.value = node.outputs[0]
+            return known.value
         return self.capture(var).node.outputs[0]
 
-    def capture(self, var: Variable) -> Capture:
+    def capture(self, var: Variable) -> Traced:
         """Read `var` by reference: at every replay its current .data is used."""
         data = var._data
         if data is not None and any(overlap(a, data) for a in self.overwritten):
@@ -288,17 +285,16 @@ class Tracer(TracerHooks):
             value = Value(None, (), np.float32)  # typed by the first write
         else:
             value = Value(None, data.shape, data.dtype)
-        node = Node("state", outputs=[value], attrs={"field": "data"}, payload=DataSlot(var))
-        if id(var) in self.attr_before:
-            holder, name = self.attr_before[id(var)]
-            node.attrs = {"field": "attr", "name": name, "of": type(holder).__name__}
-            node.payload = AttrSlot(holder, name)
-        capture = Capture(var, node, data, var.grad)
-        self.captures.append(capture)
-        self.captured[id(var)] = capture
-        self.values[id(var)] = value
-        self.keep.append(var)
-        return capture
+        known = self.known.setdefault(id(var), Traced(var))
+        known.node = Node("state", outputs=[value], attrs={"field": "data"},
+                          payload=DataSlot(var))
+        if known.attr is not None:
+            holder, name = known.attr
+            known.node.attrs = {"field": "attr", "name": name, "of": type(holder).__name__}
+            known.node.payload = AttrSlot(holder, name)
+        known.before_data, known.before_grad, known.value = data, var.grad, value
+        self.captures.append(known)
+        return known
 
     def label(self, var: Variable) -> str:
         return var.name or f"a Variable of shape {getattr(var._data, 'shape', None)}"
@@ -316,18 +312,18 @@ class Tracer(TracerHooks):
         self._bind_grads()
         self._name_values(places or {})
         self.finished = True
-        changed = [(key, capture, source) for key, (capture, source) in self.writes.items()
-                   if source is not capture.node.outputs[0]]
-        writes = [Node("write", inputs=[capture.node.outputs[0], source],
-                       attrs={"field": "data", "in_place": True} if key in self.in_place
+        changed = [(known, known.write) for known in self.written
+                   if known.write is not known.node.outputs[0]]
+        writes = [Node("write", inputs=[known.node.outputs[0], source],
+                       attrs={"field": "data", "in_place": True} if known.in_place
                        else {"field": "data"})
-                  for key, capture, source in changed if capture.node.attrs["field"] != "attr"]
+                  for known, source in changed if known.node.attrs["field"] != "attr"]
         # State read through an attribute (self.s.data += x.data on carried state):
         # the replay gives the attribute the new value, as for any carried value.
         set_later = {(id(holder), name) for holder, name, _ in attr_sources}
-        for _, capture, source in changed:
-            slot = capture.node.payload
-            if capture.node.attrs["field"] == "attr" and \
+        for known, source in changed:
+            slot = known.node.payload
+            if known.node.attrs["field"] == "attr" and \
                     (id(slot.holder), slot.name) not in set_later:
                 attr_sources.append((slot.holder, slot.name, source))
         writes += [Node("write", inputs=[target] + ([source] if source else []),
@@ -346,8 +342,9 @@ class Tracer(TracerHooks):
 
     def _flatten_output(self, obj, outputs):
         if isinstance(obj, Variable):
-            if id(obj) in self.captured or self._is_input(obj):
-                name = self.values[id(obj)].name if self._is_input(obj) else self.label(obj)
+            known = self.known.get(id(obj))
+            if known is not None and (known.node is not None or known.input):
+                name = known.value.name if known.input else self.label(obj)
                 raise TraceError(
                     f"{self.name} returns {name}, a Variable made before the call; eager "
                     f"code returns that very object (later changes to it show through), a "
@@ -385,7 +382,7 @@ class Tracer(TracerHooks):
         for (node, arg), before in zip(self.inputs, self.input_grads):
             if not isinstance(arg, Variable) or arg.grad is before:
                 continue
-            if before is not None and id(before) in self.captured:
+            if before is not None and getattr(self.known.get(id(before)), "node", None):
                 raise TraceError(
                     f"{self.name}: argument {node.outputs[0].name} had a .grad before the "
                     f"call and backward() added to it; clear it first (x.cleargrad()), or "
@@ -397,13 +394,12 @@ class Tracer(TracerHooks):
     def _bind_grads(self):
         # A Variable captured because backward() accumulated into it is the old
         # .grad of some state: replays must read that state's .grad, not the object.
-        owner_of = {id(c.before_grad): c for c in self.captures if c.before_grad is not None}
-        for capture in self.captures:
-            owner = owner_of.get(id(capture.var))
-            if owner is not None and owner is not capture and \
-                    capture.node.attrs["field"] == "data":
-                capture.node.attrs = {"field": "grad", "of": owner}
-                capture.node.payload = GradSlot(owner.var)
+        for owner in self.captures:
+            grad = self.known.get(id(owner.before_grad))
+            if grad is not None and grad is not owner and grad.node is not None and \
+                    grad.node.attrs["field"] == "data":
+                grad.node.attrs = {"field": "grad", "of": owner}
+                grad.node.payload = GradSlot(owner.var)
 
     def _name_values(self, places: dict):
         # State is named by where the code reaches it (reach.survey's places, dotted:
@@ -421,13 +417,16 @@ class Tracer(TracerHooks):
 
         for node, _ in self.inputs:
             node.outputs[0].name = fresh(identifier(node.outputs[0].name, "x"))
-        grads = []
-        for capture in self.captures:
-            value = capture.node.outputs[0]
-            if capture.node.attrs["field"] == "grad":
-                grads.append(capture)
-            elif capture.node.attrs["field"] == "attr":
-                value.name = fresh(identifier(capture.node.attrs["name"], "s"))
+        # .grad state last: it is named after the state whose .grad it is.
+        for capture in sorted(self.captures, key=lambda c: c.node.attrs["field"] == "grad"):
+            node, value = capture.node, capture.node.outputs[0]
+            if node.attrs["field"] == "grad":
+                owner = node.attrs["of"].node.outputs[0]
+                node.attrs["of"] = owner.name
+                value.name = fresh(owner.name + "_grad")
+                value.place = owner.place and owner.place + ".grad"
+            elif node.attrs["field"] == "attr":
+                value.name = fresh(identifier(node.attrs["name"], "s"))
             else:
                 place = places.get(id(capture.var))
                 base = "_".join(re.findall(r"\w+", place)) if place else capture.var.name
@@ -436,16 +435,12 @@ class Tracer(TracerHooks):
                 # variant if an argument has it: names stay unique, places too.
                 if place and not place.isidentifier():
                     value.place = printable(dotted(place))
-        for capture in grads:
-            owner = capture.node.attrs["of"].node.outputs[0]
-            capture.node.attrs["of"] = owner.name
-            capture.node.outputs[0].name = fresh(owner.name + "_grad")
-            capture.node.outputs[0].place = owner.place and owner.place + ".grad"
-        used.update(place_roots(c.node.outputs[0] for c in self.captures))
+        # No computed value is named like the root of a place: no `m` beside `m.l0.W`.
+        used.update(c.node.outputs[0].label.split(".")[0] for c in self.captures)
         n = 0
         for node in self.consts + self.ops:
             for value in node.outputs:
-                while letter_name(n) in used or keyword.iskeyword(letter_name(n)):
+                while letter_name(n) in used:  # never a keyword or builtin
                     n += 1
                 value.name = fresh(letter_name(n))
 

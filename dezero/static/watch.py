@@ -118,8 +118,8 @@ def _flat(roots):
 class Watch:
     """What a recording run does to layers, told through dezero.layers.observer()."""
 
-    def __init__(self, computed: dict):
-        self.computed = computed       # id -> each Variable the run computed (grows)
+    def __init__(self, computed):
+        self.computed = computed       # computed(v): whether the run made Variable v
         self.attributes = {}           # (id(holder), name) -> (holder, name)
         self.before = {}               # (id(holder), name) -> (holder, name, old value)
         self.fresh_grads = set()       # ids of Variables whose old .grad was dropped unread
@@ -135,9 +135,8 @@ class Watch:
         # it was never read: the graph does not depend on whether it was set.
         if self.updated:
             return
-        computed = self.computed
         for param in params:
-            if param.grad is None or computed.get(id(param.grad)) is not param.grad:
+            if param.grad is None or not self.computed(param.grad):
                 self.fresh_grads.add(id(param))
 
     def updating(self):
@@ -157,11 +156,9 @@ class Watch:
         """(holder, name, Variable) for layer attributes the run left holding a Variable
         it computed, that the walk from the function did not reach."""
         known = {(id(h), n) for h, n, _ in found}
-        computed = self.computed
         carried = []
         for key, (holder, name) in self.attributes.items():
             value = holder.__dict__.get(name)
-            if key not in known and isinstance(value, Variable) and \
-                    computed.get(id(value)) is value:
+            if key not in known and isinstance(value, Variable) and self.computed(value):
                 carried.append((holder, name, value))
         return carried
