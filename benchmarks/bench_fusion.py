@@ -1,13 +1,14 @@
 """Fused kernels (the "cpu" backend) against unfused replay, numpy eager and others.
 
-Run by hand: python benchmarks/bench_fusion.py [--quick]. Prints, in one run:
+Run by hand: python benchmarks/bench_fusion.py [--quick] [--steps]. Prints, in one run
+(--steps: the training steps alone):
 - two elementwise chains on float32 arrays of 1e5, 1e6 and 1e7 elements, with the
   machine's triad bandwidth (a[i] = b[i] + s * c[i], compiled the same way)
   measured alongside: arithmetic ((x*a+b)*(x-a)+b*b)*x+a and transcendental
   tanh(x*a+b)*(1/(1+exp(-x)))+x**2; fused, unfused replay, numpy eager, and
   numexpr, PyTorch eager and JAX jit where installed;
-- the spiral 2-10-3 and the 784-1000-10 ReLU MLP training steps with Adam: fused
-  replay, unfused replay and eager;
+- the spiral 2-10-3 MLP training step with SGD and with Adam, and the 784-1000-10
+  ReLU one with Adam: fused replay, unfused replay, eager, numpy by hand and JAX jit;
 - the first call (record, passes, compile) of the chains and steps with a cold
   and a warm kernel cache.
 Times are the best wall time of interleaved rounds (kernels may use OpenMP threads).
@@ -127,16 +128,25 @@ def training_step(model, optimizer):
     return step
 
 
-def problems():
+def problems(optimizers_too=False):
+    """(name, sizes, activation, x, t), with the optimizer's name where asked: the
+    spiral step with SGD and with Adam, the larger one with Adam."""
     x, t = dezero.datasets.get_spiral(train=True)
     rng = np.random.default_rng(0)
-    yield "spiral 2-10-3 sigmoid", (10, 3), F.sigmoid, x[:30], t[:30]
-    yield "784-1000-10 ReLU", (1000, 10), F.relu, \
-        rng.random((100, 784), np.float32), rng.integers(0, 10, 100)
+    spiral = ("spiral 2-10-3 sigmoid", (10, 3), F.sigmoid, x[:30], t[:30])
+    large = ("784-1000-10 ReLU", (1000, 10), F.relu, rng.random((100, 784), np.float32),
+             rng.integers(0, 10, 100))
+    if not optimizers_too:
+        yield from (spiral, large)
+        return
+    yield *spiral, "SGD"
+    yield *spiral, "Adam"
+    yield *large, "Adam"
 
 
 # The same step written by hand: numpy with in-place updates, and JAX jit.
 ALPHA, BETA1, BETA2, EPS = 0.001, 0.9, 0.999, 1e-8
+LR = 0.1  # SGD's
 
 
 def activation_pair(activation, xp):
@@ -147,7 +157,8 @@ def activation_pair(activation, xp):
 
 
 def numpy_step(params, x, t):
-    """One MLP step with Adam in numpy as a careful person writes it by hand."""
+    """One MLP step with Adam (SGD where there are no moments) in numpy as a careful
+    person writes it by hand."""
     (W1, b1, W2, b2), moments, act, grad_act, count = params
     count[0] += 1
     n, rows = len(x), np.arange(len(x))
@@ -165,6 +176,11 @@ def numpy_step(params, x, t):
     gh = y @ W2.T
     gh *= grad_act(h, a)
     grads = (x.T @ gh, gh.sum(axis=0), a.T @ y, y.sum(axis=0))
+    if moments is None:
+        for p, g in zip((W1, b1, W2, b2), grads):
+            g *= LR
+            p -= g
+        return loss
     k = count[0]
     lr = ALPHA * (1 - BETA2 ** k) ** 0.5 / (1 - BETA1 ** k)  # a Python float: no upcast
     for p, g, (m, v) in zip((W1, b1, W2, b2), grads, moments):
@@ -174,8 +190,9 @@ def numpy_step(params, x, t):
     return loss
 
 
-def jax_step(jax, activation):
-    """The step as one jitted JAX function of (params, moments, count, x, t)."""
+def jax_step(jax, activation, sgd=False):
+    """The step as one jitted JAX function of (params, moments, count, x, t) (with
+    SGD, the moments pass through unchanged)."""
     jnp = jax.numpy
     act = activation_pair(activation, jnp)[0]
 
@@ -188,6 +205,8 @@ def jax_step(jax, activation):
     @jax.jit
     def step(params, ms, vs, count, x, t):
         loss, grads = jax.value_and_grad(loss_fn)(params, x, t)
+        if sgd:
+            return [p - LR * g for p, g in zip(params, grads)], ms, vs, count, loss
         count = count + 1
         lr = ALPHA * jnp.sqrt(1 - BETA2 ** count) / (1 - BETA1 ** count)
         ms = [m + (1 - BETA1) * (g - m) for m, g in zip(ms, grads)]
@@ -197,14 +216,14 @@ def jax_step(jax, activation):
     return step
 
 
-def by_hand(model, activation, x, t, jax=None):
+def by_hand(model, activation, x, t, jax=None, sgd=False):
     """A call that runs one step by hand on copies of the model's weights."""
     weights = [p.data.copy() for layer in model.layers for p in (layer.W, layer.b)]
     if jax is None:
-        moments = [(np.zeros_like(w), np.zeros_like(w)) for w in weights]
+        moments = None if sgd else [(np.zeros_like(w), np.zeros_like(w)) for w in weights]
         state = (weights, moments, *activation_pair(activation, np), [0])
         return lambda: numpy_step(state, x, t)
-    step = jax_step(jax, activation)
+    step = jax_step(jax, activation, sgd)
     box = [weights, [0 * w for w in weights], [0 * w for w in weights],
            np.float32(0), jax.device_put(x), jax.device_put(t.astype(np.int32))]
 
@@ -215,14 +234,15 @@ def by_hand(model, activation, x, t, jax=None):
 
 
 def bench_steps():
-    print("training steps with Adam (one step, ms)")
+    print("training steps (one step, ms)")
     jax = optional("jax")
-    for name, sizes, activation, x, t in problems():
-        plans = {}
+    for name, sizes, activation, x, t, optimizer in problems(optimizers_too=True):
+        plans, sgd = {}, optimizer == "SGD"
+        name = f"{name} {optimizer}"
         for kind in ("cpu", "python", "eager"):
             np.random.seed(0)
             model = models.MLP(sizes, activation=activation)
-            step = training_step(model, optimizers.Adam(0.001))
+            step = training_step(model, optimizers.SGD(LR) if sgd else optimizers.Adam(ALPHA))
             if kind == "eager":
                 plans[kind] = lambda step=step: step(x, t)
                 continue
@@ -231,16 +251,16 @@ def bench_steps():
             plan = traced.graph.compile(kind).wait()
             plans[kind] = lambda plan=plan: plan(x, t)
         plans["eager"]()  # the eager model's weights exist now: the others copy them
-        plans["numpy by hand"] = by_hand(model, activation, x, t)
+        plans["numpy by hand"] = by_hand(model, activation, x, t, sgd=sgd)
         if jax is not None:
-            plans["jax jit"] = by_hand(model, activation, x, t, jax)
+            plans["jax jit"] = by_hand(model, activation, x, t, jax, sgd)
         times = dict(zip(plans, best_time(*plans.values(), budget=2.0)))
         kernels = len(cpu.compile_graph(traced.graph).source.split("= _k")) - 1
-        print(f"  {name:22s} fused {times['cpu'] * 1e3:.3f} ({kernels} kernels)  unfused "
+        print(f"  {name:27s} fused {times['cpu'] * 1e3:.3f} ({kernels} kernels)  unfused "
               f"{times['python'] * 1e3:.3f}  eager {times['eager'] * 1e3:.3f}  numpy by "
               f"hand {times['numpy by hand'] * 1e3:.3f}" + (
                   f"  jax jit {times['jax jit'] * 1e3:.3f}" if jax else "  (no JAX)"))
-        print(f"  {'':22s} eager/fused {times['eager'] / times['cpu']:.2f}x  unfused/fused "
+        print(f"  {'':27s} eager/fused {times['eager'] / times['cpu']:.2f}x  unfused/fused "
               f"{times['python'] / times['cpu']:.2f}x  fused/by hand "
               f"{times['cpu'] / times['numpy by hand']:.2f}x" + (
                   f"  fused/jax {times['cpu'] / times['jax jit']:.2f}x" if jax else ""))
@@ -277,8 +297,9 @@ def main():
     print(f"compiler: {cpu.compiler()[1]}; OpenMP threads: "
           f"{os.environ.get('OMP_NUM_THREADS', os.cpu_count())}; default backend "
           f"{backends.DEFAULT}")
-    bench_first_calls()
-    bench_chains((10**5, 10**6) if quick else (10**5, 10**6, 10**7))
+    if "--steps" not in sys.argv:
+        bench_first_calls()
+        bench_chains((10**5, 10**6) if quick else (10**5, 10**6, 10**7))
     bench_steps()
 
 

@@ -126,7 +126,8 @@ def _load_nvrtc():
 def cuda_source(specs) -> str:
     """What cupy compiles for these kernels: its headers, then for each kernel the
     code cupy's ElementwiseKernel generates when called on arrays of the spec's
-    shape (broadcast inputs: not contiguous; 32-bit indexes)."""
+    shape (broadcast inputs: not contiguous; 32-bit indexes); a horizontal kernel's
+    raw arrays each of its own shape, C-contiguous, over a loop of one axis."""
     import cupy
     from cupy._core import _carray, _kernel, core
     ndarray_kind, indexer_kind = 1, 2  # cupy's _ArgKind: ARG_KIND_NDARRAY, _INDEXER
@@ -134,8 +135,9 @@ def cuda_source(specs) -> str:
     for spec in specs:
         kernel = gpu.elementwise_kernel(*gpu.elementwise_params(spec), spec.name)
         ndim = len(spec.shape)
-        args = [_kernel._ArgInfo(ndarray_kind, cupy.ndarray, np.dtype(p.dtype), ndim,
-                                 p.shape == spec.shape, True)
+        args = [_kernel._ArgInfo(ndarray_kind, cupy.ndarray, np.dtype(p.dtype),
+                                 len(p.shape) if spec.segments else ndim,
+                                 p.shape == spec.shape or bool(spec.segments), True)
                 for p in spec.inputs + spec.outputs]
         args.append(_kernel._ArgInfo(indexer_kind, _carray.Indexer, None, ndim, True, True))
         parts.append(_kernel._get_elementwise_kernel_code(
@@ -259,6 +261,10 @@ def test_the_test_graphs_have_kernels(graphs):
     assert all(graphs[f"{name} {dtype}"].groups for name in [*CHAINS, "activations",
                "sigmoid MLP SGD", "ReLU MLP Adam"] for dtype in ("float32", "float64"))
     assert sum(len(g.groups) for g in graphs.values()) >= 30
+    # the updates of every parameter: one horizontal kernel, one launch over raw arrays
+    update, = [g for g in graphs["ReLU MLP Adam float32"].groups if g.segments]
+    in_params, _, body = gpu.elementwise_params(kernel_spec(update))
+    assert in_params.startswith("raw float32 _r_") and body.count("if (i < ") == 4
 
 
 def test_every_kernel_of_the_test_graphs_compiles_to_ptx(graphs):

@@ -145,10 +145,37 @@ def test_kernel_launch_refuses_what_cupy_refuses():
         kernel(x, x, cp.ones(1, cp.float32))  # broadcasts, but is not the shape
     with pytest.raises(TypeError, match="Type is mismatched"):
         kernel(x, x, cp.ones(3, cp.float64))
-    with pytest.raises(ValueError, match="Loop size is undecided"):
+    with pytest.raises(ValueError, match="Loop size is Undecided"):
         cp.ElementwiseKernel("float32 x", "float32 z", "z = x", "k_doc_d")(1.0)
     with pytest.raises(ValueError, match="Can not use 'i'"):
         cp.ElementwiseKernel("float32 i", "float32 z", "z = i", "k_doc_e")
+
+
+def test_raw_params_index_their_own_arrays_over_a_size_given():
+    kernel = cp.ElementwiseKernel("raw float32 x, raw float32 s", "raw float32 y",
+                                  "y[i] = x[i] * s[0] + i", "k_doc_raw")
+    x = cp.arange(12, dtype=cp.float32).reshape(3, 4)[:, ::2]  # strided: C order of x
+    y = cp.empty((2, 3), cp.float32)  # a raw output of another shape
+    (out,) = (kernel(x, cp.asarray(np.float32(2)), y, size=6),)
+    assert out is y
+    assert y.get().ravel().tolist() == (x.get().ravel() * 2 + np.arange(6)).tolist()
+    made = kernel(x, cp.asarray(np.float32(2)), size=6)  # raw outputs made of (size,)
+    assert made.shape == (6,) and made.get().tolist() == y.get().ravel().tolist()
+
+
+def test_raw_launches_refuse_what_cupy_refuses():
+    kernel = cp.ElementwiseKernel("raw float32 x, float32 b", "raw float32 y",
+                                  "y[i] = x[i] + b", "k_doc_raw2")
+    x, b = cp.ones(4, cp.float32), cp.ones(4, cp.float32)
+    with pytest.raises(ValueError, match="Specified 'size' can be used only if all of "
+                                         "the ndarray are 'raw'"):
+        kernel(x, b, cp.empty(4, cp.float32), size=4)
+    with pytest.raises(ValueError, match="Output array size is Undecided"):
+        kernel(x, b)  # b sets the loop, but nothing the size of the raw output
+    with pytest.raises(ValueError, match="Loop size is Undecided"):
+        kernel(x, 1.0, cp.empty(4, cp.float32))  # every array raw, no size
+    with pytest.raises(Exception, match='Unknown keyword "rew"'):
+        cp.ElementwiseKernel("rew float32 x", "float32 y", "y = x", "k_doc_raw3")
 
 
 def test_a_body_that_does_not_compile_raises_with_the_compiler_log():

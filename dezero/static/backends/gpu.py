@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from dezero.static import debugging
 
 # =============================================================================
@@ -23,16 +25,43 @@ from dezero.static import debugging
 def elementwise_params(spec) -> tuple[str, str, str]:
     """(in_params, out_params, operation) of cupy.ElementwiseKernel for `spec`: the
     parameters typed by their numpy dtype names, the operation the spec's body (whose
-    names codegen keeps clear of cupy's loop index `i`)."""
+    names codegen keeps clear of cupy's loop index `i`). A horizontal kernel's are
+    `raw` (see _horizontal_body)."""
+    if spec.segments:
+        return (", ".join(f"raw {p.dtype} _r_{p.name}" for p in spec.inputs),
+                ", ".join(f"raw {p.dtype} _r_{p.name}" for p in spec.outputs),
+                _horizontal_body(spec))
     in_params = ", ".join(f"{p.dtype} {p.name}" for p in spec.inputs)
     out_params = ", ".join(f"{p.dtype} {p.name}" for p in spec.outputs)
     return in_params, out_params, spec.body
 
 
+def _size(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _horizontal_body(spec) -> str:
+    """One launch over every segment's elements, one after the other: the index i
+    picks the segment, and its body runs on element i - (the segment's start) of the
+    raw arrays it reads (element 0 of those of one element) and writes."""
+    lines, start = [f"// kernel {spec.name}: horizontal, {len(spec.segments)} segments "
+                    f"in one launch"], 0
+    for j, part in enumerate(spec.segments):
+        size = _size(part.shape)
+        lines.append(f"{'else ' if j else ''}if (i < {start + size}) {{  // {part.name}, "
+                     f"shape {part.shape}\n  const ptrdiff_t _j = i - {start};")
+        for p in dict((p.name, p) for p in part.inputs).values():  # each name once
+            at = "_j" if _size(p.shape) == size else "0"
+            lines.append(f"  const {p.ctype} {p.name} = _r_{p.name}[{at}];")
+        lines.append("  " + " ".join(f"{p.ctype} {p.name};" for p in part.outputs))
+        lines += [f"  {line}" for line in part.body.strip().splitlines()[1:]]
+        lines += [f"  _r_{p.name}[_j] = {p.name};" for p in part.outputs] + ["}"]
+        start += size
+    return "\n".join(lines) + "\n"
+
+
 def kernel_source(spec) -> str:
     """The kernel as cupy receives it, readable: its parameters, then the body."""
-    if spec.segments:
-        return "".join(kernel_source(s) for s in spec.segments)
     in_params, out_params, body = elementwise_params(spec)
     return (f"// kernel {spec.name}: cupy.ElementwiseKernel, shape {spec.shape}\n"
             f"// in_params:  {in_params}\n// out_params: {out_params}\n{body.rstrip()}\n")
@@ -54,10 +83,11 @@ def elementwise_kernel(in_params: str, out_params: str, body: str, name: str):
 def kernel_factory(spec):
     """The callable of a kernel line of the replay code: the input arrays (cupy, any
     strides, broadcasting to spec.shape) in spec.inputs order -> a tuple of fresh
-    output arrays of spec.shape, one per spec.outputs."""
-    if spec.segments:
-        return _segments_factory(spec)
+    output arrays of spec.shape, one per spec.outputs (a horizontal kernel's: each
+    of its segment's shape, from one launch)."""
     kernel = elementwise_kernel(*elementwise_params(spec), spec.name)
+    if spec.segments:
+        kernel = _horizontal_launch(spec, kernel)
 
     def run(*arrays):
         if debugging.LEVEL >= 2:
@@ -68,15 +98,15 @@ def kernel_factory(spec):
     return run
 
 
-def _segments_factory(spec):
-    """A horizontal kernel as one launch per segment, each on its share of the arrays."""
-    at = {p.name: k for k, p in enumerate(spec.inputs)}
-    parts = [(kernel_factory(s), [at[p.name] for p in s.inputs]) for s in spec.segments]
+def _horizontal_launch(spec, kernel):
+    """kernel(*inputs) of a horizontal kernel: its outputs are raw, so they are made
+    here (each of its segment's shape) and the launch is told its size."""
+    import cupy
+    outs = [(p.shape, p.dtype) for p in spec.outputs]
 
-    def run(*arrays):
-        return tuple(y for kernel, places in parts for y in kernel(*(arrays[k] for k in places)))
-    run.__name__ = run.__qualname__ = spec.name
-    return run
+    def launch(*arrays):
+        return kernel(*arrays, *(cupy.empty(s, d) for s, d in outs), size=spec.shape[0])
+    return launch
 
 
 def _timed(name: str, kernel, arrays):

@@ -7,7 +7,10 @@ source (CUPY_CACHE_DIR, else ~/.cache/dezero/fakecupy) and called with ctypes. T
 launch follows cupy 14: params typed by a dtype name or generic (one letter, the same
 dtype wherever it appears), inputs that are the double's arrays or Python/numpy
 scalars (a numpy array is refused), arrays of exactly the typed dtype, inputs
-broadcast to one shape, outputs allocated in their types (or given, of that shape).
+broadcast to one shape, outputs allocated in their types (or given, of that shape);
+`raw` params, which the body indexes itself (x[k]: element k of x in C order, at its
+own strides; any k of a 0-d array), with cupy's rules for `size` (given exactly when
+every array argument is raw) and for raw outputs (given, or made of shape (size,)).
 """
 import ctypes
 import hashlib
@@ -31,9 +34,19 @@ SOURCE = """// cupy test double: an ElementwiseKernel's operation in a loop for 
 #include <cstddef>
 #include <cstdint>
 using namespace std;
+// A raw param: element k in C order of an array at its own shape and strides.
+template <class T> struct _fc_raw {
+  char* p; int nd; const int64_t* shape; const int64_t* strides;
+  T& operator[](ptrdiff_t k) const {
+    int64_t off = 0;
+    for (int d = nd - 1; d >= 0; --d) { off += (k %% shape[d]) * strides[d]; k /= shape[d]; }
+    return *reinterpret_cast<T*>(p + off);
+  }
+};
 %(typedefs)s%(preamble)s
 extern "C" void %(name)s(char* const* _fc_ptr, const int64_t* _fc_strides,
-                         const int64_t* _fc_shape, int _fc_ndim, int64_t _fc_size) {
+                         const int64_t* _fc_shape, int _fc_ndim, int64_t _fc_size,
+                         const int64_t* _fc_raw_nd, const int64_t* _fc_raw_dims) {
   for (ptrdiff_t i = 0; i < _fc_size; ++i) {
     int64_t _fc_off[%(nargs)d] = {0};
     int64_t _fc_rest = i;
@@ -51,17 +64,20 @@ extern "C" void %(name)s(char* const* _fc_ptr, const int64_t* _fc_strides,
 
 
 class _Param:
-    """One parameter: "float32 x" (typed), "T x" (generic); `raw` is not supported."""
+    """One parameter: "float32 x" (typed), "T x" (generic), "raw float32 x"."""
 
     def __init__(self, text, is_const):
         words = text.split()
         if len(words) < 2:
             raise Exception(f"Syntax error: {text}")
-        if words[:-2]:
-            raise NotImplementedError(f"the cupy test double does not run {' '.join(words[:-2])}"
-                                      f" params ({text.strip()})")
+        for word in words[:-2]:
+            if word not in ("raw", "_non_const"):
+                raise Exception(f'Unknown keyword "{word}"')
+            if word == "_non_const":
+                raise NotImplementedError(f"the cupy test double does not run _non_const "
+                                          f"params ({text.strip()})")
         kind, self.name = words[-2:]
-        self.is_const = is_const
+        self.is_const, self.raw = is_const, "raw" in words[:-2]
         if len(kind) == 1:
             self.dtype, self.ctype = None, kind
         else:
@@ -96,36 +112,45 @@ class ElementwiseKernel:
         if len(args) not in (self.nin, self.nargs):
             raise TypeError(f"Wrong number of arguments for {self.name!r}. It must be either "
                             f"{self.nin} or {self.nargs} (with outputs), but given {len(args)}.")
-        if size != -1:
-            raise NotImplementedError("the cupy test double runs no `size` (raw) launches")
         for arg in args:
             if not isinstance(arg, (_array.ndarray, bool, int, float, complex, numpy.generic)):
                 raise TypeError(f"Unsupported type {type(arg)}")
         ins, outs = list(args[:self.nin]), list(args[self.nin:])
-        arrays = [a for a in args if isinstance(a, _array.ndarray)]
-        if not arrays:
-            raise ValueError("Loop size is undecided.")
-        try:
-            shape = numpy.broadcast_shapes(*(a.shape for a in arrays))
-        except ValueError:
-            raise ValueError("operands could not be broadcast together with shapes " +
-                             " ".join(str(a.shape) for a in arrays)) from None
+        params = self.in_params + self.out_params
+        arrays = [a for p, a in zip(params, args) if isinstance(a, _array.ndarray) and not p.raw]
+        if size != -1:
+            if arrays:
+                raise ValueError("Specified 'size' can be used only if all of the ndarray "
+                                 "are 'raw'.")
+            shape = (size,)
+        elif not arrays:
+            raise ValueError("Loop size is Undecided")
+        else:
+            try:
+                shape = numpy.broadcast_shapes(*(a.shape for a in arrays))
+            except ValueError:
+                raise ValueError("operands could not be broadcast together with shapes " +
+                                 " ".join(str(a.shape) for a in arrays)) from None
         in_types, out_types, typedefs = self._types(ins, outs)
         for k, (p, out) in enumerate(zip(self.out_params, outs)):
             if not isinstance(out, _array.ndarray):
                 raise TypeError("Output arguments type must be cupy.ndarray")
-            if out.shape != shape:
+            if out.shape != shape and not p.raw:
                 raise ValueError("Out shape is mismatched")
         if not outs:
+            if size == -1 and any(p.raw for p in self.out_params):
+                raise ValueError("Output array size is Undecided")
             outs = [_array.ndarray(shape, t) for t in out_types]
         result = None if self.no_return else (
             outs[0] if self.nout == 1 and not self.return_tuple else tuple(outs))
         if 0 in shape:
             return result
-        # Scalars are cast to their param's type, as cupy's CScalar.apply_dtype does.
-        host = [numpy.broadcast_to(a._a if isinstance(a, _array.ndarray)
+        # Scalars are cast to their param's type, as cupy's CScalar.apply_dtype does;
+        # a raw array keeps its own shape and strides (its loop strides are 0).
+        host = [a._a if p.raw else
+                numpy.broadcast_to(a._a if isinstance(a, _array.ndarray)
                                    else numpy.asarray(a, t), shape)
-                for a, t in zip(ins, in_types)]
+                for p, a, t in zip(self.in_params, ins, in_types)]
         host += [o._a for o in outs]
         self._launch(host, shape, typedefs)
         return result
@@ -166,20 +191,36 @@ class ElementwiseKernel:
             self._libraries[key] = _load(self._source(typedefs), self.name)
         function = self._libraries[key]
         ndim = len(shape)
+        params = self.in_params + self.out_params
         pointers = (ctypes.c_void_p * len(arrays))(
             *[a.__array_interface__["data"][0] for a in arrays])
-        strides = numpy.array([s for a in arrays for s in a.strides] or [0], numpy.int64)
+        # The loop's strides of each argument (0 for a raw one: it indexes itself) ...
+        strides = numpy.array([s for p, a in zip(params, arrays)
+                               for s in ((0,) * ndim if p.raw else a.strides)] or [0],
+                              numpy.int64)
+        # ... and a raw one's own ndim, then its shape and strides, in _fc_raw_dims.
+        raw_nd = numpy.array([a.ndim for a in arrays] or [0], numpy.int64)
+        raw_dims = numpy.array([n for a in arrays for n in (*a.shape, *a.strides)] or [0],
+                               numpy.int64)
         dims = numpy.array(shape or (1,), numpy.int64)
         function(pointers, strides.ctypes.data_as(ctypes.c_void_p),
                  dims.ctypes.data_as(ctypes.c_void_p), ctypes.c_int(ndim),
-                 ctypes.c_int64(int(numpy.prod(shape, dtype=numpy.int64))))
+                 ctypes.c_int64(int(numpy.prod(shape, dtype=numpy.int64))),
+                 raw_nd.ctypes.data_as(ctypes.c_void_p),
+                 raw_dims.ctypes.data_as(ctypes.c_void_p))
 
     def _source(self, typedefs):
-        refs = []
+        refs, at = [], "0"  # at: where argument k's shape and strides begin in _fc_raw_dims
         for k, p in enumerate(self.in_params + self.out_params):
             const = "const " if p.is_const else ""
-            refs.append(f"    {const}{p.ctype} &{p.name} = *reinterpret_cast<{const}{p.ctype}*>"
-                        f"(_fc_ptr[{k}] + _fc_off[{k}]);")
+            if p.raw:
+                refs.append(f"    const _fc_raw<{const}{p.ctype}> {p.name}{{_fc_ptr[{k}], "
+                            f"int(_fc_raw_nd[{k}]), _fc_raw_dims + {at}, _fc_raw_dims + {at}"
+                            f" + _fc_raw_nd[{k}]}};")
+            else:
+                refs.append(f"    {const}{p.ctype} &{p.name} = *reinterpret_cast<{const}"
+                            f"{p.ctype}*>(_fc_ptr[{k}] + _fc_off[{k}]);")
+            at = f"{at} + 2 * _fc_raw_nd[{k}]"
         return SOURCE % {
             "typedefs": "".join(f"typedef {c} {t};\n" for t, c in sorted(typedefs.items())),
             "preamble": self.preamble, "name": self.name, "nargs": max(self.nargs, 1),
