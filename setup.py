@@ -11,9 +11,10 @@ GPU_COMPILE = [
 
 # Data parallelism (dezero.distributed): mpi4py, and an MPI runtime as a wheel, so that
 # `mpiexec` comes with it (mpi4py alone fails at import without a system MPI): MPICH on
-# Linux and macOS, Intel MPI's runtime on Windows.
+# Linux and macOS, Intel MPI's runtime on Windows. threadpoolctl sets the threads of the
+# BLAS numpy loaded, when ranks share a machine's cores.
 DISTRIBUTED = ["mpi4py>=4,<5", 'mpich; sys_platform == "linux" or sys_platform == "darwin"',
-               'impi-rt; sys_platform == "win32"']
+               'impi-rt; sys_platform == "win32"', "threadpoolctl>=3"]
 
 # The gpu extra installs cupy as a wheel built for CUDA 12 drivers (the source package
 # `cupy` would compile itself and needs the CUDA toolkit); with CUDA 13 drivers,

@@ -9,6 +9,7 @@ through NCCL. Launch with `mpiexec -n 2 python -m mpi4py train.py`.
     comm = dist.init(); model(x[:1]); comm.broadcast_params(model)
     optimizer.add_hook(dist.AllreduceGrads(comm))
 """
+import os
 import sys
 import time
 import traceback
@@ -49,7 +50,37 @@ def init():
     comm = Communicator(MPI.COMM_WORLD, "world")
     if comm.size > 1:
         _abort_on_uncaught_exception(comm.mpi)
+        _share_the_cores(comm)
     return comm
+
+
+# Variables that set how many threads BLAS and OpenMP start (the user's choice, if any).
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _share_the_cores(comm):
+    """Ranks on one machine split its cores, unless a thread count was chosen: each
+    rank's BLAS and OpenMP would start one thread per core, ranks x cores threads in
+    all, and the threads of one parallel matmul wait for each other, so one of them
+    off its core stalls the rest. torchrun does the same for its ranks."""
+    if comm.local_size == 1 or any(name in os.environ for name in _THREAD_VARIABLES):
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = max(1, cores // comm.local_size)
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # an OpenMP loaded later (the kernels')
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        uses = (f"each rank's OpenMP now uses {threads} thread(s), but its BLAS one per "
+                f"core (pip install threadpoolctl, or set OMP_NUM_THREADS={threads} "
+                f"before starting)")
+    else:
+        threadpool_limits(threads)  # the BLAS and OpenMP loaded already (numpy's BLAS)
+        uses = (f"each rank now uses {threads} thread(s) (BLAS, OpenMP); set "
+                f"OMP_NUM_THREADS to choose")
+    if comm.local_rank == 0:
+        warnings.warn(f"dezero.distributed: {comm.local_size} ranks share this machine's "
+                      f"{cores} cores: {uses}", stacklevel=3)
 
 
 def _abort_on_uncaught_exception(mpi_comm):
@@ -75,6 +106,7 @@ class Communicator:
 
     rank, size     this process's number in the group, and the group's size
     local_rank     its number among the ranks on the same machine (which GPU it uses)
+    local_size     how many ranks share this machine
     mpi            the mpi4py communicator underneath
     """
 
@@ -82,7 +114,9 @@ class Communicator:
         from mpi4py import MPI
         self.mpi, self.name = mpi_comm, name
         self.rank, self.size = mpi_comm.Get_rank(), mpi_comm.Get_size()
-        self.local_rank = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
+        local = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED)  # the ranks on this machine
+        self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
+        local.Free()
         self._nccl = None  # made on the first exchange of cupy arrays
         _COMMUNICATORS[name] = self
 

@@ -161,6 +161,15 @@ def mismatch():
     comm.broadcast_params(model)
 
 
+def threads():
+    """Each rank's thread counts after init: its BLAS's and OMP_NUM_THREADS, one line."""
+    from threadpoolctl import threadpool_info
+    comm = dist.init()
+    blas = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+    print(f"rank {comm.rank}: blas {blas} omp {os.environ.get('OMP_NUM_THREADS')}",
+          flush=True)
+
+
 if __name__ == "__main__":
     {"train": lambda: train(sys.argv[2]), "fail": fail, "mismatch": mismatch,
-     "unused": unused}[sys.argv[1]]()
+     "unused": unused, "threads": threads}[sys.argv[1]]()

@@ -30,9 +30,10 @@ def mpiexec():
     return found
 
 
-def launch(ranks, *args, runner=("-m", "mpi4py"), timeout=120):
+def launch(ranks, *args, runner=("-m", "mpi4py"), timeout=120, threads=ONE_THREAD):
     """Run the worker on `ranks` processes (None: one plain process, no mpiexec)."""
-    env = {**os.environ, **ONE_THREAD, "PYTHONPATH": str(ROOT)}
+    env = {name: value for name, value in os.environ.items() if name not in ONE_THREAD}
+    env.update(threads, PYTHONPATH=str(ROOT))
     command = [sys.executable, *runner, WORKER, *args]
     if ranks is not None:
         command = [mpiexec(), "-n", str(ranks), *command]
@@ -86,6 +87,21 @@ def test_a_rank_that_raises_ends_the_whole_job_within_seconds(ranks, runner):
     assert run.returncode != 0
     assert f"rank {ranks - 1} fails on purpose" in run.stderr
     assert elapsed < 30, f"the job took {elapsed:.1f} s to end"
+
+
+def test_ranks_sharing_the_cores_get_their_share_of_threads_unless_told():
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    share = max(1, cores // 2)
+    run = launch(2, "threads", threads={}, timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for rank in (0, 1):
+        assert f"rank {rank}: blas [{share}] omp {share}" in run.stdout, run.stdout
+    assert run.stderr.count(f"2 ranks share this machine's {cores} cores") == 1, run.stderr
+    # A thread count the user chose is left alone, and nothing is said.
+    run = launch(2, "threads", threads={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
+                 timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "rank 1: blas [1] omp 1" in run.stdout and "share this machine" not in run.stderr
 
 
 def test_ranks_with_different_models_are_refused_by_broadcast_params():
