@@ -488,6 +488,9 @@ class Function:
                 (Pow: sqrt for c = 0.5, else pow)
       cpp_type  the C++ type cpp yields where it is not the inputs' type ("bool"
                 for a comparison); the kernel casts it to the result's type
+      reduce    "sum", "max" or "min": the op reduces its one input over some axes
+                (its `axis` attr, or what its result's shape sums away), so a
+                kernel can fold it into its loop; not inherited past forward
       random    the op draws random numbers (never folded or deduplicated)
       collective  the op exchanges data with other processes (an allreduce): every
                 process must run it, in the same order, so no pass folds, merges,
@@ -506,7 +509,7 @@ class Function:
     `type(f)(**f.attrs)` rebuilds an equivalent op.
     """
 
-    cpp = cpp_type = None
+    cpp = cpp_type = reduce = None
     random = False
     collective = False
     commutative = False

@@ -531,6 +531,7 @@ def flatten(x):
 
 
 class Sum(Function):
+    reduce = "sum"
     py = "{x}.sum(axis={axis}, keepdims={keepdims})"
 
     def __init__(self, axis=None, keepdims=False):
@@ -553,6 +554,8 @@ def sum(x, axis=None, keepdims=False):
 
 
 class SumTo(Function):
+    reduce = "sum"
+
     @staticmethod
     def py(in_shapes, out_shape, attrs):
         # utils.sum_to works out the summed axes at every call; the graph knows both
@@ -614,6 +617,8 @@ mean = average
 
 
 class Max(Function):
+    reduce = "max"
+
     def __init__(self, axis=None, keepdims=False):
         self.axis = axis
         self.keepdims = keepdims
@@ -626,6 +631,8 @@ class Max(Function):
 
 
 class Min(Max):
+    reduce = "min"
+
     def forward(self, x):
         return x.min(axis=self.axis, keepdims=self.keepdims)
 

@@ -51,6 +51,7 @@ class OpRecord:
     attr_names: tuple | None  # the constructor's parameters (None: it takes **kwargs)
     cpp: object           # the C++ expression of an elementwise op (str, or a function of attrs)
     cpp_type: str | None  # the C++ type cpp yields where it is not the inputs' type
+    reduce: str | None    # "sum", "max" or "min" for a reduction a kernel can fold in
     py: object            # the replay code's inline spelling (str, dict or function)
     neutral: dict | None  # simplify: {input position: constant} that leaves the other
     neutral_attrs: dict | None  # simplify: attrs that leave the input unchanged
@@ -81,8 +82,8 @@ def _record(cls) -> OpRecord:
         init = list(inspect.signature(cls.__init__).parameters.values())[1:]
         attr_names = None if any(p.kind is p.VAR_KEYWORD for p in init) else tuple(
             p.name for p in init if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
-    facts = {name: own_fact(cls, name) for name in ("cpp", "cpp_type", "py", "neutral",
-                                                    "neutral_attrs")}
+    facts = {name: own_fact(cls, name) for name in ("cpp", "cpp_type", "reduce", "py",
+                                                    "neutral", "neutral_attrs")}
     return OpRecord(cls.op_name, cls, tuple(p.name for p in forward), counts, attr_names,
                     random=bool(cls.random), collective=bool(cls.collective),
                     commutative=bool(cls.commutative), **facts)

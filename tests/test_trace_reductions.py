@@ -1,10 +1,16 @@
 """Reductions in traced graphs: softmax_cross_entropy hands its probabilities to its
-backward (the graph computes softmax once)."""
+backward (the graph computes softmax once), and sum, mean, max, min and sum_to fold
+into the kernel of the elementwise ops before and after them (C++ on the CPU)."""
 import numpy as np
+import pytest
 
 import dezero
 import dezero.functions as F
 from dezero import Variable, models, optimizers
+from dezero.static import backends, passes
+from dezero.static.backends import cpu
+from dezero.static.codegen import kernel_spec
+from dezero.static.ir import Node, Value
 from dezero.utils import numerical_grad
 
 # =============================================================================
@@ -79,3 +85,155 @@ def test_traced_double_backward_through_the_probabilities_matches_eager():
         return np.sum(x.grad.data * w)
     np.testing.assert_allclose(replayed, numerical_grad(first, x0.copy()), rtol=1e-5,
                                atol=1e-7)
+
+
+# =============================================================================
+# Reduction kernels: elementwise work before and after sum, mean, max, sum_to
+# =============================================================================
+
+needs_compiler = pytest.mark.skipif(cpu.missing_reason() is not None,
+                                    reason=str(cpu.missing_reason()))
+
+
+def close_to_the_interpreter(got, want, dtype):
+    """Equal within a few ulp of the magnitudes involved: the kernels' exp and tanh
+    are the C library's (a few ulp from numpy's); sums over the innermost axes are
+    added in numpy's pairwise order and sums over leading axes row after row, as
+    numpy adds them, so sums change no order where numpy's loop runs along them."""
+    eps = np.finfo(dtype).eps
+    scale = max(1.0, float(np.max(np.abs(want), initial=0.0)))
+    np.testing.assert_allclose(got, want, rtol=8 * eps, atol=8 * eps * scale)
+
+
+def with_reduction(reduce):
+    """A prologue (tanh(x * 2 - 1)), the reduction, an epilogue (* 3 + b on the
+    reduced shape), and the prologue's value read outside (a second output)."""
+    def f(x, b):
+        y = F.tanh(x * 2.0 - 1.0)
+        return reduce(y) * 3.0 + b, y
+    return f
+
+
+REDUCTIONS = {
+    "sum over the last axis": (lambda y: F.sum(y, axis=1, keepdims=True), lambda s: (s[0], 1)),
+    "sum over the batch": (lambda y: F.sum(y, axis=0), lambda s: (s[1],)),
+    "sum of all": (lambda y: F.sum(y), lambda s: ()),
+    "mean over the last axis": (lambda y: F.mean(y, axis=1), lambda s: (s[0],)),
+    "max over the last axis": (lambda y: F.max(y, axis=1, keepdims=True),
+                               lambda s: (s[0], 1)),
+    "min over the batch": (lambda y: F.min(y, axis=0, keepdims=True), lambda s: (1, s[1])),
+    "sum_to the bias's shape": (lambda y: F.sum_to(y, (1, y.shape[1])),
+                                lambda s: (1, s[1])),
+}
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(6, 7), (300, 9), (6, 1), (1, 130)])
+@pytest.mark.parametrize("name", list(REDUCTIONS))
+def test_a_reduction_kernel_computes_what_the_interpreter_does(name, shape, dtype):
+    reduce, b_shape = REDUCTIONS[name]
+    if name.startswith("sum_to") and shape[0] == 1:
+        pytest.skip("sum_to of one row to its own shape is no op at all")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(dtype)
+    b = rng.standard_normal(b_shape(shape)).astype(dtype)
+    graph = dezero.trace(with_reduction(reduce)).lower(x, b)
+    group, = [g for g in graph.groups if g.axes is not None]
+    assert group.compiled and any(n.record.reduce for n in group.nodes)
+    plan = graph.compile("cpu").wait()
+    assert getattr(plan, "library", None) is not None
+    for arrays in [(x, b), (rng.standard_normal(shape).astype(dtype) * 50, b)]:
+        got, want = plan(*arrays), graph.interpret(*arrays)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            close_to_the_interpreter(g.data, w.data, dtype)
+
+
+@needs_compiler
+def test_sums_in_numpy_order_equal_numpy_to_the_bit():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((64, 300)).astype(np.float32)
+    b = np.zeros(1, np.float32)
+    for reduce in (lambda y: F.sum(y, axis=1), lambda y: F.sum(y, axis=0), F.sum):
+        def f(x, b):
+            return reduce(x * 2.0 - 1.0) * 3.0 + b
+        graph = dezero.trace(f).lower(x, b)
+        assert graph.groups[0].axes is not None
+        got = graph.compile("cpu").wait()(x, b)
+        np.testing.assert_array_equal(got.data, graph.interpret(x, b).data)
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_composed_softmax_is_one_kernel_of_three_passes(dtype):
+    def f(x):
+        e = F.exp(x - F.max(x, axis=1, keepdims=True))
+        return F.log(e / F.sum(e, axis=1, keepdims=True) + 1.0)
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((40, 10)) * 5).astype(dtype)
+    graph = dezero.trace(f).lower(x)
+    group, = graph.groups
+    assert [n.op for n in group.nodes] == ["max", "sub", "exp", "sum", "div", "add", "log"]
+    spec = kernel_spec(group)
+    assert len(spec.passes) == 3  # the max, the sum of exp, then the quotient's log
+    close_to_the_interpreter(graph.compile("cpu").wait()(x).data, graph.interpret(x).data,
+                             dtype)
+
+
+@needs_compiler
+def test_odd_inputs_a_strided_view_an_empty_batch_and_a_broadcast_row():
+    def f(x, c):
+        y = F.exp(x * c - 1.0)
+        s = F.sum(y, axis=1, keepdims=True)
+        return y / s * 2.0
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((12, 14)).astype(np.float32)
+    for x, c in [(base[::2, ::2], np.float32(0.5) * np.ones((6, 1), np.float32)),
+                 (base[:6, :7].T.copy().T, rng.standard_normal((1, 7)).astype(np.float32)),
+                 (np.zeros((0, 7), np.float32), np.ones((1, 7), np.float32))]:
+        graph = dezero.trace(f).lower(x, c)
+        assert graph.groups[0].axes == (1,) and graph.groups[0].compiled
+        got = graph.compile("cpu").wait()(x, c).data
+        want = graph.interpret(x, c).data
+        assert got.shape == want.shape
+        close_to_the_interpreter(got, want, np.float32)
+
+
+def test_reductions_that_cannot_fold_stay_boundaries():
+    # a max of no elements raises in numpy (a graph file may hold one): a kernel
+    # would return -inf
+    f32 = np.dtype(np.float32)
+    node = Node("op", "max", [Value("x", (0, 3), f32)], {"axis": 0, "keepdims": False},
+                [Value("y", (3,), f32)])
+    assert passes.fusion_refusal(node) == "a max of no elements (numpy raises)"
+    # integers are summed by numpy; a kernel computes in one float type
+    graph = dezero.trace(lambda x: F.sum(x) * 2).lower(np.arange(6).reshape(2, 3))
+    assert not graph.groups
+    # on the GPU reductions run alone (no reduction kernel there yet)
+    graph = dezero.trace(lambda x: F.sum(F.exp(x) * 2.0 - 1.0, axis=1) * 3.0 + 1.0).lower(
+        np.ones((4, 5), np.float32))
+    assert graph.groups[0].axes == (1,)
+    graph.device = "gpu"
+    assert passes.fusion_refusal(graph.groups[0].nodes[3], "gpu").startswith("a reduction")
+    assert not passes.pays(graph.groups[0], "gpu")
+
+
+@needs_compiler
+def test_a_fused_training_step_with_reductions_matches_the_python_replay(monkeypatch):
+    x, t = batch(n=512, dim=6, classes=4)  # 512 x 40 elements: the reductions pay
+    results = []
+    for backend in ("python", "cpu"):
+        monkeypatch.setattr(backends, "DEFAULT", backend)
+        np.random.seed(5)  # the same initial weights
+        model = models.MLP((40, 4))
+        traced = dezero.trace(sce_step(model, optimizers.Adam(0.01)), check=True)
+        losses = [float(traced(x, t).data) for _ in range(4)]
+        traced.graph.compile().wait()
+        assert any(g.axes and g.compiled for g in traced.graph.groups)
+        losses += [float(traced(x, t).data) for _ in range(2)]
+        results.append((losses, [p.data.copy() for p in model.params()]))
+    (l0, p0), (l1, p1) = results
+    np.testing.assert_allclose(l0, l1, rtol=1e-6)
+    for a, b in zip(p0, p1):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

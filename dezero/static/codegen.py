@@ -17,6 +17,7 @@ import numpy as np
 
 from dezero.errors import GraphError
 from dezero.static.ir import Group, format_node
+from dezero.static.reductions import reduction_spec
 
 # =============================================================================
 # The spec: Param, KernelSpec
@@ -115,7 +116,8 @@ def c_names(group: Group) -> dict:
     where it is a safe C name, else 'v_' + it (a word of RESERVED, a macro-like name,
     a function the body calls) or 'v<k>' (a name C does not accept); '_' is appended
     until each is unique."""
-    reserved = RESERVED | {f for n in group.nodes for f in _CALLED.findall(_template(n))}
+    reserved = RESERVED | {f for n in group.nodes if not n.record.reduce
+                           for f in _CALLED.findall(_template(n))}
     used, names = set(), {}
 
     def fresh(value, k):
@@ -160,10 +162,16 @@ def _expression(node, names: dict) -> str:
                          f"a parameter of its forward nor an attr") from None
 
 
-def kernel_spec(group: Group) -> KernelSpec:
+def kernel_spec(group: Group):
     """The KernelSpec of a group: one `const <type> name = <cpp>;` per node, then one
     assignment per output. Deterministic: the same group gives the same bytes. Made
-    once and kept on the group, where the replay code and the kernel library find it."""
+    once and kept on the group, where the replay code and the kernel library find it.
+    A group with reductions gets a reductions.ReductionSpec."""
+    if group.spec is None and group.axes is not None:
+        ctype = CTYPES[group.nodes[0].outputs[0].dtype.name]
+        group.spec = reduction_spec(
+            group, c_names(group), lambda node, reads: typed_expression(node, reads, ctype),
+            lambda v, name: Param(name, CTYPES[v.dtype.name], v.dtype.name, tuple(v.shape)))
     if group.spec is None:
         group.spec = _make_spec(group)
     return group.spec
@@ -173,8 +181,8 @@ def _make_spec(group: Group, names: dict | None = None) -> KernelSpec:
     names = names or c_names(group)
     if group.segments:  # one body per segment, with names unique across all of them
         segments = tuple(_make_spec(s, names) for s in group.segments)
-        return KernelSpec(group.name, _params(group.inputs, names),
-                          _params(group.outputs, names), tuple(group.shape),
+        return KernelSpec(group.name, params(group.inputs, names),
+                          params(group.outputs, names), tuple(group.shape),
                           f"// kernel {group.name}: horizontal over "
                           f"{', '.join(s.name for s in segments)}\n", segments)
     dtype = group.nodes[0].outputs[0].dtype
@@ -187,18 +195,24 @@ def _make_spec(group: Group, names: dict | None = None) -> KernelSpec:
         if missing:
             raise GraphError(f"{format_node(node)}: kernel {group.name} neither reads "
                              f"{', '.join(missing)} nor makes it before this node")
-        expression = _expression(node, reads)
-        cpp_type = node.record.cpp_type
-        if cpp_type is not None and cpp_type != ctype:
-            expression = f"({ctype})({expression})"
+        expression = typed_expression(node, reads, ctype)
         local = names[("local", id(value))]
         lines.append(f"const {ctype} {local} = {expression};")
         reads[id(value)] = local
     lines += [f"{names[id(v)]} = {names[('local', id(v))]};" for v in group.outputs]
-    return KernelSpec(group.name, _params(group.inputs, names), _params(group.outputs, names),
+    return KernelSpec(group.name, params(group.inputs, names), params(group.outputs, names),
                       tuple(group.shape), "\n".join(lines) + "\n")
 
 
-def _params(values, names) -> tuple:
+def typed_expression(node, reads: dict, ctype: str) -> str:
+    """The node's expression (see _expression), cast to the kernel's type where the
+    op yields another (a comparison's bool)."""
+    expression = _expression(node, reads)
+    cpp_type = node.record.cpp_type
+    return f"({ctype})({expression})" if cpp_type is not None and cpp_type != ctype \
+        else expression
+
+
+def params(values, names) -> tuple:
     return tuple(Param(names[id(v)], CTYPES[v.dtype.name], v.dtype.name, tuple(v.shape))
                  for v in values)

@@ -31,8 +31,11 @@ def segment_key(part: list, readers: dict):
     collective phase, the ops with their attrs, how each reads its operands (the k-th
     outside input, or the result of the j-th op), which results are read outside;
     None for a group that cannot be a segment (an outside input neither of the
-    group's shape nor of one element: a segment's loop indexes every input alike)."""
+    group's shape nor of one element: a segment's loop indexes every input alike;
+    a group with reductions)."""
     shape, inside = part[0].outputs[0].shape, {id(n) for n in part}
+    if any(n.record.reduce for n in part):  # a reduction kernel loops otherwise
+        return None
     local, outside, ops = {}, {}, []
     for node in part:
         operands = []

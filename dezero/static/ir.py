@@ -115,7 +115,8 @@ class Node:
 
 @dataclass(eq=False)
 class Group:
-    """Elementwise op nodes that run as one kernel (made by passes.fuse).
+    """Op nodes that run as one kernel (made by passes.fuse): elementwise ones, and in
+    a reduction group the reductions they feed and the elementwise ops after them.
 
     name     "k0", "k1" ... in graph order
     nodes    the op nodes, contiguous in the graph's node list
@@ -131,6 +132,9 @@ class Group:
              results; its nodes are theirs one after the other, its inputs theirs
              (each once), its outputs theirs, its shape (total elements,). Empty for
              a vertical group (one chain, one shape)
+    axes     None, or the axes of `shape` its reductions reduce; its values are then
+             of `shape` or of a reduction's result shape (row values, one per
+             position of the other axes, with or without those axes as 1)
     """
 
     name: str
@@ -141,18 +145,24 @@ class Group:
     compiled: bool = True
     spec: object = None
     segments: list = field(default_factory=list)
+    axes: tuple | None = None
 
     def header(self) -> str:
         """'kernel k0: 5 ops -> d, f', the comment printed above the group (which says
         so when the group runs as numpy calls); a horizontal one says
-        'kernel k4: horizontal, 4 x 12 ops over [2,10], [10], [10,3], [3]'."""
+        'kernel k4: horizontal, 4 x 12 ops over [2,10], [10], [10,3], [3]'; one with
+        reductions 'kernel k1: 5 ops, reduces axes (0,) of [8, 3] -> ...'."""
         what = f"{len(self.nodes)} ops -> " + ", ".join(v.label for v in self.outputs)
         if self.segments:  # each segment's line names its results
             what = f"horizontal, {len(self.segments)} x {len(self.segments[0].nodes)} ops " \
                    f"over " + ", ".join(f"[{','.join(map(str, s.shape))}]"
                                         for s in self.segments)
+        if self.axes is not None:
+            what = what.replace(" ops -> ", f" ops, reduces axes {self.axes} of "
+                                            f"{list(self.shape)} -> ", 1)
         return f"kernel {self.name}: {what}" + \
-            ("" if self.compiled else " (numpy calls: too small to pay for a kernel)")
+            ("" if self.compiled else " (numpy calls: too small to pay for a kernel)"
+             if self.axes is None else " (op by op)")
 
 
 # =============================================================================
@@ -283,6 +293,12 @@ def format_graph(graph: Graph) -> str:
     return "\n".join(lines)
 
 
+def row_shapes(shape: tuple, axes: tuple) -> set:
+    """The shapes of a reduction of `shape` over `axes`: with and without them as 1."""
+    return {tuple(1 if d in axes else n for d, n in enumerate(shape)),
+            tuple(n for d, n in enumerate(shape) if d not in axes)}
+
+
 # =============================================================================
 # Graph: the container, its views and check
 # =============================================================================
@@ -409,9 +425,12 @@ class Graph:
         for group in self.groups:
             spots = [at.get(id(n)) for n in group.nodes]
             parts = group.segments or [group]
+            shapes = {group.shape} | (set() if group.axes is None else
+                                      row_shapes(group.shape, group.axes))
             if None in spots or spots != list(range(spots[0], spots[0] + len(spots))) or \
                     [n for s in parts for n in s.nodes] != group.nodes or \
-                    any(v.shape != s.shape for s in parts for n in s.nodes for v in n.outputs):
+                    any(v.shape != s.shape and v.shape not in shapes
+                        for s in parts for n in s.nodes for v in n.outputs):
                 raise GraphError(f"graph {self.name}: kernel {group.name} is not a run of "
                                  f"consecutive nodes of the graph with results of shape "
                                  f"{' or '.join(str(s.shape) for s in parts)}")

@@ -30,6 +30,7 @@ from dezero.static.ir import (
     attrs_key,
     format_attr,
     format_node,
+    row_shapes,
 )
 from dezero.static.names import identifier, letter_name
 
@@ -223,15 +224,24 @@ def rename(graph: Graph) -> Graph:
 KERNEL_DTYPES = ("float32", "float64")
 
 
-def fusion_refusal(node: Node) -> str | None:
+def fusion_refusal(node: Node, device: str = "cpu") -> str | None:
     """Why an op node cannot be part of a kernel, or None when it can: the rule
-    stated with Function.cpp (one float dtype in and out, attrs finite numbers)."""
+    stated with Function.cpp (one float dtype in and out, attrs finite numbers), and
+    reductions (Function.reduce) on the CPU."""
     record = node.record
     if record.random:
         return "a random op (each replay draws afresh)"
     if record.collective:
         return "a collective (it exchanges data with other processes)"
-    if not record.elementwise:
+    if record.reduce and device == "gpu":
+        return "a reduction (kernels fold reductions in on the CPU; the GPU runs it alone)"
+    if record.reduce and node.outputs[0].shape not in row_shapes(node.inputs[0].shape,
+                                                                 reduced_axes(node)):
+        return "a reduction to a shape that keeps some reduced axes and drops others"
+    if record.reduce and record.reduce != "sum" and any(
+            node.inputs[0].shape[d] == 0 for d in reduced_axes(node)):
+        return f"a {record.reduce} of no elements (numpy raises)"
+    if not record.elementwise and not record.reduce:
         return "not elementwise (no cpp on its class)"
     if len(node.outputs) != 1:
         return f"{len(node.outputs)} results"
@@ -239,7 +249,7 @@ def fusion_refusal(node: Node) -> str | None:
     if dtype.name not in KERNEL_DTYPES or any(v.dtype != dtype for v in node.inputs):
         return (f"dtypes {', '.join(v.dtype.name for v in node.inputs)} -> {dtype.name} "
                 f"(a kernel computes in one of {', '.join(KERNEL_DTYPES)})")
-    for key, value in sorted(node.attrs.items()):
+    for key, value in sorted(node.attrs.items()) if not record.reduce else ():
         if not _finite_as(value, dtype):
             return f"attr {key}={format_attr(value)} is no finite {dtype.name} number"
     return None
@@ -256,9 +266,80 @@ def _finite_as(value, dtype) -> bool:
             return False
 
 
+def reduced_axes(node: Node) -> tuple:
+    """The axes of its input that a reduction node reduces, sorted and >= 0: its
+    `axis` attr (sum, max, min), or those its result's shape sums away (sum_to)."""
+    shape = node.inputs[0].shape
+    if "axis" in node.attrs:
+        axis = node.attrs["axis"]
+        axes = range(len(shape)) if axis is None else axis if isinstance(axis, tuple) \
+            else (axis,)
+        return tuple(sorted({a % len(shape) for a in axes})) if shape else ()
+    out = node.outputs[0].shape
+    lead = len(shape) - len(out)
+    return tuple(range(lead)) + tuple(d + lead for d, n in enumerate(out)
+                                      if n == 1 and shape[d + lead] != 1)
+
+
+def _reads_as_row(shape: tuple, full: tuple, axes: tuple) -> bool:
+    """Whether a row value of `shape` broadcasts to `full` along the reduced axes
+    only (numpy aligns shapes on the right: a (N,) sum of (N, C) over axis 1 does not)."""
+    lead = len(full) - len(shape)
+    return lead >= 0 and all((shape[d - lead] if d >= lead else 1) == (1 if d in axes else n)
+                             for d, n in enumerate(full))
+
+
+def _joined(space: tuple, node: Node, values: list, update: bool) -> tuple | None:
+    """The (shape, axes) of a group after `node`, reading `values` of it, joins it, or
+    None where it cannot. A group without reductions has one shape; a reduction of
+    values of that shape joins and sets its axes; then an elementwise node joins with
+    the full shape or a row shape (that of a reduction's result), unless it is part
+    of an `update` on the row shape (of a bias, after its gradient's sum), which the
+    horizontal rule runs with the other parameters' updates."""
+    shape, axes = space
+    out = node.outputs[0].shape
+    if node.record.reduce:
+        mine = reduced_axes(node)
+        return (shape, mine) if values[0].shape == shape and axes in (None, mine) else None
+    if axes is None:
+        return space if out == shape and all(v.shape == shape for v in values) else None
+    rows = row_shapes(shape, axes)
+    if out == shape:
+        fits = all(v.shape == shape or v.shape in rows and _reads_as_row(v.shape, shape, axes)
+                   for v in values)
+    else:  # a row node reads row values of its own shape (one value a row: any)
+        one = int(np.prod(out)) == 1
+        fits = out in rows and not update and all(
+            v.shape == out or one and v.shape in rows for v in values)
+    return space if fits else None
+
+
+def _merged(spaces: list) -> tuple | None:
+    """The space of groups merged into one, or None where they disagree."""
+    axes = {a for _, a in spaces if a is not None}
+    return (spaces[0][0], next(iter(axes), None)) \
+        if len({s for s, _ in spaces}) == 1 and len(axes) <= 1 else None
+
+
 def fuse(graph: Graph) -> Graph:
-    """Group elementwise op nodes into kernels (graph.groups), reordering the nodes
-    so that each group's are consecutive.
+    """Group elementwise op nodes, and the reductions they feed with the elementwise
+    ops after those, into kernels (graph.groups), reordering the nodes so that each
+    group's are consecutive. A reduction stays out of a kernel too small to pay
+    (passes.pays): the group is then made again without it."""
+    small: set = set()
+    while True:
+        fused = _fuse(graph, small)
+        more = {id(n) for g in fused.groups if g.axes is not None and not g.compiled
+                for n in g.nodes if n.record.reduce}
+        if not more:
+            return fused
+        small |= more
+        debugging.log(3, f"fuse {graph.name}: again, each reduction of a kernel too small "
+                         f"to pay a boundary")
+
+
+def _fuse(graph: Graph, small: set) -> Graph:
+    """fuse, with the reduction nodes in `small` (ids) left out of kernels.
 
     Nodes are visited in order; a fusable node (fusion_refusal) joins the groups of
     its inputs' producers whose results have its shape, merging them, unless a path
@@ -279,8 +360,16 @@ def fuse(graph: Graph) -> Graph:
     members: list[list] = []    # root -> its nodes, for groups (fusable units)
     waiters: list[set] = []     # unit -> units reading its values (ids, maybe merged)
     phase_of: list[int] = []    # unit -> how many collectives come before its nodes
+    space: list[tuple] = []     # unit -> (shape, reduced axes or None), see _joined
     unit_of: dict[int, int] = {}
     phase = 0
+    # Updates: elementwise nodes whose results flow, through elementwise ones, into
+    # a new .data of state.
+    updates: set = set()
+    for node in reversed(graph.nodes):
+        if node.kind == "write" and node.attrs["field"] == "data" or id(node) in updates:
+            updates.update(id(producer[id(v)]) for v in node.inputs[node.kind == "write":]
+                           if producer[id(v)].kind == "op" and producer[id(v)].record.elementwise)
 
     def find(u):
         while parent[u] != u:
@@ -310,34 +399,45 @@ def fuse(graph: Graph) -> Graph:
             continue
         units = [unit_of.get(id(producer[id(v)])) for v in node.inputs]  # None: not an op
         inputs = {find(u) for u in units if u is not None}
-        reason = fusion_refusal(node)
+        reason = "a reduction in a kernel too small to pay" if id(node) in small else \
+            fusion_refusal(node, graph.device)
         if reason is not None:
             log(f"boundary {format_node(node)}: {reason}")
             phase += node.record.collective
-        near = []
+        near, spaces = [], {}
         for v, u in zip(node.inputs, units) if reason is None else ():
-            if u is None or not members[find(u)] or find(u) in near:
+            if u is None or not members[find(u)] or find(u) in spaces:
                 continue
-            if phase_of[find(u)] != phase:
+            u = find(u)
+            spaces[u] = _joined(space[u], node, [w for w, k in zip(node.inputs, units)
+                                                 if k is not None and find(k) == u],
+                                id(node) in updates)
+            if phase_of[u] != phase:
                 log(f"{node.outputs[0].name} starts apart from {v.name}: a collective "
                     f"lies between them")
-            elif v.shape == node.outputs[0].shape:
-                near.append(find(u))
+            elif spaces[u] is not None:
+                near.append(u)
             else:
                 log(f"{node.outputs[0].name} starts apart from {v.name}: shape "
                     f"{v.shape} -> {node.outputs[0].shape}")
         options = [near] + [[g] for g in near] if len(near) > 1 else [near]
-        chosen = next((o for o in options if joinable(set(o), inputs - set(o))), [])
+        chosen = next((o for o in options if _merged([spaces[g] for g in o] or [(0, None)])
+                       and joinable(set(o), inputs - set(o))), [])
         if len(chosen) < len(near):
             log(f"{node.outputs[0].name} " + ("joins one of its inputs' kernels: merging "
                 "them all" if chosen else "starts a kernel: joining its inputs'") +
-                " would make a path leave the kernel and come back")
+                " would make a path leave the kernel and come back, or mix reductions")
         if not chosen:
             chosen = [len(parent)]
             parent.append(chosen[0])
             members.append([])
             waiters.append(set())
             phase_of.append(phase)
+            space.append((node.inputs[0].shape, reduced_axes(node))
+                         if reason is None and node.record.reduce else
+                         (node.outputs[0].shape, None))
+        else:
+            space[chosen[0]] = _merged([spaces[g] for g in chosen])
         root = chosen[0]
         for g in chosen[1:]:
             parent[g] = root
@@ -348,12 +448,14 @@ def fuse(graph: Graph) -> Graph:
         unit_of[id(node)] = root
         for u in inputs - set(chosen):
             waiters[u].add(root)
-    kept = [members[g] for g in range(len(parent)) if parent[g] == g and len(members[g]) > 1]
+    kept = [g for g in range(len(parent)) if parent[g] == g and len(members[g]) > 1]
+    spaces = {id(n): space[g] for g in kept for n in members[g]}
+    kept = [members[g] for g in kept]
     nodes = _schedule(graph.nodes, kept)
     kept = horizontal.merge(nodes, kept, log)
     nodes = _schedule(nodes, [[n for part in parts for n in part] for parts in kept])
     fused = graph.with_nodes(nodes)
-    fused.groups = _make_groups(nodes, kept, graph.device)
+    fused.groups = _make_groups(nodes, kept, graph.device, spaces)
     log(f"{len(fused.groups)} kernels of " + ", ".join(
         str(len(g.nodes)) for g in fused.groups) + " ops")
     for g in fused.groups:
@@ -403,10 +505,11 @@ def _schedule(nodes: list, groups: list) -> list:
     return ordered
 
 
-def _make_groups(nodes: list, groups: list, device: str) -> list[Group]:
+def _make_groups(nodes: list, groups: list, device: str, spaces: dict) -> list[Group]:
     """Group records named k0, k1 ... in the order of the scheduled nodes, from
     groups given as lists of segments (node lists); a group of several segments is a
-    horizontal one, its segments Groups named k4_0, k4_1 ..."""
+    horizontal one, its segments Groups named k4_0, k4_1 ... spaces: id(node) ->
+    (shape, reduced axes or None) of its group."""
     readers: dict[int, list] = {}
     for node in nodes:
         for v in node.inputs:
@@ -423,7 +526,8 @@ def _make_groups(nodes: list, groups: list, device: str) -> list[Group]:
         # A value no one reads (a graph that dce did not clean) stays a result too.
         outputs = [v for n in members for v in n.outputs
                    if not all(id(r) in inside for r in readers.get(id(v), [None]))]
-        return Group(name, members, inputs, outputs, members[0].outputs[0].shape)
+        shape, axes = spaces[id(members[0])]
+        return Group(name, members, inputs, outputs, shape, axes=axes)
 
     def first(members):
         return min(position[id(n)] for n in members)
@@ -447,6 +551,8 @@ def pays(group: Group, device: str = "cpu") -> bool:
     """Whether running `group` as one kernel beats one numpy call per node: always on
     the GPU (each cupy call is a kernel launch of its own), on the CPU for 4 ops or
     more or 16384 elements or more."""
+    if group.axes is not None and device == "gpu":  # see fusion_refusal
+        return False
     return device == "gpu" or len(group.nodes) >= KERNEL_MIN_OPS or \
         int(np.prod(group.shape, dtype=np.int64)) >= KERNEL_MIN_SIZE
 
@@ -458,7 +564,7 @@ def _carry_groups(graph: Graph, new: Graph, nodes: dict, values: dict):
         return Group(g.name, [nodes[id(n)] for n in g.nodes],
                      [values.get(id(v), v) for v in g.inputs],
                      [values.get(id(v), v) for v in g.outputs], g.shape, g.compiled,
-                     segments=[carry(s) for s in g.segments])
+                     segments=[carry(s) for s in g.segments], axes=g.axes)
     new.groups = [carry(g) for g in graph.groups]
     return new
 

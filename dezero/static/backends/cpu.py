@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from dezero.static import debugging
-from dezero.static.backends import cache, measure, pending, pycode
+from dezero.static.backends import cache, cpu_reductions, measure, pending, pycode
 
 # =============================================================================
 # Toolchain: compiler, FLAGS
@@ -111,7 +111,10 @@ def kernel_source(spec) -> str:
     """The C++ of one kernel: `int <name>(inputs..., outputs...)` on numpy arrays, its
     body once inside DEZERO_FOR_EACH_ELEMENT (dezero_kernels.h writes the loops); it
     returns 0 when done, k + 1 when input k must be converted first. A horizontal
-    kernel calls its segments' functions (library_source writes them) in turn."""
+    kernel calls its segments' functions (library_source writes them) in turn; a
+    reduction kernel's source is cpu_reductions.reduction_source's."""
+    if hasattr(spec, "axes"):
+        return cpu_reductions.reduction_source(spec)
     if spec.segments:
         return _horizontal_source(spec)
     ins, outs, nd = spec.inputs, spec.outputs, len(spec.shape)
@@ -355,6 +358,8 @@ class KernelLibrary:
         prototype = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.py_object] * (
             len(spec.inputs) + len(spec.outputs)))
         fn = prototype(ctypes.cast(getattr(self.dll, spec.name), ctypes.c_void_p).value)
+        if hasattr(spec, "axes"):
+            return cpu_reductions.reduction_call(spec, fn)
         take = self.pool.take
         outs = [(self.pool.buffers(p.shape, p.dtype), p.shape, np.dtype(p.dtype))
                 for p in spec.outputs]

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <omp.h>
+#include <vector>
 
 // glibc's libmvec (2.35 and later, x86-64) has SIMD versions of these math functions,
 // declared SIMD-callable only under -ffast-math; declaring them here lets the
@@ -88,6 +89,30 @@ static inline void thread_range(npy_intp n, npy_intp* lo, npy_intp* hi) {
   const npy_intp chunk = ((n + parts - 1) / parts + 63) / 64 * 64;
   *lo = me * chunk < n ? me * chunk : n;
   *hi = *lo + chunk < n ? *lo + chunk : n;
+}
+
+// The sum of a[0 .. n) in numpy's order (its pairwise summation: eight partial
+// sums up to 128 terms, halves beyond), so that a reduction kernel's sum over a
+// contiguous last axis is numpy's to the bit.
+template <class T> T pairwise_sum(const T* a, npy_intp n) {
+  if (n < 8) {
+    T s = -0.0;
+    for (npy_intp i = 0; i < n; ++i) s += a[i];
+    return s;
+  }
+  if (n <= 128) {
+    T r[8];
+    for (int j = 0; j < 8; ++j) r[j] = a[j];
+    npy_intp i = 8;
+    for (; i < n - n % 8; i += 8)
+      for (int j = 0; j < 8; ++j) r[j] += a[i + j];
+    T s = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    for (; i < n; ++i) s += a[i];
+    return s;
+  }
+  npy_intp half = n / 2;
+  half -= half % 8;
+  return pairwise_sum(a, half) + pairwise_sum(a + half, n - half);
 }
 }  // namespace dezero_kernels
 

@@ -1,0 +1,127 @@
+"""Reduction kernels on the CPU: a reductions.ReductionSpec as C++ loops.
+
+backends/ stage, beside cpu.py, which compiles these functions into its libraries
+with the elementwise kernels and calls them through reduction_call. Each row (a
+position of the kept axes) runs on one thread: its passes loop over the reduced
+axes; sums over the innermost axes are added in numpy's pairwise order (the
+header's pairwise_sum), so that they equal numpy's to the bit where numpy's inner
+loop runs along them (C-contiguous arrays), and other sums row after row, as
+numpy adds them.
+
+    source = reduction_source(spec); run = reduction_call(spec, compiled_function)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _size(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+_FOLDS = {"sum": "{a} += {v};", "max": "{a} = ({v} > {a} || {v} != {v}) ? {v} : {a};",
+          "min": "{a} = ({v} < {a} || {v} != {v}) ? {v} : {a};"}
+_START = {"sum": "0", "max": "-INFINITY", "min": "INFINITY"}  # NaN wins max and min
+
+
+def reduction_source(spec) -> str:
+    """The C++ of a reduction kernel (codegen.ReductionSpec): its arguments are the
+    arrays reduction_call prepares, (K, R) views of full-level inputs (K rows of
+    the kept axes, R positions of the reduced ones), (K,) views of row-level ones,
+    and fresh C-contiguous outputs of those shapes; rows run on OpenMP's threads."""
+    ins, outs, n_in = spec.inputs, spec.outputs, len(spec.inputs)
+    ctype = (ins or outs)[0].ctype
+    rows = _size([n for d, n in enumerate(spec.shape) if d not in spec.axes])
+    width = _size([spec.shape[d] for d in spec.axes])
+    params = ", ".join(f"Object* _a{k}" for k in range(n_in + len(outs)))
+    lines = ["", spec.comment, "// " + ", ".join(
+        f"{p.name}: {p.dtype}{list(p.shape)} ({level})" for p, level in zip(ins + outs,
+                                                                         spec.levels)),
+        f"// over shape {list(spec.shape)}, reducing axes {list(spec.axes)}",
+        f'extern "C" int {spec.name}({params}) {{',
+        f"  constexpr npy_intp _K = {rows}, _R = {width};"]
+    for j in range(n_in + len(outs)):
+        const = "const " if j < n_in else ""
+        lines.append(f"  {const}{ctype}* const _p{j} = ({const}{ctype}*)((Array*)_a{j})->data;")
+        if j < n_in:
+            lines.append(f"  const npy_intp _k{j} = ((Array*)_a{j})->strides[0] / "
+                         f"(npy_intp)sizeof({ctype})" + (f", _r{j} = ((Array*)_a{j})->strides[1] "
+                         f"/ (npy_intp)sizeof({ctype})" if spec.levels[j] == "full" else "") + ";")
+    buffers = max([sum(kind == "sum" for kind, _, _ in folds) for _, folds, _ in spec.passes]
+                  + [0]) if spec.pairwise else 0
+    lines += ["  _Pragma(\"omp parallel if (_K * _R >= PARALLEL_MIN && _K > 1 && threads_ok)\")",
+              "  {", *(f"  std::vector<{ctype}> _buf{m}(_R);" for m in range(buffers)),
+              "  _Pragma(\"omp for\")", "  for (npy_intp _k = 0; _k < _K; ++_k) {"]
+    lines += [f"    const {ctype} {p.name} = _p{j}[_k * _k{j}];" for j, p in enumerate(ins)
+              if spec.levels[j] == "row"]
+    lines += [f"    {ctype} {p.name};" for j, p in enumerate(outs)
+              if spec.levels[n_in + j] == "row"]
+    lines += [f"    {line}" for line in spec.setup]
+    for element, folds, after in spec.passes:
+        lines += [f"    {ctype} {a} = {_START[kind]};" for kind, a, _ in folds]
+        lines.append("    for (npy_intp _r = 0; _r < _R; ++_r) {")
+        lines += [f"      const {ctype} {p.name} = _p{j}[_k * _k{j} + _r * _r{j}];"
+                  for j, p in enumerate(ins) if spec.levels[j] == "full"]
+        stored = [(j, p) for j, p in enumerate(outs) if spec.levels[n_in + j] == "full"
+                  and f"{p.name} = " in "\n".join(element)]
+        lines += [f"      {ctype} {p.name};" for _, p in stored]
+        lines += [f"      {line}" for line in element]
+        m = 0
+        for kind, a, v in folds:
+            if kind == "sum" and spec.pairwise:
+                lines.append(f"      _buf{m}[_r] = {v};")
+                m += 1
+            else:
+                lines.append("      " + _FOLDS[kind].format(a=a, v=v))
+        lines += [f"      _p{n_in + j}[_k * _R + _r] = {p.name};" for j, p in stored]
+        lines.append("    }")
+        m = 0
+        for kind, a, _ in folds if spec.pairwise else ():
+            if kind == "sum":  # numpy adds its pairwise sum to 0
+                lines.append(f"    {a} += pairwise_sum(_buf{m}.data(), _R);")
+                m += 1
+        lines += [f"    {line}" for line in after]
+    lines += [f"    _p{n_in + j}[_k] = {p.name};" for j, p in enumerate(outs)
+              if spec.levels[n_in + j] == "row"]
+    lines += ["  }", "  }", "  return 0;", "}", ""]
+    return "\n".join(lines)
+
+
+def reduction_call(spec, fn):
+    """The callable of a reduction kernel: the group's input arrays -> its outputs,
+    through (K, R) and (K,) views of them (numpy copies only what no view can show:
+    a broadcast that does not flatten) and fresh outputs viewed back as their shapes."""
+    shape, axes = spec.shape, spec.axes
+    order = [d for d in range(len(shape)) if d not in axes] + list(axes)
+    rows = _size([shape[d] for d in order[:len(shape) - len(axes)]])
+    width = _size([shape[d] for d in axes])
+    moved = tuple(shape[d] for d in order)
+    back = tuple(int(d) for d in np.argsort(order))
+    ones = tuple(1 if d in axes else n for d, n in enumerate(shape))
+    targets = []
+    for p, level in zip(spec.inputs, spec.levels):
+        fits = len(p.shape) <= len(ones) and np.broadcast_shapes(p.shape, ones) == ones
+        targets.append(shape if level == "full" else ones if fits else
+                       tuple(n for d, n in enumerate(shape) if d not in axes))
+    n_in = len(spec.inputs)
+
+    def view(k, x):
+        p, level = spec.inputs[k], spec.levels[k]
+        x = np.asarray(x)
+        if x.dtype != p.dtype or not x.flags.aligned:
+            if not np.can_cast(x.dtype, p.dtype, "equiv"):
+                raise TypeError(f"kernel {spec.name}: input {p.name} is {x.dtype}, the kernel "
+                                f"was compiled for {p.dtype}; retrace with inputs of that dtype")
+            x = x.astype(np.dtype(p.dtype).newbyteorder("="))
+        x = np.broadcast_to(x, targets[k])
+        return x.transpose(order).reshape(rows, width) if level == "full" else x.reshape(rows)
+
+    def run_reduction(*arrays):
+        xs = [view(k, arrays[i]) for k, i in enumerate(spec.sources)]
+        outs = [np.empty((rows, width) if level == "full" else rows, p.dtype)
+                for p, level in zip(spec.outputs, spec.levels[n_in:])]
+        fn(*xs, *outs)
+        return tuple(o.reshape(moved).transpose(back) if level == "full" else o.reshape(p.shape)
+                     for o, p, level in zip(outs, spec.outputs, spec.levels[n_in:]))
+    run_reduction.__name__ = run_reduction.__qualname__ = f"kernel_{spec.name}"
+    return run_reduction

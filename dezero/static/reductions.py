@@ -1,0 +1,120 @@
+"""Reduction kernels: a fused group with reductions as a ReductionSpec.
+
+Beside codegen.py (whose node expressions it reuses): passes.fuse lets a reduction
+(Function.reduce: sum, max, min) join the kernel that computes what it reduces,
+with the elementwise ops after it, on the full shape or on the reduced one. Such a
+kernel runs row by row (a row: one position of the kept axes) in passes over the
+reduced axes; each pass folds values into reductions whose results the next
+passes and the row's elementwise ops read (a softmax: max, then the sum of exp,
+then the quotient). backends/cpu_reductions.py writes the C++ loops around it.
+
+    spec = kernel_spec(group)  # a ReductionSpec when group.axes is not None
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from dezero.static.ir import Group
+
+
+@dataclass(frozen=True)
+class ReductionSpec:
+    """A reduction kernel over `shape`, whose `axes` it reduces: for each row (a
+    position of the kept axes) it runs `setup`, then each pass runs its element
+    statements at every position of the reduced axes, folding values into its
+    reductions and storing its full outputs, then its `after` statements on the
+    row's values. An input is read per element (level "full", broadcast to
+    `shape`) or per row ("row"); an output is stored so too."""
+
+    name: str
+    inputs: tuple    # Params, read-only; sources[i]: its position in the group's inputs
+    sources: tuple
+    outputs: tuple   # Params
+    levels: tuple    # "full" or "row", one per input then one per output
+    shape: tuple
+    axes: tuple
+    setup: tuple     # statements before the first pass
+    passes: tuple    # per pass: (element statements, ((kind, accumulator, value), ...),
+                     #            after statements)
+    pairwise: bool   # sums in numpy's order: pairwise (the reduced axes innermost)
+    comment: str
+    segments: tuple = ()  # never horizontal (see codegen.KernelSpec)
+
+    def key(self) -> str:
+        return hashlib.sha256(repr(self).encode()).hexdigest()
+
+
+def reduction_spec(group: Group, names: dict, expression, param) -> ReductionSpec:
+    """The spec of a group with reductions, given codegen's C names of its values
+    (c_names), its node expressions (node, names of the inputs) -> C++, and its
+    Params (value, name) -> Param."""
+    shape, axes = tuple(group.shape), tuple(group.axes)
+    ctype = param(group.nodes[0].outputs[0], "").ctype
+    inside = {id(v) for n in group.nodes for v in n.outputs}
+    full = {id(v): not n.record.reduce and v.shape == shape for n in group.nodes
+            for v in n.outputs}
+    # An input read per element and per row is passed twice, once for each.
+    by_level: dict = {}
+    for node in group.nodes:
+        level = "full" if full[id(node.outputs[0])] or node.record.reduce else "row"
+        for v in node.inputs:
+            if id(v) not in inside:
+                by_level.setdefault((level, id(v)), v)
+    position = {id(v): i for i, v in enumerate(group.inputs)}
+    keys = sorted(by_level, key=lambda key: (position[key[1]], key[0]))
+    local = {id(v): names[("local", id(v))] for n in group.nodes for v in n.outputs}
+    reads = {"full": dict(local), "row": dict(local)}
+    for k, (level, i) in enumerate(keys):
+        twice = (("full" if level == "row" else "row"), i) in by_level
+        reads[level][i] = f"_row{k}" if twice and level == "row" else names[i]
+    # stage: the pass that computes a full value (after the reductions it reads);
+    # for a row value, the number of passes after which it is known.
+    stage: dict = {id(v): 0 for v in group.inputs}
+    for node in group.nodes:
+        before = max([stage[id(v)] for v in node.inputs if id(v) in inside] + [0])
+        stage[id(node.outputs[0])] = before + 1 if node.record.reduce else before
+    count = max([stage[id(n.inputs[0])] + 1 for n in group.nodes if n.record.reduce] +
+                [stage[id(v)] + 1 for v in group.outputs if full[id(v)]])
+    passes = [([], [], []) for _ in range(count)]
+    setup = []
+    for p in range(count):  # the full values a pass needs, each pass computing its own
+        wanted = {id(n.inputs[0]) for n in group.nodes
+                  if n.record.reduce and stage[id(n.inputs[0])] == p}
+        wanted |= {id(v) for v in group.outputs if full[id(v)] and stage[id(v)] == p}
+        for node in reversed(group.nodes):
+            if id(node.outputs[0]) in wanted:
+                wanted |= {id(v) for v in node.inputs if full.get(id(v))}
+        for node in group.nodes:
+            if id(node.outputs[0]) in wanted and not node.record.reduce:
+                passes[p][0].append(f"const {ctype} {local[id(node.outputs[0])]} = "
+                                    f"{expression(node, reads['full'])};")
+        passes[p][0].extend(f"{names[id(v)]} = {local[id(v)]};" for v in group.outputs
+                            if full[id(v)] and stage[id(v)] == p)
+    for node in group.nodes:
+        value = node.outputs[0]
+        if node.record.reduce:
+            passes[stage[id(value)] - 1][1].append(
+                (node.record.reduce, f"_acc_{local[id(value)]}", reads["full"][id(node.inputs[0])]))
+            passes[stage[id(value)] - 1][2].append(
+                f"const {ctype} {local[id(value)]} = _acc_{local[id(value)]};")
+        elif not full[id(value)]:
+            text = expression(node, reads["row"])
+            (passes[stage[id(value)] - 1][2] if stage[id(value)] else setup).append(
+                f"const {ctype} {local[id(value)]} = {text};")
+    passes[-1][2].extend(f"{names[id(v)]} = {local[id(v)]};" for v in group.outputs
+                         if not full[id(v)])
+    kept = [d for d in range(len(shape)) if d not in axes and shape[d] != 1]
+    wide = [d for d in axes if shape[d] != 1]
+    inputs = tuple(param(by_level[(level, i)], reads[level][i] if level == "row" else names[i])
+                   for level, i in keys)
+    return ReductionSpec(
+        group.name, inputs, tuple(position[i] for _, i in keys),
+        tuple(param(v, names[id(v)]) for v in group.outputs),
+        tuple(level for level, _ in keys) + tuple(
+            "full" if full[id(v)] else "row" for v in group.outputs),
+        shape, axes, tuple(setup), tuple((tuple(e), tuple(f), tuple(a)) for e, f, a in passes),
+        not kept or not wide or max(kept) < min(wide),
+        f"// kernel {group.name}: " + ", ".join(n.op for n in group.nodes))
+
+
