@@ -55,8 +55,8 @@ print(f"{len(graph.of_kind('op'))} ops, {elementwise} of them elementwise, "
       f"in {len(graph.groups)} kernels:")
 for group in graph.groups:
     print(f"  {group.name}: {len(group.nodes):2d} ops, shape {group.shape}, reads "
-          f"{', '.join(v.name for v in group.inputs)} -> writes "
-          f"{', '.join(v.name for v in group.outputs)}")
+          f"{', '.join(v.label for v in group.inputs)} -> writes "
+          f"{', '.join(v.label for v in group.outputs)}")
 print("why some ops stay out (DEZERO_DEBUG=3):")
 for line in decisions.getvalue().splitlines():
     if line.startswith("fuse") and ("boundary" in line or "starts" in line):

@@ -184,10 +184,9 @@ CHECKS = {
     68: [r"// in_params:  float32 x, float32 a, float32 b",
          r"const float f = tanh\(e\);",
          r"GPU: fused replay equals numpy eager: True" if GPU else r"GPU: skipped"],
-    69: [r"saved train_step\.json \(\d+ nodes\) and train_step\.npz \(.*state/model_layers_0_W",
-         r"loaded: train_step inputs \['xb', 'tb'\] state \['model\.layers\.0\.W', "
-         r"'model\.layers\.0\.b', 'model\.layers\.1\.W', 'model\.layers\.1\.b', "
-         r"'optimizer\.lr'\]",
+    69: [r"saved train_step\.json \(\d+ nodes\) and train_step\.npz \(.*state/model_l0_W",
+         r"loaded: train_step inputs \['xb', 'tb'\] state \['model\.l0\.W', "
+         r"'model\.l0\.b', 'model\.l1\.W', 'model\.l1\.b', 'optimizer\.lr'\]",
          between(rf"elsewhere, 200 more steps: loss {NUMBER}", 0.0, 1.0)],
     70: [r"TraceError: float\(\) of a traced array in clipped_loss \(step70\.py:\d+",
          r"fix: ", r"as ops: 1\.8909 .*replayed on a small x: 1\.1818",

@@ -101,23 +101,23 @@ def test_the_adam_update_of_one_parameter_is_one_readable_segment():
     # the gradient u, the slots m and v (named by where they live), 1 - beta1, 1 - beta2,
     # the step size, eps and the parameter
     assert [p.name for p in first.inputs] == [
-        "u", "optimizer_ms_layers_0_W", "bj", "optimizer_vs_layers_0_W", "bk", "bi",
-        "optimizer_eps", "model_layers_0_W"]
+        "u", "optimizer_ms_l0_W", "bj", "optimizer_vs_l0_W", "bk", "bi",
+        "optimizer_eps", "model_l0_W"]
     assert [p.name for p in first.outputs] == ["bn", "br", "bw"]  # new m, v and W
     assert first.body == (
         "// kernel k4_0: sub, mul, add, mul, sub, mul, add, mul, sqrt, add, div, sub\n"
-        "const float bl = u - optimizer_ms_layers_0_W;\n"
+        "const float bl = u - optimizer_ms_l0_W;\n"
         "const float bm = bj * bl;\n"
-        "const float bn_ = optimizer_ms_layers_0_W + bm;\n"
+        "const float bn_ = optimizer_ms_l0_W + bm;\n"
         "const float bo = u * u;\n"
-        "const float bp = bo - optimizer_vs_layers_0_W;\n"
+        "const float bp = bo - optimizer_vs_l0_W;\n"
         "const float bq = bk * bp;\n"
-        "const float br_ = optimizer_vs_layers_0_W + bq;\n"
+        "const float br_ = optimizer_vs_l0_W + bq;\n"
         "const float bs = bi * bn_;\n"
         "const float bt = sqrt(br_);\n"
         "const float bu = bt + optimizer_eps;\n"
         "const float bv = bs / bu;\n"
-        "const float bw_ = model_layers_0_W - bv;\n"
+        "const float bw_ = model_l0_W - bv;\n"
         "bn = bn_;\n"
         "br = br_;\n"
         "bw = bw_;\n")

@@ -30,21 +30,21 @@ def test_state_is_named_by_where_the_step_reaches_it():
     step(x, t)
     graph = step.graph
     places = [n.outputs[0].label for n in graph.of_kind("state")]
-    for place in ["model.layers.0.W", "model.layers.1.b", "optimizer.t", "optimizer.alpha",
-                  "optimizer.ms[layers.0.W]", "optimizer.vs[layers.1.b]", "scale"]:
+    # The shortest path: MLP's first layer is model.l0 as well as model.layers[0].
+    for place in ["model.l0.W", "model.l1.b", "optimizer.t", "optimizer.alpha",
+                  "optimizer.ms[l0.W]", "optimizer.vs[l1.b]", "scale"]:
         assert place in places
     text = str(graph)
-    assert "captures model.layers.0.W: f32[2,4], model.layers.0.b: f32[4]," in text
-    assert "\n  optimizer.ms[layers.0.W] <- " in text and "\n  model.layers.0.W.grad <- " in text
-    assert "optimizer.t <- " in text and "= linear(x, model.layers.0.W, model.layers.0.b)" in text
+    assert "captures model.l0.W: f32[2,4], model.l0.b: f32[4]," in text
+    assert "\n  optimizer.ms[l0.W] <- " in text and "\n  model.l0.W.grad <- " in text
+    assert "optimizer.t <- " in text and "= linear(x, model.l0.W, model.l0.b)" in text
     # Generated code binds identifiers made from the places, and says the place.
     names = [n.outputs[0].name for n in graph.of_kind("state")]
-    assert {"model_layers_0_W", "optimizer_ms_layers_0_W", "optimizer_t", "scale"} <= set(names)
+    assert {"model_l0_W", "optimizer_ms_l0_W", "optimizer_t", "scale"} <= set(names)
     code = graph.compile("python").source
-    assert "_s_model_layers_0_W._data = " in code and "_s0" not in code
-    assert "_s_optimizer_ms_layers_0_W._data = " in code
-    assert "# optimizer.ms[layers.0.W] <- " in code
-    assert '"model_layers_0_W" [label="model.layers.0.W: f32[2,4]"' in graph.to_dot()
+    assert "_s_model_l0_W._data = " in code and "_s0" not in code
+    assert "_s_optimizer_ms_l0_W._data = " in code and "# optimizer.ms[l0.W] <- " in code
+    assert '"model_l0_W" [label="model.l0.W: f32[2,4]"' in graph.to_dot()
 
 
 def _state_places(graph):
@@ -84,9 +84,7 @@ def test_optimizer_slots_are_named_by_the_parameter_they_belong_to():
 class _Block(Model):
     def __init__(self):
         super().__init__()
-        self.layers = [L.Linear(4), L.Linear(2)]
-        for i, layer in enumerate(self.layers):
-            setattr(self, f"l{i}", layer)  # registered, so that params() finds them
+        self.layers = [L.Linear(4), L.Linear(2)]  # a plain list: only the list holds them
 
     def forward(self, x):
         for layer in self.layers:
@@ -108,7 +106,6 @@ def test_nested_layers_lists_and_dicts_are_named_by_their_path():
     net = _Net()
     net(np.ones((1, 3), np.float32))  # initialise the lazy layers
     graph = dezero.trace(lambda x: net(x)).lower(np.ones((5, 3), np.float32))
-    # The shortest path the code reaches each parameter by: the list, not the l0 alias.
     assert _state_places(graph) == ["net.enc.layers.0.W", "net.enc.layers.0.b",
                                     "net.enc.layers.1.W", "net.enc.layers.1.b",
                                     "net.heads.out.W", "net.heads.out.b"]
@@ -135,11 +132,10 @@ def test_two_models_with_the_same_attribute_names_stay_distinct():
     places = _state_places(graph)
     names = [n.outputs[0].name for n in graph.of_kind("state")]
     assert len(set(places)) == len(places) and len(set(names)) == len(names)
-    for place in ["m1.layers.0.W", "m2.layers.0.W", "opt1.ms[layers.0.W]",
-                  "opt2.ms[layers.0.W]", "opt1.t", "opt2.t"]:
+    for place in ["m1.l0.W", "m2.l0.W", "opt1.ms[l0.W]", "opt2.ms[l0.W]", "opt1.t", "opt2.t"]:
         assert place in places
     text = str(graph)
-    assert "m1.layers.0.W <- " in text and "m2.layers.0.W <- " in text
+    assert "m1.l0.W <- " in text and "m2.l0.W <- " in text
 
 
 def test_one_optimizer_over_two_models_names_its_slots_in_full():
@@ -158,8 +154,26 @@ def test_one_optimizer_over_two_models_names_its_slots_in_full():
 
     x, t = np.ones((4, 2), np.float32), np.zeros((4, 2), np.float32)
     places = _state_places(dezero.trace(step).lower(x, t))
-    assert "opt.ms[m1.layers.0.W]" in places and "opt.ms[m2.layers.0.W]" in places
+    assert "opt.ms[m1.l0.W]" in places and "opt.ms[m2.l0.W]" in places
     assert len(set(places)) == len(places)
+
+
+def test_a_model_reached_first_through_its_optimizer_keeps_the_shorter_name():
+    np.random.seed(0)
+    net = models.MLP((3, 2))
+    adam = optimizers.Adam().setup(net)  # the walk meets adam (and adam.target) first
+
+    def step(x, t):
+        loss = F.mean_squared_error(net(x), t)
+        net.cleargrads()
+        loss.backward()
+        adam.update()
+        return loss
+
+    graph = dezero.trace(step).lower(np.ones((4, 2), np.float32), np.zeros((4, 2), np.float32))
+    places = _state_places(graph)
+    assert places[:4] == ["net.l0.W", "net.l0.b", "net.l1.W", "net.l1.b"]
+    assert "adam.ms[l0.W]" in places and not any("target" in p for p in places)
 
 
 def test_no_computed_value_is_named_like_the_root_of_a_place():
@@ -186,7 +200,7 @@ def test_the_named_step_replays_the_same_on_every_backend():
     eager = _training_step(mlp, adam)
     eager(x, t)  # makes Adam's slots
     graph = dezero.trace(eager).lower(x, t)
-    assert "optimizer.ms[layers.0.W] <- " in str(graph)
+    assert "optimizer.ms[l0.W] <- " in str(graph)
     state = [n.payload.var for n in graph.of_kind("state") if n.attrs["field"] == "data"]
     start = [v.data.copy() for v in state]
     loss = eager(x, t).data
@@ -210,10 +224,10 @@ def test_saved_graphs_keep_places_and_version_1_files_still_load(tmp_path):
     graph = step.lower(x, t)
     graph.save(str(tmp_path / "g.json"))
     text = (tmp_path / "g.json").read_text()
-    assert '"place": "optimizer.ms[layers.0.W]"' in text
+    assert '"place": "optimizer.ms[l0.W]"' in text
     loaded = StaticGraph.load(str(tmp_path / "g.json"))
     assert _state_places(loaded) == _state_places(graph)
-    assert "optimizer.ms[layers.0.W] <- " in str(loaded)
+    assert "optimizer.ms[l0.W] <- " in str(loaded)
     # A version 1 file has no places: it loads, and prints the names.
     description = json.loads(text)
     description["version"] = 1
@@ -222,7 +236,7 @@ def test_saved_graphs_keep_places_and_version_1_files_still_load(tmp_path):
             value.pop("place", None)
     (tmp_path / "g.json").write_text(json.dumps(description))
     old = StaticGraph.load(str(tmp_path / "g.json"))
-    assert "optimizer_ms_layers_0_W <- " in str(old) and "." not in "".join(_state_places(old))
+    assert "optimizer_ms_l0_W <- " in str(old) and "." not in "".join(_state_places(old))
     np.testing.assert_array_equal(old(x, t).data, loaded(x, t).data)  # one step each
 
 

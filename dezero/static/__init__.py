@@ -158,16 +158,16 @@ cupy's loop index, so a value of that name is `v_i` in a kernel)::
 
 Values in a trace: arguments are inputs; Variables made outside and read inside
 are captured by reference, and named by where the function reaches them (W above,
-a global; model.layers.0.W for model.layers[0].W, optimizer.ms[layers.0.W] for the
-Adam moment of that parameter, optimizer.t for its step count; generated code calls
-them model_layers_0_W, optimizer_ms_layers_0_W, optimizer_t); Python scalars and
-literal arrays made inside are constants; random ops (dropout masks) draw afresh at
-every replay; values that a layer keeps in an attribute between calls (LSTM.h) are
-carried state. Branching
-in Python on a traced value (bool(), float(), int(), .item()) raises TraceError
-naming the line; shapes and dtypes are fine to branch on. While recording, `.data`
-and array arguments are guards: arithmetic on them is recorded (so the book's
-`W.data -= lr * W.grad.data` is a state write), reading their numbers raises.
+a global; model.l0.W for the W of an MLP's first layer, model.l0, by the shortest
+path; optimizer.ms[l0.W] for the Adam moment of that parameter, optimizer.t for its
+step count; generated code calls them model_l0_W, optimizer_ms_l0_W, optimizer_t);
+Python scalars and literal arrays made inside are constants; random ops (dropout
+masks) draw afresh at every replay; values that a layer keeps in an attribute
+between calls (LSTM.h) are carried state. Branching in Python on a traced value
+(bool(), float(), int(), .item()) raises TraceError naming the line; shapes and
+dtypes are fine to branch on. While recording, `.data` and array arguments are
+guards: arithmetic on them is recorded (so the book's `W.data -= lr * W.grad.data`
+is a state write), reading their numbers raises.
 
 The signature of a call: shapes, dtypes and devices of array arguments, values
 of the others (static_argnames=...), Config.train and Config.enable_backprop,

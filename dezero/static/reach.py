@@ -288,6 +288,9 @@ def survey(fn, args, kwargs, captured: set, computed, known: set, constants=()):
                    isinstance(v, _NUMBERS)}
         if numbers:
             walk.structure.add(module.__dict__, numbers, None, module.__name__, "attribute")
+    for old, new in walk.shorter:  # what lies below an object reached by a shorter path
+        walk.places = {k: new + p[len(old):] if p.startswith(old) and p[len(old):][:1] in ".["
+                       else p for k, p in walk.places.items()}
     # An optimizer's slot is named by its parameter's place, without the root the
     # table's parameters share (opt.ms[l0.W]); with several roots (two models), in full.
     slots = [(label, value, walk.places[id(key)]) for label, key, value in walk.slot_tables
@@ -307,8 +310,9 @@ def _read_afresh(cls) -> frozenset:
                      if isinstance(attr, Hyperparameter))
 
 
-def _depth(label: str) -> int:
-    return label.count(".") + label.count("[")
+def _rank(label: str):
+    """Places compare by their number of steps, then in order: the least is kept."""
+    return label.count(".") + label.count("["), label
 
 
 def _shown(holder, name):
@@ -342,6 +346,9 @@ class _Walk:
         self.relevant: dict[int, bool] = {}  # id -> whether it holds structure
         self.keep: list = []                 # keeps the ids above alive during the walk
         self.places: dict[int, str] = {}     # id(captured Variable) -> its shortest label
+        # id -> the shortest label of each object walked; (label, shorter label) of the
+        # objects reached again by a shorter path (a model after the optimizer's target)
+        self.labels, self.shorter = {}, []
         self.slot_tables: list = []          # (label, parameter, slot) of optimizers
 
     def visit(self, obj, label: str, inside: bool) -> bool:
@@ -350,9 +357,7 @@ class _Walk:
         callable objects and containers count too."""
         if isinstance(obj, Variable):
             if id(obj) in self.captured and "<" not in label:  # not a repr of an object
-                old = self.places.get(id(obj))
-                if old is None or (_depth(label), label) < (_depth(old), old):
-                    self.places[id(obj)] = label
+                self.places[id(obj)] = min(label, self.places.get(id(obj), label), key=_rank)
             return id(obj) in self.captured
         if self.constants.get(id(obj), _GONE) is obj:  # a global mask, model.mask
             self.structure.arrays.append((obj, obj.copy(), label))
@@ -371,7 +376,11 @@ class _Walk:
         if key not in self.relevant:
             self.relevant[key] = False  # a cycle back here adds nothing
             self.keep.append(obj)
+            self.labels[key] = label
             self.relevant[key] = self._walk(obj, label, inside)
+        elif _rank(label) < _rank(self.labels[key]):
+            self.shorter.append((self.labels[key], label))
+            self.labels[key] = label
         # A class, module or container counts for what it holds; a callable held by
         # a layer or optimizer (a hook, an activation object) for what it is.
         return self.relevant[key] or (inside and callable(obj) and not isinstance(obj, type))

@@ -41,8 +41,8 @@ class Traced:
     literal: bool = False          # holds a plain array made in the run: a constant
     input: bool = False            # an argument of the traced function
     node: Node | None = None       # its state node, when the graph reads it as state
-    before_data: object = None     # state: its .data and .grad before the run
-    before_grad: object = None
+    before_data: object = None     # state: its .data before the run
+    before_grad: object = None     # state and arguments: its .grad before the run
     write: Value | None = None     # state: the Value the run left in it
     in_place: bool = False         # state: the run overwrote its array itself
     attr: tuple | None = None      # (object, name): an attribute carrying it between calls
@@ -60,7 +60,6 @@ class Tracer(TracerHooks):
     def __init__(self, name: str, carried=()):
         self.name = name
         self.inputs: list[tuple[Node, object]] = []   # (input node, argument)
-        self.input_grads: list = []                    # .grad of Variable arguments before
         # id(Variable) -> its record; first those of attributes known to carry values
         # between calls (LSTM.h): a captured Variable found in one is read through it.
         self.known: dict[int, Traced] = {id(v): Traced(v, attr=(h, n)) for h, n, v in carried
@@ -77,9 +76,9 @@ class Tracer(TracerHooks):
         self.random: RandomWatch | None = None
 
     def computed(self, var) -> bool:
-        """Whether the run made `var` (an op's result, or a Variable made in it)."""
-        known = self.known.get(id(var))
-        return known is not None and known.var is var and known.computed
+        """Whether the run made `var` (an op's result, or a Variable made in it); a
+        record holds its Variable, so no other object has its id during the run."""
+        return getattr(self.known.get(id(var)), "computed", False)
 
     # ---- arguments ---------------------------------------------------------
     def add_input(self, name: str, arg):
@@ -88,10 +87,9 @@ class Tracer(TracerHooks):
         data = arg._data if isinstance(arg, Variable) else arg
         value = Value(name, data.shape, data.dtype)
         self.inputs.append((Node("input", outputs=[value]), arg))
-        self.input_grads.append(arg.grad if isinstance(arg, Variable) else None)
         if not isinstance(arg, Variable):
             return GuardedArray(arg, value, name, self)
-        self.known[id(arg)] = Traced(arg, value, input=True)
+        self.known[id(arg)] = Traced(arg, value, input=True, before_grad=arg.grad)
         return arg
 
     # ---- hooks called by the core -----------------------------------------------
@@ -379,7 +377,8 @@ class Tracer(TracerHooks):
                 continue  # the attribute write replaces this Variable, grad and all
             if capture.var.grad is not capture.before_grad:
                 writes.append((capture.node.outputs[0], capture.var.grad))
-        for (node, arg), before in zip(self.inputs, self.input_grads):
+        for node, arg in self.inputs:
+            before = getattr(self.known.get(id(arg)), "before_grad", None)
             if not isinstance(arg, Variable) or arg.grad is before:
                 continue
             if before is not None and getattr(self.known.get(id(before)), "node", None):
@@ -447,19 +446,15 @@ class Tracer(TracerHooks):
     # ---- state before and after (for check=True and lower) -------------------------
     def state_before(self):
         """[(variable, data, grad)] as they were before the run."""
-        before = [(c.var, c.before_data, c.before_grad) for c in self.captures]
-        before += [(arg, arg._data, grad) for (_, arg), grad in zip(self.inputs,
-                                                                     self.input_grads)
-                   if isinstance(arg, Variable)]
-        return before
+        return [(c.var, c.before_data, c.before_grad) for c in self.captures] + [
+            (arg, arg._data, self.known[id(arg)].before_grad) for _, arg in self.inputs
+            if isinstance(arg, Variable)]
 
     def state_names(self):
         """(name, whether its .grad is compared) for each entry of state_before()."""
-        names = [(c.node.outputs[0].label, c.node.attrs["field"] != "attr")
-                 for c in self.captures]
-        names += [(node.outputs[0].name, True) for (node, arg) in self.inputs
-                  if isinstance(arg, Variable)]
-        return names
+        return [(c.node.outputs[0].label, c.node.attrs["field"] != "attr")
+                for c in self.captures] + [(node.outputs[0].name, True) for node, arg in
+                                           self.inputs if isinstance(arg, Variable)]
 
 
 def _moved_to_other_device(old, new) -> bool:
