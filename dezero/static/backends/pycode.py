@@ -82,9 +82,9 @@ def _identity_rows(xp):
 # =============================================================================
 
 
-def generate(graph: Graph, factory=None):
+def generate(graph: Graph, factory=None, program=None):
     """(source, globals, line -> printed step, function name) of the replay function
-    of `graph`: its program (lowering.py) as Python, one line or a few per step. With
+    of `graph`: its program (lower(graph) if None) as Python, a line or a few per step. With
     a kernel factory, a kernel step whose group is compiled is one line that calls
     `factory(kernel_spec(group))` on the group's inputs; other kernel steps are their
     nodes' lines."""
@@ -95,7 +95,7 @@ def generate(graph: Graph, factory=None):
                 raise GraphError(f"graph {printable(graph.name)}: value name {v.name!r} is "
                                  f"not a safe name (an identifier, no keyword or builtin, "
                                  f"no leading '_')")
-    program = lower(graph)
+    program = program or lower(graph)
     xp = cuda.cupy if graph.device == "gpu" else np
     # numpy's add.reduce is ndarray.sum without its Python-level wrapper.
     env = {"_arr": as_result_array, "_xp": xp, "_eye": _identity_rows(xp), "_wrap": _wrap_output,
@@ -199,7 +199,7 @@ class _Code:
                       f"# {printable(node.attrs['of'])}.{printable(node.attrs['name'])}")
             return
         target = node.inputs[0].name
-        comment = f"  # {format_node(node)}"
+        comment = f"  # {printable(format_node(node))}"
         if step.target == "input":  # only a Variable argument receives a .grad
             wrapped = value if source is None else f"_wrap({value})"
             self.emit(f"if _isinstance(_v_{target}, _Variable): _v_{target}.grad = "
@@ -247,7 +247,7 @@ class Compiled(Plan):
         # A distinct pseudo-file per graph, registered with linecache, so that
         # tracebacks through the replay code show its source lines.
         self.filename = f"<replay {graph.name} {id(self):x}>"
-        self.source, env, self.line_steps, fname = generate(graph, factory)
+        self.source, env, self.line_steps, fname = generate(graph, factory, self.program)
         exec(compile(self.source, self.filename, "exec"), env)
         self.fn = env[fname]
         linecache.cache[self.filename] = (len(self.source), None,
