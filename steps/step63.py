@@ -1,8 +1,10 @@
 """Step 63: replay -- the static graph as generated Python code, and why it is faster.
 
-A recorded graph is turned into the source of a plain Python function, one
-line per node, compiled once with `exec`: `graph.compile("python")` returns
-a plan whose `.source` is that code. Simple ops are spelled inline
+A recorded graph is lowered into a program (read the captured state, run each
+node, store each new .grad, free, return: `graph.program` prints it) and that
+program is turned into the source of a plain Python function, one line per
+step, compiled once with `exec`: `graph.compile("python")` returns a plan whose
+`.source` is that code (`_s_W1` is the Variable W1). Simple ops are spelled inline
 (`a = x @ W`, `c = a + b`); the others call their Function's `forward` on
 arrays. `del` frees each array after its last reader, as eager code does
 when a Variable goes away. What a replay leaves out is everything that makes
