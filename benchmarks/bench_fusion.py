@@ -8,7 +8,9 @@ Run by hand: python benchmarks/bench_fusion.py [--quick] [--steps]. Prints, in o
   tanh(x*a+b)*(1/(1+exp(-x)))+x**2; fused, unfused replay, numpy eager, and
   numexpr, PyTorch eager and JAX jit where installed;
 - the spiral 2-10-3 MLP training step with SGD and with Adam, and the 784-1000-10
-  ReLU one with Adam: fused replay, unfused replay, eager, numpy by hand and JAX jit;
+  ReLU one with Adam: fused replay, fused without horizontal fusion (each
+  parameter's update a kernel of its own), unfused replay, eager, numpy by hand and
+  JAX jit;
 - the first call (record, passes, compile) of the chains and steps with a cold
   and a warm kernel cache.
 Times are the best wall time of interleaved rounds (kernels may use OpenMP threads).
@@ -29,7 +31,7 @@ from timing import interleaved_best  # noqa: E402
 import dezero  # noqa: E402
 import dezero.functions as F  # noqa: E402
 from dezero import models, optimizers  # noqa: E402
-from dezero.static import backends  # noqa: E402
+from dezero.static import backends, horizontal  # noqa: E402
 from dezero.static.backends import cpu  # noqa: E402
 from dezero.static.codegen import KernelSpec, Param  # noqa: E402
 
@@ -239,7 +241,7 @@ def bench_steps():
     for name, sizes, activation, x, t, optimizer in problems(optimizers_too=True):
         plans, sgd = {}, optimizer == "SGD"
         name = f"{name} {optimizer}"
-        for kind in ("cpu", "python", "eager"):
+        for kind in ("cpu", "vertical", "python", "eager"):
             np.random.seed(0)
             model = models.MLP(sizes, activation=activation)
             step = training_step(model, optimizers.SGD(LR) if sgd else optimizers.Adam(ALPHA))
@@ -247,8 +249,12 @@ def bench_steps():
                 plans[kind] = lambda step=step: step(x, t)
                 continue
             traced = dezero.trace(step)
+            # vertical: fused without the horizontal rule (no kernel is small enough)
+            kept, horizontal.MAX_SEGMENT = horizontal.MAX_SEGMENT, (
+                0 if kind == "vertical" else horizontal.MAX_SEGMENT)
             traced(x, t)
-            plan = traced.graph.compile(kind).wait()
+            horizontal.MAX_SEGMENT = kept
+            plan = traced.graph.compile("cpu" if kind == "vertical" else kind).wait()
             plans[kind] = lambda plan=plan: plan(x, t)
         plans["eager"]()  # the eager model's weights exist now: the others copy them
         plans["numpy by hand"] = by_hand(model, activation, x, t, sgd=sgd)
@@ -256,11 +262,13 @@ def bench_steps():
             plans["jax jit"] = by_hand(model, activation, x, t, jax, sgd)
         times = dict(zip(plans, best_time(*plans.values(), budget=2.0)))
         kernels = len(cpu.compile_graph(traced.graph).source.split("= _k")) - 1
-        print(f"  {name:27s} fused {times['cpu'] * 1e3:.3f} ({kernels} kernels)  unfused "
+        print(f"  {name:27s} fused {times['cpu'] * 1e3:.3f} ({kernels} kernels)  without "
+              f"horizontal {times['vertical'] * 1e3:.3f}  unfused "
               f"{times['python'] * 1e3:.3f}  eager {times['eager'] * 1e3:.3f}  numpy by "
               f"hand {times['numpy by hand'] * 1e3:.3f}" + (
                   f"  jax jit {times['jax jit'] * 1e3:.3f}" if jax else "  (no JAX)"))
-        print(f"  {'':27s} eager/fused {times['eager'] / times['cpu']:.2f}x  unfused/fused "
+        print(f"  {'':27s} eager/fused {times['eager'] / times['cpu']:.2f}x  without "
+              f"horizontal/fused {times['vertical'] / times['cpu']:.2f}x  unfused/fused "
               f"{times['python'] / times['cpu']:.2f}x  fused/by hand "
               f"{times['cpu'] / times['numpy by hand']:.2f}x" + (
                   f"  fused/jax {times['cpu'] / times['jax jit']:.2f}x" if jax else ""))

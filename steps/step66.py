@@ -8,8 +8,10 @@ one shape -- inputs may broadcast, like a bias row or a scalar learning rate
 -- and marks each as a kernel (`graph.groups`): one loop that reads the
 group's inputs once and writes only what is used outside it. Matmuls,
 reductions, transposes and the like are boundaries. Here a training step
-with Adam: its update of one parameter, a dozen ops, becomes one kernel.
-The drawing frames each kernel as a cluster.
+with Adam: its update of one parameter, a dozen ops, becomes one kernel; then
+the updates of W and of b, the same dozen ops on two shapes that do not wait
+for each other, merge into one horizontal kernel with a segment per parameter
+(an optimizer's multi-tensor apply). The drawing frames each kernel as a cluster.
 Run: python steps/step66.py
 """
 import contextlib
@@ -54,9 +56,10 @@ elementwise = sum(1 for n in graph.of_kind("op") if n.record.elementwise)
 print(f"{len(graph.of_kind('op'))} ops, {elementwise} of them elementwise, "
       f"in {len(graph.groups)} kernels:")
 for group in graph.groups:
-    print(f"  {group.name}: {len(group.nodes):2d} ops, shape {group.shape}, reads "
-          f"{', '.join(v.label for v in group.inputs)} -> writes "
-          f"{', '.join(v.label for v in group.outputs)}")
+    for part in group.segments or [group]:  # a horizontal kernel: each segment
+        print(f"  {part.name}: {len(part.nodes):2d} ops, shape {part.shape}, reads "
+              f"{', '.join(v.label for v in part.inputs)} -> writes "
+              f"{', '.join(v.label for v in part.outputs)}")
 print("why some ops stay out (DEZERO_DEBUG=3):")
 for line in decisions.getvalue().splitlines():
     if line.startswith("fuse") and ("boundary" in line or "starts" in line):

@@ -147,3 +147,15 @@ def test_training_with_horizontal_kernels_replays_like_eager():
     group = update_kernel(graph)
     plan = Compiled(graph, reference_factory(graph))  # the kernel line of the replay code
     assert f"= _{group.name}(" in plan.source
+
+
+def test_the_drawing_frames_a_horizontal_kernel_around_its_segments():
+    graph, _ = traced_step(lambda: optimizers.SGD(0.1))
+    group = update_kernel(graph)
+    dot = graph.to_dot()
+    frame = dot[dot.index(f"subgraph cluster_{group.name} {{"):]
+    assert frame.startswith(f'subgraph cluster_{group.name} {{ label="{group.name}: '
+                            f'horizontal"; style="rounded,bold";')
+    frame = frame[:frame.index("\n")]
+    assert [f"subgraph cluster_{s.name} {{" in frame for s in group.segments] == [True] * 4
+    assert frame.count("subgraph") == 5  # one frame, a dotted cluster per segment

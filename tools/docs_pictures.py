@@ -3,13 +3,15 @@
 Each picture is a small example, so that it is legible at the width of a page
 (tests/test_docs.py checks the width of every picture a page shows): the dynamic
 and static graphs of one layer (index), of a loop (define-by-run), of a linear
-regression's training step (trace mode, define-and-run) and of a user op fused
-into a kernel (fusion and kernels). The demo's full-size spiral pictures stay in
+regression's training step (trace mode, define-and-run), of a user op fused
+into a kernel, and of an MLP's SGD updates before and after horizontal fusion
+(fusion and kernels). The demo's full-size spiral pictures stay in
 docs/define-and-run/pictures/ (python -m dezero demo --out ...), linked, not shown.
 Needs Graphviz's `dot` (or graphviz-pure).
 
     python tools/docs_pictures.py
 """
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -92,6 +94,41 @@ def pictures():
     def with_swish(x, b):
         return F.sum(Swish()(x + b) * 2.0)
     yield "swish_fused", dezero.trace(with_swish).lower(x, b[:3]).to_dot()
+    yield from updates(xs)
+
+
+def updates(x):
+    """The SGD updates of a two-layer MLP (the graph's last nodes, from the first
+    update on): four kernels of two ops, then the one horizontal kernel they merge into."""
+    np.random.seed(0)
+    model = dezero.models.MLP((4, 1))
+    opt = optimizers.SGD(lr=0.1).setup(model)
+
+    def train_step(x, t):
+        loss = F.mean_squared_error(model(x), t)
+        model.cleargrads()
+        loss.backward()
+        opt.update()
+        return loss
+    graph = dezero.trace(train_step).lower(x, 2 * x + 1)
+    update, = [g for g in graph.groups if g.segments]
+    nodes = graph.nodes[graph.nodes.index(update.nodes[0]):]
+    reads = {id(v) for n in nodes for v in n.inputs} - {id(v) for n in nodes for v in n.outputs}
+    inputs = [dezero.static.ir.Node("input", outputs=[v]) for v in update.inputs
+              if id(v) in reads]
+    tail = graph.with_nodes(inputs + [n for n in nodes if n.kind == "op" or
+                                      n.kind == "write" and n.attrs["field"] == "data"])
+    first = int(update.name[1:])  # without the rule, the segments were kernels of their own
+    tail.groups = [dataclasses.replace(s, name=f"k{first + j}")
+                   for j, s in enumerate(update.segments)]
+    yield "updates_apart", _fit(tail.to_dot())
+    tail.groups = [update]
+    yield "updates_horizontal", _fit(tail.to_dot())
+
+
+def _fit(dot):
+    """Scaled down by Graphviz where wider than a page (8.3 inches: about 600 pt)."""
+    return dot.replace("rankdir=TB;", 'rankdir=TB; size="8.3,30";', 1)
 
 
 def main():

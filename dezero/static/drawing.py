@@ -71,12 +71,18 @@ def graph_to_dot(graph: Graph) -> str:
 
 def _clusters(graph: Graph) -> list[str]:
     """One cluster per kernel: its op boxes and the values they make, framed and
-    labelled with the kernel's name (naming a node in a subgraph moves it there)."""
+    labelled with the kernel's name (naming a node in a subgraph moves it there); a
+    horizontal kernel frames its segments, each a dotted cluster of its own."""
     at = {id(n): i for i, n in enumerate(graph.nodes)}
-    lines = []
-    for group in graph.groups:
-        members = [f'"op{at[id(n)]}"' for n in group.nodes]
-        members += [f'"{v.name}"' for n in group.nodes for v in n.outputs]
-        lines.append(f'  subgraph cluster_{group.name} {{ label="{group.name}"; '
-                     f'style="rounded,dashed"; color="#1565c0"; {"; ".join(members)}; }}')
-    return lines
+
+    def cluster(group, label, style, inside):
+        return (f'subgraph cluster_{group.name} {{ label="{label}"; style="{style}"; '
+                f'color="#1565c0"; {"; ".join(inside)}; }}')
+
+    def members(group):
+        return [f'"op{at[id(n)]}"' for n in group.nodes] + \
+            [f'"{v.name}"' for n in group.nodes for v in n.outputs]
+    return ["  " + (cluster(g, g.name, "rounded,dashed", members(g)) if not g.segments else
+                    cluster(g, f"{g.name}: horizontal", "rounded,bold", [
+                        cluster(s, s.name, "rounded,dotted", members(s)) for s in g.segments]))
+            for g in graph.groups]

@@ -88,9 +88,11 @@ unfused.plot(to_file="graphs/09_static.svg")
 # The fusion pass groups connected elementwise nodes whose results share one
 # shape into **kernels**; inputs may broadcast (Adam's step size is a scalar).
 # Matmuls, `linear`, softmax and `sum_to` are boundaries. Adam's whole update of
-# one parameter (both moments and the new weight) is one group of twelve ops. The printed graph
-# indents each kernel under a header naming what it returns, and the drawing
-# frames each as a cluster:
+# one parameter (both moments and the new weight) is a chain of twelve ops, and
+# the four parameters' chains, the same twelve ops on arrays of four shapes with
+# no path between them, are merged into one **horizontal** kernel, a segment per
+# parameter (more on it below). The printed graph indents each kernel under a
+# header naming what it returns, and the drawing frames each as a cluster:
 
 # %%
 print(graph)
@@ -114,7 +116,10 @@ compiled = getattr(plan, "library", None)
 compiled = compiled.specs if compiled is not None else {}
 for group in graph.groups:
     how = "compiled" if group.name in compiled else "numpy calls"
-    print(f"{kernel_spec(group).body.rstrip()}\n    -> {how}\n")
+    spec = kernel_spec(group)
+    body = spec.segments[0].body if spec.segments else spec.body  # horizontal: its first
+    more = f"\n    (the first of {len(spec.segments)} segments)" if spec.segments else ""
+    print(f"{body.rstrip()}{more}\n    -> {how}\n")
 
 # %% [markdown]
 # The loop around the largest compiled body, as the C++ compiler receives it (a
@@ -123,11 +128,38 @@ for group in graph.groups:
 
 # %%
 if compiled:
-    first = max(compiled.values(), key=lambda spec: np.prod(spec.shape)).name
+    largest = max(compiled.values(), key=lambda spec: np.prod(spec.shape))
+    first = (largest.segments or (largest,))[0].name  # a horizontal kernel's first loop
     source = plan.kernel_source
     print(source[source.index(f"// kernel {first}:"):][:1800], "...")
 else:
     print("no kernel compiled here:", dezero.static.backends.cpu.missing_reason())
+
+# %% [markdown]
+# ## Horizontal fusion: one kernel for every parameter
+#
+# Vertical fusion joins chains; an optimizer's step is the same short chain once
+# per parameter, on arrays so small that calling a kernel costs more than its
+# arithmetic. Torch's fused optimizers and apex call the cure *multi-tensor
+# apply*: one kernel over the list of arrays. The fusion pass's second rule does
+# that for any kernels of one body that do not wait for each other. On the CPU the
+# horizontal kernel is one C function that runs each segment's loop in turn; on a
+# GPU, one launch over all segments' elements. Without the rule
+# (`horizontal.MAX_SEGMENT = 0` lets no kernel merge) the same step has eight
+# kernels, four of them the updates:
+
+# %%
+from dezero.static import horizontal
+
+kept, horizontal.MAX_SEGMENT = horizontal.MAX_SEGMENT, 0
+apart = dezero.trace(train_step).lower(x, t)          # traced again, without the rule
+horizontal.MAX_SEGMENT = kept
+print(f"{len(apart.groups)} kernels without the rule, {len(graph.groups)} with it\n")
+for group in graph.groups:
+    if group.segments:
+        print(group.header())
+        for segment in group.segments:
+            print(f"  {segment.name}: {len(segment.nodes)} ops on {segment.shape}")
 
 # %% [markdown]
 # ## Timing the three ways
@@ -183,9 +215,9 @@ plt.show()
 # * **Eager → replayed** removes the Python overhead of define-by-run: making
 #   Variables and Functions, linking the graph, walking it backwards. That is most
 #   of the cost for arrays this small.
-# * **Unfused → fused** replaces Adam's five twelve-op updates by five loops
-#   that read each array once, instead of about sixty numpy calls that each write
-#   a temporary array. The spiral network is tiny, so this is a smaller saving
+# * **Unfused → fused** replaces Adam's step size and its four twelve-op
+#   updates by two kernel calls whose loops read each array once, instead of
+#   about sixty numpy calls that each write a temporary array. The spiral network is tiny, so this is a smaller saving
 #   than the first, and how much it shows depends on the machine and its load.
 #   Fusion pays more as the arrays grow: step 67 runs a ten-op chain on a
 #   million numbers several times faster than numpy.
