@@ -237,3 +237,16 @@ def test_a_fused_training_step_with_reductions_matches_the_python_replay(monkeyp
     np.testing.assert_allclose(l0, l1, rtol=1e-6)
     for a, b in zip(p0, p1):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@needs_compiler
+def test_a_softmax_over_a_middle_axis_and_a_column_sum_of_three_axes():
+    def f(x):
+        e = F.exp(x - F.max(x, axis=1, keepdims=True))
+        p = e / F.sum(e, axis=1, keepdims=True)
+        return p * 2.0, F.sum_to(F.tanh(x) * 3.0 + 1.0, (1, 1, x.shape[2])) * 0.5
+    x = np.random.default_rng(4).standard_normal((4, 5, 6)) * 3
+    graph = dezero.trace(f).lower(x)
+    assert sorted(g.axes for g in graph.groups) == [(0, 1), (1,)]
+    for got, want in zip(graph.compile("cpu").wait()(x), graph.interpret(x)):
+        close_to_the_interpreter(got.data, want.data, np.float64)

@@ -24,6 +24,15 @@ _FOLDS = {"sum": "{a} += {v};", "max": "{a} = ({v} > {a} || {v} != {v}) ? {v} : 
 _START = {"sum": "0", "max": "-INFINITY", "min": "INFINITY"}  # NaN wins max and min
 
 
+def columns(spec) -> bool:
+    """Whether a kernel runs by columns: one pass with nothing before it, and kept
+    axes inside reduced ones (a bias's gradient, summed over the batch). Its loop over
+    the reduced positions is then the outer one, over blocks of kept positions that
+    the inner loop runs through at unit stride, as numpy does; full outputs are laid
+    out reduced axes first."""
+    return not spec.pairwise and len(spec.passes) == 1 and not spec.setup
+
+
 def reduction_source(spec) -> str:
     """The C++ of a reduction kernel (codegen.ReductionSpec): its arguments are the
     arrays reduction_call prepares, (K, R) views of full-level inputs (K rows of
@@ -47,6 +56,8 @@ def reduction_source(spec) -> str:
             lines.append(f"  const npy_intp _k{j} = ((Array*)_a{j})->strides[0] / "
                          f"(npy_intp)sizeof({ctype})" + (f", _r{j} = ((Array*)_a{j})->strides[1] "
                          f"/ (npy_intp)sizeof({ctype})" if spec.levels[j] == "full" else "") + ";")
+    if columns(spec):
+        return "\n".join(lines + _column_loops(spec, ctype))
     buffers = max([sum(kind == "sum" for kind, _, _ in folds) for _, folds, _ in spec.passes]
                   + [0]) if spec.pairwise else 0
     lines += ["  _Pragma(\"omp parallel if (_K * _R >= PARALLEL_MIN && _K > 1 && threads_ok)\")",
@@ -87,6 +98,38 @@ def reduction_source(spec) -> str:
     return "\n".join(lines)
 
 
+def _column_loops(spec, ctype) -> list:
+    ins, outs, n_in = spec.inputs, spec.outputs, len(spec.inputs)
+    (element, folds, after), = spec.passes
+    lines = ["  constexpr npy_intp _B = 256;  // kept positions a block",
+             "  _Pragma(\"omp parallel for if (_K * _R >= PARALLEL_MIN && _K > _B && "
+             "threads_ok)\")", "  for (npy_intp _kb = 0; _kb < _K; _kb += _B) {",
+             "    const npy_intp _end = _kb + _B < _K ? _kb + _B : _K;"]
+    lines += [f"    {ctype} _col{a}[_B];" for _, a, _ in folds]
+    lines += [f"    for (npy_intp _k = 0; _k < _B; ++_k) _col{a}[_k] = {_START[kind]};"
+              for kind, a, _ in folds]
+    stored = [(j, p) for j, p in enumerate(outs) if spec.levels[n_in + j] == "full"]
+    lines += ["    for (npy_intp _r = 0; _r < _R; ++_r) {", "      _Pragma(\"omp simd\")",
+              "      for (npy_intp _k = _kb; _k < _end; ++_k) {"]
+    lines += [f"        const {ctype} {p.name} = _p{j}[_k * _k{j} + _r * _r{j}];"
+              for j, p in enumerate(ins) if spec.levels[j] == "full"]
+    lines += [f"        {ctype} {p.name};" for _, p in stored]
+    lines += [f"        {line}" for line in element]
+    lines += ["        " + _FOLDS[kind].format(a=f"_col{a}[_k - _kb]", v=v)
+              for kind, a, v in folds]
+    lines += [f"        _p{n_in + j}[_r * _K + _k] = {p.name};" for j, p in stored]
+    lines += ["      }", "    }", "    for (npy_intp _k = _kb; _k < _end; ++_k) {"]
+    lines += [f"      const {ctype} {p.name} = _p{j}[_k * _k{j}];" for j, p in enumerate(ins)
+              if spec.levels[j] == "row"]
+    lines += [f"      {ctype} {p.name};" for j, p in enumerate(outs)
+              if spec.levels[n_in + j] == "row"]
+    lines += [f"      const {ctype} {a} = _col{a}[_k - _kb];" for _, a, _ in folds]
+    lines += [f"      {line}" for line in after]
+    lines += [f"      _p{n_in + j}[_k] = {p.name};" for j, p in enumerate(outs)
+              if spec.levels[n_in + j] == "row"]
+    return lines + ["    }", "  }", "  return 0;", "}", ""]
+
+
 def reduction_call(spec, fn):
     """The callable of a reduction kernel: the group's input arrays -> its outputs,
     through (K, R) and (K,) views of them (numpy copies only what no view can show:
@@ -95,8 +138,13 @@ def reduction_call(spec, fn):
     order = [d for d in range(len(shape)) if d not in axes] + list(axes)
     rows = _size([shape[d] for d in order[:len(shape) - len(axes)]])
     width = _size([shape[d] for d in axes])
-    moved = tuple(shape[d] for d in order)
-    back = tuple(int(d) for d in np.argsort(order))
+    if columns(spec):  # full outputs: reduced axes first
+        order_out = list(axes) + order[:len(shape) - len(axes)]
+        full_out = (width, rows)
+    else:
+        order_out, full_out = order, (rows, width)
+    moved = tuple(shape[d] for d in order_out)
+    back = tuple(int(d) for d in np.argsort(order_out))
     ones = tuple(1 if d in axes else n for d, n in enumerate(shape))
     targets = []
     for p, level in zip(spec.inputs, spec.levels):
@@ -118,7 +166,7 @@ def reduction_call(spec, fn):
 
     def run_reduction(*arrays):
         xs = [view(k, arrays[i]) for k, i in enumerate(spec.sources)]
-        outs = [np.empty((rows, width) if level == "full" else rows, p.dtype)
+        outs = [np.empty(full_out if level == "full" else rows, p.dtype)
                 for p, level in zip(spec.outputs, spec.levels[n_in:])]
         fn(*xs, *outs)
         return tuple(o.reshape(moved).transpose(back) if level == "full" else o.reshape(p.shape)
