@@ -87,11 +87,6 @@ class Program:
     graph: Graph
     steps: list
 
-    @property
-    def reads(self) -> list:
-        """The state nodes the program reads, in order."""
-        return [s.node for s in self.steps if s.kind == "read"]
-
     def outputs(self, flat):
         """The structure the traced function returned, around the arrays returned."""
         return build_outputs(self.graph.out_tree, flat)

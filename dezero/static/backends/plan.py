@@ -37,7 +37,7 @@ class Plan:
     def read_state(self):
         """The arrays of the captured state, in the program's order (with a clear
         error for a slot that is empty now)."""
-        slots = [node.payload for node in self.program.reads]
+        slots = [s.node.payload for s in self.program.steps if s.kind == "read"]
         arrays = [slot.read() for slot in slots]
         for slot, array in zip(slots, arrays):
             if array is None:

@@ -118,7 +118,7 @@ def generate(graph: Graph, factory=None, program=None):
     leaves = {s.node.inputs[0].name for s in program.steps if s.target == "input"}
     for name in inputs:
         if name in leaves:  # its .grad is stored: keep what the caller passed
-            code.lines.append(f"    _v_{name} = {name}")
+            code.lines.append(f"    _i_{name} = {name}")
         code.lines.append(f"    {name} = {name}._data if _isinstance({name}, _Variable) "
                           f"else {name}")
     for step in program.steps:
@@ -198,23 +198,17 @@ class _Code:
             self.emit(f"_setattr({held}, {step.slot.name!r}, _wrap({value}))  "
                       f"# {printable(node.attrs['of'])}.{printable(node.attrs['name'])}")
             return
-        target = node.inputs[0].name
-        comment = f"  # {printable(format_node(node))}"
-        if step.target == "input":  # only a Variable argument receives a .grad
-            wrapped = value if source is None else f"_wrap({value})"
-            self.emit(f"if _isinstance(_v_{target}, _Variable): _v_{target}.grad = "
-                      f"{wrapped}{comment}")
-        elif node.attrs.get("in_place"):  # the traced code overwrote the array itself
-            self.emit(f"_s_{target}._data[...] = {value}{comment}")
+        to = f"_{step.target[0]}_{node.inputs[0].name}"  # _s_W (state), _i_x (argument)
+        if node.attrs.get("in_place"):  # the traced code overwrote the array itself
+            line = f"{to}._data[...] = {value}"
         elif node.attrs["field"] == "grad":
-            self.emit(f"_s_{target}.grad = {value if source is None else f'_wrap({value})'}"
-                      f"{comment}")
-        elif len(node.inputs[1].shape) > 0:
-            # An array of ndim >= 1: stored past the setter's checks (run() refuses to
-            # replay while a tracer records).
-            self.emit(f"_s_{target}._data = {value}{comment}")
-        else:
-            self.emit(f"_s_{target}.data = {value}{comment}")
+            line = f"{to}.grad = {value if source is None else f'_wrap({value})'}"
+        else:  # an array of ndim >= 1 skips the setter's checks (run() refuses to
+            # replay while a tracer records); numpy may give a 0-d result as a scalar
+            line = f"{to}.{'_data' if node.inputs[1].shape else 'data'} = {value}"
+        if step.target == "input":  # only a Variable argument receives a .grad
+            line = f"if _isinstance({to}, _Variable): {line}"
+        self.emit(f"{line}  # {printable(format_node(node))}")
 
     def free(self, step):
         self.emit(f"del {', '.join(step.names)}")
@@ -225,12 +219,8 @@ class _Code:
 
 
 # =============================================================================
-# Compiled: compile_graph, run
+# Compiled: the plan, run
 # =============================================================================
-
-
-def compile_graph(graph: Graph, factory=None) -> Compiled:
-    return Compiled(graph, factory)
 
 
 class Compiled(Plan):
@@ -274,3 +264,6 @@ class Compiled(Plan):
                     reraise(error, line, self.graph.name)
             tb = tb.tb_next
         raise error
+
+
+compile_graph = Compiled
