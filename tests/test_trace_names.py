@@ -240,6 +240,30 @@ def test_saved_graphs_keep_places_and_version_1_files_still_load(tmp_path):
     np.testing.assert_array_equal(old(x, t).data, loaded(x, t).data)  # one step each
 
 
+def test_places_with_odd_keys_print_draw_save_and_load(tmp_path):
+    from dezero.static.graph import StaticGraph
+
+    weights = {"a b\n\"q": Variable(np.ones(3, np.float32)), 0: Variable(np.ones(3, np.float32)),
+               "0": Variable(np.full(3, 2.0, np.float32))}
+
+    def f(x):
+        return F.sum(x * weights["a b\n\"q"] + weights[0] * weights["0"])
+
+    graph = dezero.trace(f).lower(np.ones(3, np.float32))
+    places = _state_places(graph)
+    # escaped onto one line; the int 0 and the string "0" stay apart
+    assert places == ["weights['a b\\n\"q']", "weights.0", "weights['0']"]
+    assert all(name.isidentifier() for name in [n.outputs[0].name
+                                                for n in graph.of_kind("state")])
+    assert "mul(weights['a b\\n\"q'], x)" in str(graph)
+    assert str(graph).splitlines()[0].endswith("weights['0']: f32[3]")  # one header line
+    assert "label=\"weights['a b\\\\n\\\"q']: f32[3]\"" in graph.to_dot()
+    graph.save(str(tmp_path / "g.json"))
+    loaded = StaticGraph.load(str(tmp_path / "g.json"))
+    assert list(loaded.state) == places
+    assert float(loaded(np.ones(3, np.float32)).data) == float(graph(np.ones(3, np.float32)).data)
+
+
 def test_dotted_spells_indices_and_identifier_keys_as_steps():
     assert dotted("m.layers[0].W") == "m.layers.0.W"
     assert dotted("opt.ms[layers[12].W]") == "opt.ms[layers.12.W]"
