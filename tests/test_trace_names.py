@@ -44,6 +44,7 @@ def test_state_is_named_by_where_the_step_reaches_it():
     code = graph.compile("python").source
     assert "_s_model_l0_W._data = " in code and "_s0" not in code
     assert "_s_optimizer_ms_l0_W._data = " in code and "# optimizer.ms[l0.W] <- " in code
+    assert "optimizer_ms_l0_W = _s_optimizer_ms_l0_W._data  # optimizer.ms[l0.W]\n" in code
     assert '"model_l0_W" [label="model.l0.W: f32[2,4]"' in graph.to_dot()
 
 

@@ -144,12 +144,13 @@ class _Code:
         getattr(self, step.kind if step.kind != "return" else "returns")(step)
 
     def read(self, step):
-        node, name = step.node, step.node.outputs[0].name
+        node, name, place = step.node, step.node.outputs[0].name, step.node.outputs[0].place
         slot, held = node.payload, f"_s_{name}"
         self.env[held] = holder(slot)
         where = f".{slot.name}" if isinstance(slot, AttrSlot) else \
             ".grad" if isinstance(slot, GradSlot) else ""
-        self.emit(f"{name} = {held}{where}._data")
+        # State says where it lives (its place) where the code reads it.
+        self.emit(f"{name} = {held}{where}._data" + (f"  # {printable(place)}" if place else ""))
 
     def node(self, step):
         node = step.node
