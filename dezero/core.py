@@ -505,6 +505,13 @@ class Function:
                 input exactly (x * 1); neutral_attrs: attrs that make it return
                 its input (x ** 1). The simplify pass drops such ops; like
                 py, they are not inherited past an overridden forward
+      epilogue  where forward ends with an elementwise op applied to its last
+                input (x @ W + b): a function of the input shapes -> (that op's
+                name, the shape of forward's result without the last input). The
+                passes split such a node in two, so that fusion joins the last op
+                to the elementwise ops after it (passes.split_epilogues)
+      fresh_result  forward returns a new array that shares memory with nothing
+                (x @ W): a kernel reading it last may write its result into it
     Subclasses store their constructor arguments under the same names, so that
     `type(f)(**f.attrs)` rebuilds an equivalent op.
     """
@@ -514,7 +521,8 @@ class Function:
     collective = False
     commutative = False
     py = None
-    neutral = neutral_attrs = None
+    neutral = neutral_attrs = epilogue = None
+    fresh_result = False
     op_name = "function"
 
     def __init_subclass__(cls, **kwargs):

@@ -672,6 +672,7 @@ def _check_matmul(op, x, W):
 class MatMul(Function):
     op_name = "matmul"
     py = "{x} @ {W}"
+    fresh_result = True
 
     def forward(self, x, W):
         _check_matmul(self.op_name, x, W)
@@ -704,6 +705,10 @@ def rmatmul(W, x):
 class Linear(Function):
     """y = x @ W + b (b optional)."""
     py = {2: "{x} @ {W}", 3: "{x} @ {W} + {b}"}  # by the number of inputs
+    fresh_result = True
+    # The passes split a call with b into linear(x, W) then add(y, b), which is what
+    # forward computes, so that the add fuses with the elementwise ops after it.
+    epilogue = staticmethod(lambda x, W, b: ("add", (*x[:-1], W[-1])))
 
     def forward(self, x, W, b=None):
         _check_matmul(self.op_name, x, W)
@@ -774,8 +779,10 @@ class ReLU(Function):
         return cuda.get_array_module(x).maximum(x, _like(0, x))
 
     def backward(self, gy):
-        x, = self.inputs
-        return gy * Positive()(x)
+        # The mask from the output (y > 0 exactly where x > 0): a traced step then
+        # keeps y alone alive, and a kernel computing y + b then relu writes y only.
+        y = self.outputs[0]()
+        return gy * Positive()(y)
 
 
 class Positive(Function):

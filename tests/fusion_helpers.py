@@ -21,11 +21,17 @@ def reference_factory(graph, made=None):
             made.append(spec)
         functions = [n.record.function(n.attrs) for n in group.nodes]
 
-        def kernel(*arrays):
+        def kernel(*arrays, out=None):  # out: written into where given, as the
+            # kernel backends do
             env = {id(v): a for v, a in zip(group.inputs, arrays, strict=True)}
             for node, f in zip(group.nodes, functions):
                 y = f.forward(*(env[id(v)] for v in node.inputs))
                 env[id(node.outputs[0])] = as_result_array(y)
-            return tuple(env[id(v)] for v in group.outputs)
+            results = tuple(env[id(v)] for v in group.outputs)
+            for given, result in zip(out or (), results):
+                if given is not None:
+                    given[...] = result
+            return tuple(r if o is None else o for r, o in
+                         zip(results, out or (None,) * len(results)))
         return kernel
     return factory

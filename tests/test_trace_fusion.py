@@ -67,23 +67,25 @@ def test_the_tanh_chain_is_one_kernel():
 
 def test_a_sigmoid_mlp_sgd_steps_updates_are_one_horizontal_kernel_that_pays():
     graph, _ = traced_step(lambda: optimizers.SGD(0.1), classification_calls())
-    # sigmoid with its 1 - y; the loss's gradient; the backward of the sigmoid;
-    # then the update (lr * grad, param - that) of every parameter in one kernel
-    assert kernel_sizes(graph) == [2, 2, 2, 8]
-    # both read later; 1 - y, computed in the backward pass, moved up (and kept its name)
-    assert [v.name for v in graph.groups[0].outputs] == ["d", "q"]
+    # the bias add with the sigmoid; the loss's gradient; the backward of the sigmoid
+    # (gy * y * (1 - y)) with the sum of it for b's gradient; then the update
+    # (lr * grad, param - that) of every parameter in one kernel
+    assert kernel_sizes(graph) == [2, 2, 4, 8]
+    # only y leaves the forward's kernel: 1 - y is computed in the backward's
+    assert [v.name for v in graph.groups[0].outputs] == ["e"]
     update = graph.groups[3]
     assert [s.shape for s in update.segments] == [(4, 10), (10,), (10, 3), (3,)]
     assert [s.name for s in update.segments] == ["k3_0", "k3_1", "k3_2", "k3_3"]
     assert update.shape == (40 + 10 + 30 + 3,) and update.compiled  # 8 ops: it pays
-    assert [g.compiled for g in graph.groups[:3]] == [False] * 3  # 2 ops on small arrays
+    # 2 ops on small arrays run as numpy calls; the 4 with a reduction pay
+    assert [g.compiled for g in graph.groups[:3]] == [False, False, True]
     assert "  # kernel k3: horizontal, 4 x 2 ops over [4,10], [10], [10,3], [3]\n" \
-           "    # k3_0: f32[4,10] -> y\n" in str(graph)
+           "    # k3_0: f32[4,10] -> ba\n" in str(graph)
 
 
 def test_an_adam_step_has_one_scalar_kernel_and_one_horizontal_update_kernel():
     graph, _ = traced_step(lambda: optimizers.Adam(0.01), classification_calls())
-    assert kernel_sizes(graph) == [2, 2, 2, 12, 48]
+    assert kernel_sizes(graph) == [2, 2, 4, 12, 48]
     scalars = graph.groups[3]  # the step count and the bias-corrected step size
     assert scalars.shape == () and len(scalars.outputs) == 2 and not scalars.segments
     update = graph.groups[4]
@@ -98,33 +100,115 @@ def test_the_adam_update_of_one_parameter_is_one_readable_segment():
     assert [s.name for s in spec.segments] == ["k4_0", "k4_1", "k4_2", "k4_3"]
     assert spec.body == "// kernel k4: horizontal over k4_0, k4_1, k4_2, k4_3\n"
     first = spec.segments[0]
-    # the gradient u, the slots m and v (named by where they live), 1 - beta1, 1 - beta2,
+    # the gradient w, the slots m and v (named by where they live), 1 - beta1, 1 - beta2,
     # the step size, eps and the parameter
     assert [p.name for p in first.inputs] == [
-        "u", "optimizer_ms_l0_W", "bj", "optimizer_vs_l0_W", "bk", "bi",
+        "w", "optimizer_ms_l0_W", "bl", "optimizer_vs_l0_W", "bm", "bk",
         "optimizer_eps", "model_l0_W"]
-    assert [p.name for p in first.outputs] == ["bn", "br", "bw"]  # new m, v and W
+    assert [p.name for p in first.outputs] == ["bp", "bt", "by"]  # new m, v and W
     assert first.body == (
         "// kernel k4_0: sub, mul, add, mul, sub, mul, add, mul, sqrt, add, div, sub\n"
-        "const float bl = u - optimizer_ms_l0_W;\n"
-        "const float bm = bj * bl;\n"
-        "const float bn_ = optimizer_ms_l0_W + bm;\n"
-        "const float bo = u * u;\n"
-        "const float bp = bo - optimizer_vs_l0_W;\n"
-        "const float bq = bk * bp;\n"
-        "const float br_ = optimizer_vs_l0_W + bq;\n"
-        "const float bs = bi * bn_;\n"
-        "const float bt = sqrt(br_);\n"
-        "const float bu = bt + optimizer_eps;\n"
-        "const float bv = bs / bu;\n"
-        "const float bw_ = model_l0_W - bv;\n"
-        "bn = bn_;\n"
-        "br = br_;\n"
-        "bw = bw_;\n")
+        "const float bn = w - optimizer_ms_l0_W;\n"
+        "const float bo = bl * bn;\n"
+        "const float bp_ = optimizer_ms_l0_W + bo;\n"
+        "const float bq = w * w;\n"
+        "const float br = bq - optimizer_vs_l0_W;\n"
+        "const float bs = bm * br;\n"
+        "const float bt_ = optimizer_vs_l0_W + bs;\n"
+        "const float bu = bk * bp_;\n"
+        "const float bv = sqrt(bt_);\n"
+        "const float bw = bv + optimizer_eps;\n"
+        "const float bx = bu / bw;\n"
+        "const float by_ = model_l0_W - bx;\n"
+        "bp = bp_;\n"
+        "bt = bt_;\n"
+        "by = by_;\n")
     # the kernel's params: every segment's, each once (the 4 shared scalars too)
     assert [p.name for p in spec.inputs][:8] == [p.name for p in first.inputs]
     assert len(spec.inputs) == 8 + 3 * 4 and [p.name for p in spec.outputs] == [
         p.name for s in spec.segments for p in s.outputs]
+
+
+# ---- matmul epilogues: the bias add and the activation after the BLAS call --------
+
+
+def dense_layers(activation, seed=0):
+    """A traced function: the sum of squares of activation(x @ W1 + b1) @ W2, with
+    its backward (the gradient reaching the activation comes from a matmul)."""
+    rng = np.random.default_rng(seed)
+    W1, W2 = (Variable(rng.standard_normal(s).astype(np.float32), name=n)
+              for s, n in (((4, 6), "W1"), ((6, 3), "W2")))
+    b1 = Variable(rng.standard_normal(6).astype(np.float32), name="b1")
+
+    def f(x):
+        y = F.linear(activation(F.linear(x, W1, b1)), W2)
+        loss = F.sum(y * y)
+        for p in (W1, b1, W2):
+            p.cleargrad()
+        loss.backward()
+        return loss
+    return dezero.trace(f), (W1, b1, W2)
+
+
+def kernel_ops(graph):
+    return [[n.op for n in g.nodes] for g in graph.groups]
+
+
+@pytest.mark.parametrize("activation, forward, backward", [
+    (F.relu, ["add", "relu"], ["positive", "mul"]),
+    # the sigmoid's backward also sums the gradient for b1 in its loop
+    (F.sigmoid, ["add", "sigmoid"], ["mul", "sub", "mul", "sum_to"])])
+def test_a_dense_layer_is_one_blas_call_and_one_kernel_each_way(activation, forward,
+                                                               backward):
+    traced, _ = dense_layers(activation)
+    graph = traced.lower(np.ones((5, 4), np.float32))
+    assert kernel_ops(graph) == [forward, backward]
+    lines = str(graph).splitlines()
+    # forward: x @ W1 (BLAS), then one kernel: + b1, the activation; it stores y only
+    k0 = graph.groups[0]
+    xw, (y,) = k0.nodes[0].inputs[0].name, k0.outputs
+    start = lines.index(f"  # {k0.header()}")
+    assert lines[start - 1] == f"  {xw}: f32[5,6] = linear(x, W1)"
+    assert lines[start + 1:start + 3] == [
+        f"    {k0.nodes[0].outputs[0].name}: f32[5,6] = add({xw}, b1)",
+        f"    {y.name}: f32[5,6] = {forward[1]}({k0.nodes[0].outputs[0].name})"]
+    # backward: the gradient of y from a matmul, then one kernel applying the mask
+    k1, = graph.groups[1:]
+    gy = next(v for v in k1.inputs if v.shape == (5, 6) and v is not y)
+    made = next(n for n in graph.nodes if gy in n.outputs)
+    assert made.op == "matmul" and [v.shape for v in k1.outputs][0] == (5, 6)
+    # a kernel writes its result into the matmul's array, which only it reads (a
+    # reduction's loop writes its own arrays)
+    code = Compiled(graph, reference_factory(graph)).source
+    assert f"    {y.name}, = _k0({xw}, b1, out=({xw},))  # kernel k0: 2 ops; {y.name} " \
+           f"into {xw}'s array\n" in code
+    if k1.axes is None:
+        assert f"out=({gy.name},))  # kernel k1: {len(backward)} ops; " \
+               f"{k1.outputs[0].name} into {gy.name}'s array" in code
+    else:
+        assert code.count("'s array") == 1
+
+
+def test_a_matmul_result_read_elsewhere_is_not_written_into():
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal((4, 6)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+
+    def f(x):
+        h = F.matmul(x, W)
+        return F.relu(h + b), h * 1.0  # h is returned too: a fresh array for y
+    graph = dezero.trace(f).lower(np.ones((5, 4), np.float32))
+    assert kernel_ops(graph) == [["add", "relu"]]
+    code = Compiled(graph, reference_factory(graph)).source
+    assert "out=" not in code
+
+
+def test_an_epilogue_is_split_only_where_no_dtype_is_promoted():
+    x = np.ones((5, 4), np.float32)
+    W, b = np.ones((4, 6), np.float32), np.ones(6, np.float64)
+    graph = dezero.trace(lambda x: F.relu(F.linear(x, W, b))).lower(x)
+    assert [n.op for n in graph.of_kind("op")] == ["linear", "relu"]
+    np.testing.assert_array_equal(graph.interpret(x).data, np.maximum(x @ W + b, 0))
 
 
 def test_groups_are_consecutive_typed_and_checked():
@@ -348,7 +432,8 @@ def test_comparisons_are_cast_to_the_kernel_type():
         return y
 
     graph = fused(f, np.ones((2, 4), np.float32))
-    bodies = [kernel_spec(g).body for g in graph.groups]
+    # relu's mask joins the sum's loop (a reduction kernel): its spec's text, whichever
+    bodies = [repr(kernel_spec(g)) for g in graph.groups]
     assert any("= (float)(" in b and " > 0.0f);" in b for b in bodies), bodies
 
 

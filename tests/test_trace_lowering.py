@@ -36,18 +36,19 @@ def test_the_program_of_a_training_step_reads_runs_stores_frees_and_returns_in_o
     step, x, t = linear_regression_step()
     program = lower(step.lower(x, t))
     kinds = [s.kind for s in program.steps]
-    assert kinds == ["read"] * 3 + ["node", "node", "kernel", "node", "node", "store", "free",
-                                    "node", "store", "free", "kernel", "store", "store",
-                                    "return"]  # one horizontal kernel updates W and b
+    # linear(x, W), then one kernel: the bias add, the loss's gradient and its sum for
+    # b.grad; one horizontal kernel updates W and b
+    assert kinds == ["read"] * 3 + ["node", "kernel", "store", "node", "free", "node", "node",
+                                    "store", "free", "kernel", "store", "store", "return"]
     assert {s.kind for s in program.steps} <= set(STEP_KINDS)
     k0 = next(s for s in program.steps if s.kind == "kernel")
-    assert [s.kind for s in k0.body] == ["node", "free", "node", "free"]
-    # The store comes right after the value it stores: W.grad <- h after h's matmul.
+    assert [s.kind for s in k0.body] == ["node", "free", "node", "node", "free", "node"]
+    # The store comes right after the value it stores: W.grad <- i after i's matmul.
     at = {str(s): i for i, s in enumerate(program.steps)}
-    assert at["store W.grad <- h"] == at["h: f32[3,1] = matmul(g, f)"] + 1
+    assert at["store W.grad <- i"] == at["i: f32[3,1] = matmul(h, g)"] + 1
     text = str(program)
     assert text.startswith("program step(x: f32[8,3], t: f32[8,1])\n  W: f32[3,1] = state")
-    assert "  store b <- m\n  return d" in text
+    assert "  store b <- n\n  return e" in text
 
 
 def adam_step():
@@ -116,12 +117,12 @@ def test_the_interpreter_applies_stores_through_the_one_store_function(monkeypat
     monkeypatch.setattr(interpreter, "store", lambda s, value, leaves: (
         applied.append(str(s)), original(s, value, leaves)))
     graph.interpret(x, t)
-    assert applied == ["store W.grad <- h", "store b.grad <- i", "store W <- k",
-                       "store b <- m"]
+    assert applied == ["store b.grad <- j", "store W.grad <- i", "store W <- l",
+                       "store b <- n"]
 
 
 def test_a_freed_value_is_gone_for_the_interpreter():
     step, x, t = linear_regression_step()
     plan = backends.compile(step.lower(x, t), "interpreter")
     plan.execute([x, t])
-    assert "c" not in plan.env and "d" in plan.env  # c died after its last reader
+    assert "c" not in plan.env and "e" in plan.env  # c died after its last reader

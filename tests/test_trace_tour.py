@@ -38,5 +38,5 @@ def test_docstring_tour_shows_the_real_graph_and_replay_code():
     assert indented(str(graph)) in doc
     assert indented(python_code(graph)) in doc
     assert indented(str(graph.program)) in doc
-    spec = kernel_spec(graph.groups[1]).segments[1]
+    spec = kernel_spec(graph.groups[1]).segments[0]
     assert indented(spec.body) in doc

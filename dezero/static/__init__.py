@@ -9,7 +9,8 @@ building Variables or a dynamic graph. The package reads as a pipeline:
     guard.py      what user code sees of a traced array while recording (GuardedArray)
     names.py      the names and literals generated code may hold (below ir)
     ir.py         Graph, Node, Value, Group: data, printing and check(); no consumer
-    passes.py     graph -> graph: dce, cse, fold, simplify, fuse (kernel groups)
+    passes.py     graph -> graph: dce, cse, fold, simplify, split_epilogues, fuse
+                  (kernel groups)
     codegen.py    a fused group -> a kernel spec: typed params and a C++ body
     lowering.py   graph -> program: read, node or kernel, store, free, return
     backends/     the reference interpreter, the generated replay code, cupy kernels
@@ -43,35 +44,39 @@ A tour. One training step of a linear regression, traced::
 arguments; W, b and lr were made before the call, so they are captured state, read
 afresh at every replay (change lr between steps and the replay sees it); the
 backward pass is part of the graph; `.data` assignments became state writes and
-the gradients backward() left are written back too. The fusion pass grouped
-chains of elementwise ops of one shape into kernels (graph.groups), each indented
-under a comment that names what it returns; a kernel too small to pay for its call
-on the CPU (under 4 ops and 16384 elements) says it runs as numpy calls. The same
-update of W and of b, neither waiting for the other, is one horizontal kernel k1
-with a segment per array (as an optimizer's fused multi-tensor apply)::
+the gradients backward() left are written back too. linear(x, W, b) became the
+matrix product linear(x, W) and the bias add, which the fusion pass grouped with
+the elementwise ops after it: chains of elementwise ops of one shape became
+kernels (graph.groups), each indented under a comment that names what it
+returns; k0 also sums the loss's gradient for b.grad in its loop (a reduction),
+and a kernel too small to pay for its call on the CPU (under 4 ops and 16384
+elements) would say it runs as numpy calls. The same update of W and of b,
+neither waiting for the other, is one horizontal kernel k1 with a segment per
+array (as an optimizer's fused multi-tensor apply)::
 
     trace step(x: f32[8,3], t: f32[8,1]) captures W: f32[3,1], b: f32[1], lr: f32[]
       a: f32[] = const 0.25
-      c: f32[8,1] = linear(x, W, b)
-      d: f32[] = mean_squared_error(c, t)
-      # kernel k0: 2 ops -> f (numpy calls: too small to pay for a kernel)
-        e: f32[8,1] = sub(c, t)
-        f: f32[8,1] = mul(e, a)
-      g: f32[3,8] = transpose(x) [axes=None]
-      h: f32[3,1] = matmul(g, f)
-      i: f32[1] = sum_to(f) [shape=(1,)]
+      c: f32[8,1] = linear(x, W)
+      # kernel k0: 4 ops, reduces axes (0,) of [8, 1] -> d, g, j
+        d: f32[8,1] = add(c, b)
+        f: f32[8,1] = sub(d, t)
+        g: f32[8,1] = mul(f, a)
+        j: f32[1] = sum_to(g) [shape=(1,)]
+      e: f32[] = mean_squared_error(d, t)
+      h: f32[3,8] = transpose(x) [axes=None]
+      i: f32[3,1] = matmul(h, g)
       # kernel k1: horizontal, 2 x 2 ops over [3,1], [1]
-        # k1_0: f32[3,1] -> k
-        j: f32[3,1] = mul(lr, h)
-        k: f32[3,1] = sub(W, j)
-        # k1_1: f32[1] -> m
-        l: f32[1] = mul(lr, i)
-        m: f32[1] = sub(b, l)
-      W <- k
-      b <- m
-      W.grad <- h
-      b.grad <- i
-      return d
+        # k1_0: f32[3,1] -> l
+        k: f32[3,1] = mul(lr, i)
+        l: f32[3,1] = sub(W, k)
+        # k1_1: f32[1] -> n
+        m: f32[1] = mul(lr, j)
+        n: f32[1] = sub(b, m)
+      W <- l
+      b <- n
+      W.grad <- i
+      b.grad <- j
+      return e
 
 After fusion the graph is lowered once into a program (lowering.py), the steps a
 replay runs in order: read the state, run a node or a kernel (a kernel too small
@@ -83,78 +88,80 @@ runs this one program; `print(graph.program)`::
       W: f32[3,1] = state
       b: f32[1] = state
       lr: f32[] = state
-      c: f32[8,1] = linear(x, W, b)
-      d: f32[] = mean_squared_error(c, t)
-      f: f32[8,1] = k0(c, t, a)  # 2 ops, as numpy calls
-        e: f32[8,1] = sub(c, t)
+      c: f32[8,1] = linear(x, W)
+      d: f32[8,1], g: f32[8,1], j: f32[1] = k0(c, b, t, a)  # 4 ops, compiled
+        d: f32[8,1] = add(c, b)
         free c
-        f: f32[8,1] = mul(e, a)
-        free e
-      g: f32[3,8] = transpose(x) [axes=None]
-      h: f32[3,1] = matmul(g, f)
-      store W.grad <- h
-      free g
-      i: f32[1] = sum_to(f) [shape=(1,)]
-      store b.grad <- i
-      free f
-      k: f32[3,1], m: f32[1] = k1(lr, h, W, i, b)  # 4 ops, compiled
-        j: f32[3,1] = mul(lr, h)
-        free h
-        k: f32[3,1] = sub(W, j)
-        free W, j
-        l: f32[1] = mul(lr, i)
+        f: f32[8,1] = sub(d, t)
+        g: f32[8,1] = mul(f, a)
+        free f
+        j: f32[1] = sum_to(g) [shape=(1,)]
+      store b.grad <- j
+      e: f32[] = mean_squared_error(d, t)
+      free d
+      h: f32[3,8] = transpose(x) [axes=None]
+      i: f32[3,1] = matmul(h, g)
+      store W.grad <- i
+      free g, h
+      l: f32[3,1], n: f32[1] = k1(lr, i, W, j, b)  # 4 ops, compiled
+        k: f32[3,1] = mul(lr, i)
         free i
-        m: f32[1] = sub(b, l)
-        free b, l
-      store W <- k
-      store b <- m
-      return d
+        l: f32[3,1] = sub(W, k)
+        free W, k
+        m: f32[1] = mul(lr, j)
+        free j
+        n: f32[1] = sub(b, m)
+        free b, m
+      store W <- l
+      store b <- n
+      return e
 
 `graph.code` is the program printed as Python: one line per step, simple ops
 spelled inline, the others calling their Function's forward on arrays (`_s_W` is
 the Variable W)::
 
-    def step(x, t):  # generated from trace step: 11 ops
+    def step(x, t):  # generated from trace step: 12 ops
         # constants (globals of this code): a
         x = x._data if _isinstance(x, _Variable) else x
         t = t._data if _isinstance(t, _Variable) else t
         W = _s_W._data
         b = _s_b._data
         lr = _s_lr._data
-        c = x @ W + b
-        d = _arr(_mean_squared_error0(c, t))
-        e = c - t
+        c = x @ W
+        d = c + b
         del c
-        f = e * a
-        del e
-        g = x.T
-        h = g @ f
-        _s_W.grad = _wrap(h)  # W.grad <- h
-        del g
-        i = _sum(f, axis=(0,))
-        _s_b.grad = _wrap(i)  # b.grad <- i
+        f = d - t
+        g = f * a
         del f
-        j = lr * h
-        del h
-        k = W - j
-        del W, j
-        l = lr * i
+        j = _sum(g, axis=(0,))
+        _s_b.grad = _wrap(j)  # b.grad <- j
+        e = _arr(_mean_squared_error0(d, t))
+        del d
+        h = x.T
+        i = h @ g
+        _s_W.grad = _wrap(i)  # W.grad <- i
+        del g, h
+        k = lr * i
         del i
-        m = b - l
-        del b, l
-        _s_W._data = k  # W <- k
-        _s_b._data = m  # b <- m
-        return _outputs((d,))
+        l = W - k
+        del W, k
+        m = lr * j
+        del j
+        n = b - m
+        del b, m
+        _s_W._data = l  # W <- l
+        _s_b._data = n  # b <- n
+        return _outputs((e,))
 
 A kernel backend runs each group as one generated kernel instead; the C++ body
-of a segment (codegen.kernel_spec(graph.groups[1]).segments[1].body) computes one
+of a segment (codegen.kernel_spec(graph.groups[1]).segments[0].body) computes one
 element, with a local per node and the values read outside assigned last (`i` is
 cupy's loop index, so a value of that name is `v_i` in a kernel)::
 
-    // kernel k1_1: mul, sub
-    const float l = lr * v_i;
-    const float m_ = b - l;
-    m = m_;
+    // kernel k1_0: mul, sub
+    const float k = lr * v_i;
+    const float l_ = W - k;
+    l = l_;
 
 Values in a trace: arguments are inputs; Variables made outside and read inside
 are captured by reference, and named by where the function reaches them (W above,

@@ -20,6 +20,7 @@ cpu and cupy backends print them too, with a kernel call for each compiled group
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from dezero.core import Config, Variable, _wrap_output
@@ -44,6 +45,8 @@ class Step:
     body    kernel: node and free steps that run the group's nodes one by one
     names   free: the values dropped; kernel: its inputs that die with it (its body
             frees them after their last reader); return: the values returned
+    into    kernel: per output of the group, the input whose array a compiled
+            kernel writes it into, or None for a new array (see _into)
     copies  store, return: the names stored or returned as copies (arrays that the
             caller, captured state or the graph's constants hold)
     target  store: "state", "input" (the .grad of an argument) or "attr"
@@ -55,6 +58,7 @@ class Step:
     group: Group | None = None
     body: list = field(default_factory=list)
     names: tuple = ()
+    into: tuple = ()
     copies: frozenset = frozenset()
     target: str = ""
     slot: object = None
@@ -115,12 +119,15 @@ def lower(graph: Graph) -> Program:
     steps += [s for name in owned for s in stores.pop(name, ())]
     starts = {id(g.nodes[0]): g for g in graph.groups}
     inside = {id(n) for g in graph.groups for n in g.nodes}
+    reads = Counter(id(v) for n in graph.nodes for v in n.inputs)
+    producer = {id(v): n for n in graph.nodes for v in n.outputs}
     for node in graph.of_kind("op"):
         group = starts.get(id(node))
         if group is None and id(node) in inside:
             continue
         steps.append(Step("node", node) if group is None else
-                     Step("kernel", group=group, body=[Step("node", n) for n in group.nodes]))
+                     Step("kernel", group=group, body=[Step("node", n) for n in group.nodes],
+                          into=_into(group, reads, producer)))
         steps += [s for v in (group or node).outputs for s in stores.pop(v.name, ())]
     steps += stores.pop(None, [])  # in place: after every reader of the old array
     if stores:
@@ -131,6 +138,26 @@ def lower(graph: Graph) -> Program:
     steps.append(Step("return", names=tuple(returned),
                       copies=frozenset(n for n in returned if n in shared)))
     return Program(graph, _with_frees(graph, steps))
+
+
+def _into(group: Group, reads: Counter, producer: dict) -> tuple:
+    """For each output of a group, the input whose array its kernel may write it
+    into, or None: an input of the group's shape and the output's dtype that only the
+    group's nodes read, made by an op whose array is its own (record.fresh_result:
+    x @ W). The epilogue of a matmul (bias add, activation) then runs in place, as
+    numpy's `h += b` does, and so does an activation's mask times its gradient. None
+    for a horizontal or a reduction group (values of other shapes)."""
+    if group.segments or group.axes is not None:
+        return (None,) * len(group.outputs)
+    inside = Counter(id(v) for n in group.nodes for v in n.inputs)
+    free = [v for v in group.inputs if v.shape == tuple(group.shape) and
+            reads[id(v)] == inside[id(v)] and producer[id(v)].kind == "op" and
+            producer[id(v)].record.fresh_result]
+    into = []
+    for out in group.outputs:
+        into.append(next((v for v in free if v.dtype == out.dtype), None))
+        free = [v for v in free if v is not into[-1]]
+    return tuple(into)
 
 
 def _stores(graph: Graph, owned: set) -> dict:

@@ -8,8 +8,8 @@ stays printable), and reads op facts from each node's record (`node.record.rando
 lists of op names. The last pass, fuse, lays
 kernel groups (ir.Group) over the node list for codegen.py and the kernel backends.
 
-    graph = optimize(graph)   # dce, cse, fold, simplify, cse, dce, rename, fuse;
-                              # each then check()
+    graph = optimize(graph)   # dce, cse, fold, simplify, split_epilogues, cse, dce,
+                              # rename, fuse; each then check()
 """
 from __future__ import annotations
 
@@ -193,6 +193,34 @@ def _unchanged_input(node: Node, consts: dict) -> Value | None:
     return None
 
 
+def split_epilogues(graph: Graph) -> Graph:
+    """An op whose forward ends with an elementwise op on its last input (the class's
+    `epilogue`: linear(x, W, b) is linear(x, W) then add(y, b)) becomes those two
+    nodes, computing what forward does in the same order; fuse then joins the
+    elementwise one to the ops after it, one pass over the matmul's result. Only
+    where every input and the result share one dtype (no node promotes)."""
+    used = {v.name for n in graph.nodes for v in n.outputs}
+    nodes = []
+    for node in graph.nodes:
+        split = node.record.epilogue if node.kind == "op" else None
+        out = node.outputs[0] if len(node.outputs) == 1 else None
+        if split is None or out is None or len(node.inputs) != node.record.arity[1] or \
+                any(v.dtype != out.dtype for v in node.inputs):
+            nodes.append(node)
+            continue
+        op, shape = split(*(v.shape for v in node.inputs))
+        name = f"{out.name}_{node.op}"
+        while name in used:
+            name += "_"
+        used.add(name)
+        first = Value(name, shape, out.dtype)
+        nodes += [Node("op", node.op, node.inputs[:-1], node.attrs, [first]),
+                  Node("op", op, [first, node.inputs[-1]], {}, node.outputs)]
+    debugging.log(3, f"split_epilogues {graph.name}: split {len(nodes) - len(graph.nodes)} "
+                     f"nodes")
+    return graph.with_nodes(nodes)
+
+
 def rename(graph: Graph) -> Graph:
     """Give computed values and constants the names a, b, c ... in node order again,
     closing the gaps the other passes leave (inputs and state keep their names)."""
@@ -356,6 +384,7 @@ def _fuse(graph: Graph, small: set) -> Graph:
     # from a unit to the units that read its values (waiters); a unit runs as one
     # step, so the edges between units must never close a cycle.
     producer = {id(v): n for n in graph.nodes for v in n.outputs}
+    apart = _masks_apart(graph, producer)
     parent: list[int] = []      # union-find over unit ids: merged units share a root
     members: list[list] = []    # root -> its nodes, for groups (fusable units)
     waiters: list[set] = []     # unit -> units reading its values (ids, maybe merged)
@@ -420,6 +449,10 @@ def _fuse(graph: Graph, small: set) -> Graph:
             else:
                 log(f"{node.outputs[0].name} starts apart from {v.name}: shape "
                     f"{v.shape} -> {node.outputs[0].shape}")
+        if near and id(node) in apart:
+            log(f"{node.outputs[0].name} starts apart from its inputs' kernel: they are "
+                f"stored anyway, and its readers come after more non-kernel ops")
+            near = []
         options = [near] + [[g] for g in near] if len(near) > 1 else [near]
         chosen = next((o for o in options if _merged([spaces[g] for g in o] or [(0, None)])
                        and joinable(set(o), inputs - set(o))), [])
@@ -463,6 +496,42 @@ def _fuse(graph: Graph, small: set) -> Graph:
             log(f"kernel {g.name} runs as numpy calls: {len(g.nodes)} ops on "
                 f"{int(np.prod(g.shape))} elements cost less than a kernel call")
     return fused
+
+
+def _masks_apart(graph: Graph, producer: dict) -> set:
+    """ids of the fusable nodes that start a kernel rather than join their inputs'
+    (the backward's mask of an activation: relu's y > 0, sigmoid's 1 - y): each
+    input they read from a kernel is stored anyway (a non-kernel op reads it too),
+    and each of their readers is an elementwise node that also reads a value made
+    past more non-kernel ops (the gradient from a matmul). Joined to the forward's
+    kernel, the mask would be one more array it stores; apart, it is computed
+    inside the backward's kernel."""
+    fusable = {id(n) for n in graph.nodes if n.kind == "op" and fusion_refusal(n) is None}
+    readers: dict[int, list] = {}
+    depth: dict[int, int] = {}  # value -> the most non-kernel ops on a path to it
+    for node in graph.nodes:
+        for v in node.inputs:
+            readers.setdefault(id(v), []).append(node)
+        level = max((depth.get(id(v), 0) for v in node.inputs), default=0)
+        level += node.kind == "op" and id(node) not in fusable
+        depth.update((id(v), level) for v in node.outputs)
+
+    def stored(v):
+        return any(id(r) not in fusable for r in readers[id(v)])
+
+    def level(node):
+        return max((depth[id(v)] for v in node.inputs), default=0)
+
+    apart = set()
+    for node in graph.nodes:
+        if id(node) not in fusable or len(node.outputs) != 1:
+            continue
+        grouped = [v for v in node.inputs if id(producer[id(v)]) in fusable]
+        later = readers.get(id(node.outputs[0]), [])
+        if grouped and later and all(stored(v) for v in grouped) and all(
+                id(r) in fusable and level(r) > level(node) for r in later):
+            apart.add(id(node))
+    return apart
 
 
 def _schedule(nodes: list, groups: list) -> list:
@@ -572,7 +641,7 @@ def _carry_groups(graph: Graph, new: Graph, nodes: dict, values: dict):
 # fuse comes after rename and nothing renames after it, so that the values its
 # debug output names are those of the final graph (a node that fusion moves keeps
 # its name: the names then say where it was computed before).
-PIPELINE = (dce, cse, fold, simplify, cse, dce, rename, fuse)
+PIPELINE = (dce, cse, fold, simplify, split_epilogues, cse, dce, rename, fuse)
 
 
 def optimize(graph: Graph, passes=PIPELINE) -> Graph:

@@ -145,3 +145,27 @@ def test_an_optimizers_updates_run_as_one_horizontal_kernel_equal_to_the_interpr
             np.testing.assert_array_equal(cp.asnumpy(y), env[id(value)])
         else:
             np.testing.assert_allclose(cp.asnumpy(y), env[id(value)], rtol=1e-6)
+
+
+def test_a_dense_layers_epilogues_write_into_the_matmuls_results_as_the_interpreter():
+    rng = np.random.default_rng(0)
+    W1, b1, W2 = (Variable(cp.asarray(rng.standard_normal(s), cp.float32)) for s in
+                  ((20, 30), (30,), (30, 4)))
+
+    def f(x):
+        y = F.linear(F.relu(F.linear(x, W1, b1)), W2)
+        for p in (W1, b1, W2):
+            p.cleargrad()
+        loss = F.sum(y * y)
+        loss.backward()
+        return loss, W1.grad, b1.grad, W2.grad
+    x = cp.asarray(rng.standard_normal((16, 20)), cp.float32)
+    graph = dezero.trace(f).lower(x)
+    plan = graph.compile()
+    # bias add + relu, then the mask times the gradient: each in a matmul's array
+    assert [[n.op for n in g.nodes] for g in graph.groups] == [["add", "relu"],
+                                                               ["positive", "mul"]]
+    assert plan.source.count("'s array") == 2
+    for k in range(2):  # arithmetic only: the interpreter's bits
+        for got, want in zip(plan(x + k), graph.compile("interpreter")(x + k)):
+            np.testing.assert_array_equal(cp.asnumpy(got.data), cp.asnumpy(want.data))

@@ -364,11 +364,15 @@ class KernelLibrary:
         outs = [(self.pool.buffers(p.shape, p.dtype), p.shape, np.dtype(p.dtype))
                 for p in spec.outputs]
 
-        def run_kernel(*arrays):
+        def run_kernel(*arrays, out=None):
+            """out: per output, an array to write it into (the replay code passes a
+            matmul's result that only this kernel reads) or None for a buffer."""
             start = time.perf_counter() if debugging.LEVEL >= 2 else None
             results = []  # a list, so that take() sees the buffers taken already
-            for buffers, shape, dtype in outs:
-                results.append(take(buffers, shape, dtype))
+            for j, (buffers, shape, dtype) in enumerate(outs):
+                given = out[j] if out else None
+                results.append(given if _fits(given, shape, dtype) else
+                               take(buffers, shape, dtype))
             refused = fn(*arrays, *results)
             while refused:  # each pass conforms one more input
                 arrays = _conform(spec, refused - 1, arrays)
@@ -384,6 +388,13 @@ class KernelLibrary:
             return tuple(results)
         run_kernel.__name__ = run_kernel.__qualname__ = f"kernel_{spec.name}"
         return run_kernel
+
+
+def _fits(array, shape: tuple, dtype) -> bool:
+    """Whether a kernel can write an output of this shape and dtype into `array`."""
+    return type(array) is np.ndarray and array.shape == tuple(shape) and \
+        array.dtype == dtype and array.flags.c_contiguous and array.flags.writeable and \
+        array.flags.aligned
 
 
 _layout_checked = False

@@ -84,12 +84,17 @@ def kernel_factory(spec):
     """The callable of a kernel line of the replay code: the input arrays (cupy, any
     strides, broadcasting to spec.shape) in spec.inputs order -> a tuple of fresh
     output arrays of spec.shape, one per spec.outputs (a horizontal kernel's: each
-    of its segment's shape, from one launch)."""
+    of its segment's shape, from one launch); `out` gives, per output, an array to
+    write it into instead (an input the kernel alone reads) or None."""
     kernel = elementwise_kernel(*elementwise_params(spec), spec.name)
     if spec.segments:
         kernel = _horizontal_launch(spec, kernel)
 
-    def run(*arrays):
+    def run(*arrays, out=None):
+        if out:
+            import cupy
+            arrays += tuple(cupy.empty(spec.shape, p.dtype) if o is None else o
+                            for o, p in zip(out, spec.outputs))
         if debugging.LEVEL >= 2:
             return _timed(spec.name, kernel, arrays)
         return kernel(*arrays)

@@ -184,9 +184,13 @@ class _Code:
             return
         self.env[f"_{group.name}"] = self.factory(kernel_spec(group))
         outs = ", ".join(v.name for v in group.outputs)
+        args = [v.name for v in group.inputs]
+        if any(step.into):  # arrays the kernel writes into (a matmul's, read only here)
+            args.append(f"out=({', '.join(v.name if v else 'None' for v in step.into)},)")
         self.emit(f"{outs}{',' if len(group.outputs) == 1 else ''} = _{group.name}("
-                  f"{', '.join(v.name for v in group.inputs)})  # kernel {group.name}: "
-                  f"{len(group.nodes)} ops", step)
+                  f"{', '.join(args)})  # kernel {group.name}: {len(group.nodes)} ops" + "".join(
+                      f"; {v.name} into {w.name}'s array"
+                      for v, w in zip(group.outputs, step.into) if w), step)
         if step.names:
             self.emit(f"del {', '.join(step.names)}")
 
@@ -229,9 +233,10 @@ class Compiled(Plan):
     captured state, runs the steps, stores and returns what the traced function did.
 
     factory: None (every op node calls its forward), or a kernel backend's
-    `factory(spec) -> kernel`, where kernel(*input_arrays) returns the tuple of
-    output arrays of a codegen.KernelSpec; each compiled group (group.compiled) then
-    runs as one call of its kernel."""
+    `factory(spec) -> kernel`, where kernel(*input_arrays, out=None) returns the tuple
+    of output arrays of a codegen.KernelSpec (written into the arrays of `out`, one or
+    None per output, where given); each compiled group (group.compiled) then runs as
+    one call of its kernel."""
 
     def __init__(self, graph: Graph, factory=None):
         super().__init__(graph)
