@@ -47,7 +47,7 @@ def reduction_source(spec) -> str:
         f"{p.name}: {p.dtype}{list(p.shape)} ({level})" for p, level in zip(ins + outs,
                                                                          spec.levels)),
         f"// over shape {list(spec.shape)}, reducing axes {list(spec.axes)}",
-        f'extern "C" int {spec.name}({params}) {{',
+        f'extern "C" int {spec.name}({params}, int _threads) {{',
         f"  constexpr npy_intp _K = {rows}, _R = {width};"]
     for j in range(n_in + len(outs)):
         const = "const " if j < n_in else ""
@@ -60,7 +60,8 @@ def reduction_source(spec) -> str:
         return "\n".join(lines + _column_loops(spec, ctype))
     buffers = max([sum(kind == "sum" for kind, _, _ in folds) for _, folds, _ in spec.passes]
                   + [0]) if spec.pairwise else 0
-    lines += ["  _Pragma(\"omp parallel if (_K * _R >= PARALLEL_MIN && _K > 1 && threads_ok)\")",
+    lines += ["  _Pragma(\"omp parallel num_threads(_threads) if (_threads > 1 && _K > 1 && "
+              "threads_ok)\")",
               "  {", *(f"  std::vector<{ctype}> _buf{m}(_R);" for m in range(buffers)),
               "  _Pragma(\"omp for\")", "  for (npy_intp _k = 0; _k < _K; ++_k) {"]
     lines += [f"    const {ctype} {p.name} = _p{j}[_k * _k{j}];" for j, p in enumerate(ins)
@@ -102,8 +103,8 @@ def _column_loops(spec, ctype) -> list:
     ins, outs, n_in = spec.inputs, spec.outputs, len(spec.inputs)
     (element, folds, after), = spec.passes
     lines = ["  constexpr npy_intp _B = 256;  // kept positions a block",
-             "  _Pragma(\"omp parallel for if (_K * _R >= PARALLEL_MIN && _K > _B && "
-             "threads_ok)\")", "  for (npy_intp _kb = 0; _kb < _K; _kb += _B) {",
+             "  _Pragma(\"omp parallel for num_threads(_threads) if (_threads > 1 && _K > _B "
+             "&& threads_ok)\")", "  for (npy_intp _kb = 0; _kb < _K; _kb += _B) {",
              "    const npy_intp _end = _kb + _B < _K ? _kb + _B : _K;"]
     lines += [f"    {ctype} _col{a}[_B];" for _, a, _ in folds]
     lines += [f"    for (npy_intp _k = 0; _k < _B; ++_k) _col{a}[_k] = {_START[kind]};"
@@ -130,10 +131,11 @@ def _column_loops(spec, ctype) -> list:
     return lines + ["    }", "  }", "  return 0;", "}", ""]
 
 
-def reduction_call(spec, fn):
+def reduction_call(spec, fn, threads: int):
     """The callable of a reduction kernel: the group's input arrays -> its outputs,
     through (K, R) and (K,) views of them (numpy copies only what no view can show:
-    a broadcast that does not flatten) and fresh outputs viewed back as their shapes."""
+    a broadcast that does not flatten) and fresh outputs viewed back as their shapes;
+    its rows run on `threads` OpenMP threads."""
     shape, axes = spec.shape, spec.axes
     order = [d for d in range(len(shape)) if d not in axes] + list(axes)
     rows = _size([shape[d] for d in order[:len(shape) - len(axes)]])
@@ -168,8 +170,9 @@ def reduction_call(spec, fn):
         xs = [view(k, arrays[i]) for k, i in enumerate(spec.sources)]
         outs = [np.empty(full_out if level == "full" else rows, p.dtype)
                 for p, level in zip(spec.outputs, spec.levels[n_in:])]
-        fn(*xs, *outs)
+        fn(*xs, *outs, threads)
         return tuple(o.reshape(moved).transpose(back) if level == "full" else o.reshape(p.shape)
                      for o, p, level in zip(outs, spec.outputs, spec.levels[n_in:]))
     run_reduction.__name__ = run_reduction.__qualname__ = f"kernel_{spec.name}"
+    run_reduction.threads = threads
     return run_reduction

@@ -58,9 +58,6 @@ static void* ndarray_type = nullptr;  // numpy.ndarray, set by dezero_init
 // 0 in a child process forked after OpenMP ran: GNU OpenMP's threads did not
 // survive the fork, and a parallel region there would wait for them forever.
 static int threads_ok = 1;
-// Below this many elements a kernel runs on one thread: starting OpenMP's team
-// costs more than it saves.
-static const npy_intp PARALLEL_MIN = 1 << 18;
 
 // How an argument meets a kernel: -1 refused (the Python side converts it or
 // explains), else its strides in elements broadcast to `shape` (0 on broadcast
@@ -135,7 +132,8 @@ extern "C" void dezero_layout(dezero_kernels::Object* o, intptr_t* out) {
 #define OUT(T, j) ((T*)_ptr[_n_in + (j)])[_base + _i]
 
 // DEZERO_FOR_EACH_ELEMENT(T, type_num, nd, n_in, n_out, fast, body...): run `body` for
-// every element of a kernel's `_shape` (nd dims) on the arrays _arg[0 .. n_in + n_out)
+// every element of a kernel's `_shape` (nd dims), on the kernel's `_threads` OpenMP
+// threads (measured per kernel, backends/measure.py), on the arrays _arg[0 .. n_in + n_out)
 // (inputs of C++ type T, numpy type number type_num, then outputs of the full shape);
 // _one[k] says that input k has one element. The function returns k + 1
 // when input k must be converted first (its dtype, byte order or alignment), else 0.
@@ -164,7 +162,7 @@ extern "C" void dezero_layout(dezero_kernels::Object* o, intptr_t* out) {
   T _val[N_IN + 1];                                                                 \
   for (int _k = 0; _k < N_IN; ++_k) _val[_k] = *(const T*)_ptr[_k];                 \
   if (_fast) {                                                                      \
-    _Pragma("omp parallel if (_n >= PARALLEL_MIN && threads_ok)")                   \
+    _Pragma("omp parallel num_threads(_threads) if (_threads > 1 && threads_ok)")   \
     {                                                                               \
       npy_intp _lo, _hi;                                                            \
       thread_range(_n, &_lo, &_hi);                                                 \
@@ -176,7 +174,8 @@ extern "C" void dezero_layout(dezero_kernels::Object* o, intptr_t* out) {
     }                                                                               \
     return 0;                                                                       \
   }                                                                                 \
-  _Pragma("omp parallel for if (_n >= PARALLEL_MIN && _n > _inner && threads_ok)")  \
+  _Pragma("omp parallel for num_threads(_threads)                                  \
+           if (_threads > 1 && _n > _inner && threads_ok)")                         \
   for (npy_intp _row = 0; _row < _n / _inner; ++_row) {                             \
     npy_intp _off[N_IN + 1] = {};                                                   \
     for (int _k = 0; _k < N_IN; ++_k)                                               \

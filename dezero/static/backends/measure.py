@@ -1,8 +1,10 @@
-"""Compiled or not, by measurement: each kernel of a loaded library is timed against
-its group's numpy calls (a few calls each, on arrays of its inputs' types); a group
-runs as numpy calls where they are clearly faster. The times are kept beside the
+"""Compiled or not, and on how many threads, by measurement: each kernel of a loaded
+library is timed against its group's numpy calls (a few calls each, on arrays of its
+inputs' types), a kernel of THREADS_MIN elements or more on one thread and on all
+the machine's; a group runs as numpy calls where they are clearly faster, a kernel
+on all threads where that is clearly faster than one. The times are kept beside the
 library in the kernel cache (<library>.json), so a later process decides alike
-without timing again, and DEZERO_DEBUG=3 prints each decision with both times.
+without timing again, and DEZERO_DEBUG=3 prints each decision with the times.
 
 backends/ stage, used by cpu.py once a library is loaded.
 
@@ -21,30 +23,56 @@ from dezero.static import debugging
 
 CALLS = 20         # timed calls each way at most (3 at least), the best counts
 BUDGET_S = 0.05    # ... unless a group's calls took this long already
-MARGIN = 1.1       # numpy calls must be this much faster to replace a kernel
+MARGIN = 1.1       # the faster way must be this much faster to be chosen
+# A kernel on fewer elements runs on one thread, untimed on more: it takes a few
+# microseconds, about what waking the other threads costs.
+THREADS_MIN = 1 << 14
+
+
+def machine_threads() -> int:
+    """The threads a parallel kernel may run on: OMP_NUM_THREADS (its first number)
+    where set, else the cores this process may run on."""
+    try:
+        return max(1, int(os.environ.get("OMP_NUM_THREADS", "").split(",")[0]))
+    except ValueError:
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+            os.cpu_count() or 1
 
 
 def decide(library, groups: list) -> list:
-    """The groups that run compiled; sets each group's `compiled` to its decision."""
+    """The groups that run compiled; sets each group's `compiled` to its decision and
+    library.threads[group.name] to the threads its kernel runs on."""
     path = library.path.with_suffix(".json")
     times, where = _read(path, groups), "stored in the kernel cache"
     if times is None:
         times, where = {g.name: _time_both(library, g) for g in groups}, "measured"
         _write(path, times)
     for group in groups:
-        kernel_us, numpy_us = times[group.name]
+        by_threads, numpy_us = times[group.name]
+        many = max(by_threads)  # a cache filled on a larger machine asks for no more
+        threads = min(many, machine_threads()) if by_threads[many] * MARGIN < \
+            by_threads.get(1, float("inf")) else 1
+        kernel_us = by_threads.get(threads, by_threads[many])
+        library.threads[group.name] = threads
         group.compiled = kernel_us <= numpy_us * MARGIN
-        how = "compiled" if group.compiled else "as numpy calls"
-        debugging.log(3, f"kernel {group.name} runs {how}: {kernel_us:.1f} us a call, its "
-                         f"{len(group.nodes)} numpy calls {numpy_us:.1f} us ({where})")
+        how = f"compiled on {threads} thread{'s' * (threads > 1)}" if group.compiled \
+            else "as numpy calls"
+        others = "".join(f", on {n} thread{'s' * (n > 1)} {us:.1f} us"
+                         for n, us in sorted(by_threads.items()) if n != threads)
+        debugging.log(3, f"kernel {group.name} runs {how}: {kernel_us:.1f} us a call"
+                         f"{others}, its {len(group.nodes)} numpy calls {numpy_us:.1f} us "
+                         f"({where})")
     return [g for g in groups if g.compiled]
 
 
 def _time_both(library, group) -> tuple:
-    """(kernel, numpy calls) best microseconds a call, on arrays in [0.5, 1)."""
+    """({threads: kernel}, numpy calls) best microseconds a call, on arrays in [0.5, 1):
+    the kernel on one thread, and on machine_threads() for THREADS_MIN elements or more."""
     rng = np.random.default_rng(0)
     arrays = [np.asarray(rng.random(v.shape) * 0.5 + 0.5, v.dtype) for v in group.inputs]
-    kernel = library.kernel(library.specs[group.name])
+    spec, many = library.specs[group.name], machine_threads()
+    counts = [1, many] if many > 1 and np.prod(group.shape) >= THREADS_MIN else [1]
+    kernels = [library.kernel(spec, threads=n) for n in counts]
     functions = [n.record.function(n.attrs) for n in group.nodes]
 
     def numpy_calls():
@@ -53,36 +81,47 @@ def _time_both(library, group) -> tuple:
             env[id(node.outputs[0])] = as_result_array(
                 f.forward(*(env[id(v)] for v in node.inputs)))
 
-    best, began = [float("inf")] * 2, time.perf_counter()
+    ways = [lambda k=k: k(*arrays) for k in kernels] + [numpy_calls]
+    best, began = [float("inf")] * len(ways), time.perf_counter()
     with np.errstate(all="ignore"):
         for calls in range(CALLS):  # taking turns; the first calls warm up
-            for k, fn in enumerate((lambda: kernel(*arrays), numpy_calls)):
+            for k, fn in enumerate(ways):
                 start = time.perf_counter()
                 fn()
                 best[k] = min(best[k], (time.perf_counter() - start) * 1e6)
             if calls >= 2 and time.perf_counter() - began > BUDGET_S:
                 break
-    return tuple(best)
+    return dict(zip(counts, best)), best[-1]
 
 
 def _read(path, groups) -> dict | None:
     """The stored times, or None where there are none for exactly these groups (a
-    damaged file is measured again: the cache holds data, not instructions)."""
+    damaged file is measured again: the cache holds data, not instructions). On
+    disk: {group: {"kernel_us": {"<threads>": us, ...}, "numpy_us": us}}."""
     try:
         times = json.loads(path.read_text())
-        if set(times) == {g.name for g in groups} and all(
-                len(t) == 2 and all(isinstance(x, (int, float)) for x in t)
-                for t in times.values()):
-            return {name: tuple(float(x) for x in t) for name, t in times.items()}
-    except (OSError, ValueError, TypeError, AttributeError):
+        if set(times) == {g.name for g in groups}:
+            read = {name: ({int(n): _number(us) for n, us in t["kernel_us"].items()},
+                           _number(t["numpy_us"])) for name, t in times.items()}
+            if all(by_threads and min(by_threads) >= 1 for by_threads, _ in read.values()):
+                return read
+    except (OSError, ValueError, TypeError, AttributeError, KeyError):
         pass
     return None
 
 
+def _number(x) -> float:
+    if type(x) not in (int, float):
+        raise TypeError(f"{x!r} is no time")
+    return float(x)
+
+
 def _write(path, times: dict) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    stored = {name: {"kernel_us": {str(n): us for n, us in by_threads.items()},
+                     "numpy_us": numpy_us} for name, (by_threads, numpy_us) in times.items()}
     try:
-        temporary.write_text(json.dumps(times, sort_keys=True))
+        temporary.write_text(json.dumps(stored, sort_keys=True))
         os.replace(temporary, path)
     except OSError:  # a read-only cache: decided again next time
         pass
