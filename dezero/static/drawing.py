@@ -8,7 +8,7 @@ is a dashed cluster labelled with its name.
 
     graph.plot("step.svg")
 """
-from dezero.static.ir import Graph, format_attr
+from dezero.static.ir import Graph, format_attr, stored, written
 from dezero.utils import escape_dot
 
 # =============================================================================
@@ -50,16 +50,10 @@ def graph_to_dot(graph: Graph) -> str:
         elif node.kind == "write":
             # A write gets its own node at the bottom (not an edge back up to the
             # state it updates), so the drawing keeps flowing downwards.
-            field = node.attrs["field"]
-            if field == "attr":
-                target = f"{node.attrs['of']}.{node.attrs['name']}"
-            else:
-                target = node.inputs[0].label + (".grad" if field == "grad" else "")
-            source = node.inputs[-1].name if field == "attr" or len(node.inputs) > 1 \
-                else None
+            target, source = written(node, in_place=False), stored(node)
             lines.append(f'  "write{i}" [label="{escape_dot(target)} <-", {_STYLE["write"]}];')
             if source is not None:
-                lines.append(f'  "{source}" -> "write{i}" [style=dashed, color=red];')
+                lines.append(f'  "{source.name}" -> "write{i}" [style=dashed, color=red];')
         elif node.kind == "output":
             lines.append(f'  "return" [label="return", {_STYLE["output"]}];')
             for k, v in enumerate(node.inputs):

@@ -26,14 +26,10 @@ from dezero.static.names import is_source_name, printable
 # The kinds of node, in the order they appear in a graph.
 KINDS = ("input", "state", "const", "op", "write", "output")
 
-_SHORT_DTYPE = {"f": "f", "i": "i", "u": "u", "c": "c"}
-
-
 def type_str(shape, dtype) -> str:
     """'f32[32,784]' for float32 of shape (32, 784); 'bool[3]' for booleans."""
     dtype = np.dtype(dtype)
-    short = "bool" if dtype.kind == "b" else f"{_SHORT_DTYPE.get(dtype.kind, dtype.kind)}" \
-        f"{dtype.itemsize * 8}"
+    short = "bool" if dtype.kind == "b" else f"{dtype.kind}{dtype.itemsize * 8}"
     return f"{short}[{','.join(str(n) for n in shape)}]"
 
 
@@ -241,12 +237,8 @@ def format_node(node: Node) -> str:
     if node.kind == "const":
         return f"{binders} = const {_format_const(node.payload)}"
     if node.kind == "write":
-        if node.attrs["field"] == "attr":
-            return f"{node.attrs['of']}.{node.attrs['name']} <- {node.inputs[0].label}"
-        target = node.inputs[0].label + (".grad" if node.attrs["field"] == "grad" else
-                                         "[...]" if node.attrs.get("in_place") else "")
-        source = node.inputs[1].label if len(node.inputs) > 1 else "None"
-        return f"{target} <- {source}"
+        source = stored(node)
+        return f"{written(node)} <- {'None' if source is None else source.label}"
     if node.kind == "output":
         return "return " + ", ".join(v.label for v in node.inputs)
     if node.kind == "state":
@@ -255,6 +247,22 @@ def format_node(node: Node) -> str:
             f"  # {node.attrs['of']}.{node.attrs['name']}" if field == "attr" else ""
         return f"{binders} = state{suffix}"
     return f"{binders} = input"
+
+
+def stored(write: Node) -> Value | None:
+    """The value a write node stores; None where it clears a .grad."""
+    attr = write.attrs["field"] == "attr"
+    return write.inputs[-1] if attr or len(write.inputs) > 1 else None
+
+
+def written(write: Node, in_place: bool = True) -> str:
+    """What a write node sets: 'm.l0.W', 'm.l0.W.grad', 'LSTM.h', or with in_place
+    'm.l0.W[...]' for a write into the array itself."""
+    field = write.attrs["field"]
+    if field == "attr":
+        return f"{write.attrs['of']}.{write.attrs['name']}"
+    return write.inputs[0].label + (".grad" if field == "grad" else "[...]" if in_place
+                                    and write.attrs.get("in_place") else "")
 
 
 def _origin(node: Node) -> str:
@@ -358,9 +366,13 @@ class Graph:
         return format_graph(self)
 
     def __repr__(self):
-        counts = {k: len(self.of_kind(k)) for k in ("input", "state", "op", "write")}
-        return (f"<{type(self).__name__} {self.name}: {counts['op']} ops, "
-                f"{counts['input']} inputs, {counts['state']} state, {counts['write']} writes>")
+        return f"<{type(self).__name__} {self.name}: {self.counts()}>"
+
+    def counts(self) -> str:
+        """'12 ops, 2 inputs, 4 state, 4 writes'."""
+        count = {k: len(self.of_kind(k)) for k in ("input", "state", "op", "write")}
+        return f"{count['op']} ops, {count['input']} inputs, {count['state']} state, " \
+               f"{count['write']} writes"
 
     # ---- validation ---------------------------------------------------------
     def check(self) -> Graph:
@@ -372,8 +384,7 @@ class Graph:
         their output type; writes aimed at captured state (or, for .grad, at an input)
         with a source of the target's type, at most one write per target.
         """
-        defined, writes = set(), set()
-        values = {}
+        values, writes = {}, set()  # name -> the Value defined under it; writes made
         producers = {id(v): n for n in self.nodes for v in n.outputs}
         phase = 0
         order = {"input": 0, "state": 0, "const": 0, "op": 1, "write": 2, "output": 3}
@@ -387,13 +398,12 @@ class Graph:
                            f"(order: inputs/state/consts, ops, writes, output)")
             phase = order[node.kind]
             for v in node.inputs:
-                if v.name not in defined or values[v.name] is not v:
+                if values.get(v.name) is not v:
                     fail(node, f"input {v.name} is used before it is defined")
             for v in node.outputs:
-                if not is_source_name(v.name) or v.name in defined:
+                if not is_source_name(v.name) or v.name in values:
                     fail(node, f"value name {v.name!r} is not fresh or not a safe name "
                                f"(an identifier, no keyword or builtin, no leading '_')")
-                defined.add(v.name)
                 values[v.name] = v
             if node.kind == "const":
                 array = node.payload

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from dezero.core import Config, Variable, _wrap_output
 from dezero.errors import GraphError, TraceError
-from dezero.static.ir import Graph, Group, Node, format_node
+from dezero.static.ir import Graph, Group, Node, format_node, stored
 from dezero.static.slots import AttrSlot
 
 # =============================================================================
@@ -66,9 +66,8 @@ class Step:
     @property
     def source(self) -> str | None:
         """store: the name of the value stored (None: the store clears a .grad)."""
-        node = self.node
-        return node.inputs[0].name if node.attrs["field"] == "attr" else \
-            node.inputs[1].name if len(node.inputs) > 1 else None
+        value = stored(self.node)
+        return None if value is None else value.name
 
     def __str__(self):
         if self.kind in ("read", "node"):

@@ -228,8 +228,7 @@ def survey(fn, args, kwargs, captured: set, computed, known: set, constants=()):
               a change to its values retraces
     """
     walk = _Walk(captured, computed, known, constants)
-    for arg in list(args) + list(kwargs.values()):
-        walk.visit(arg, type(arg).__name__, False)
+    walk.visit_unnamed(*args, *kwargs.values())
     functions, seen, namespaces, used = walk.functions, set(), {}, set()
     functions.append(fn)
     while functions:
@@ -239,31 +238,26 @@ def survey(fn, args, kwargs, captured: set, computed, known: set, constants=()):
         seen.add(id(f))
         walk.quiet = id(f) in walk.quiet_functions
         while isinstance(f, functools.partial):
-            for arg in list(f.args) + list(f.keywords.values()):
-                walk.visit(arg, type(arg).__name__, False)
+            walk.visit_unnamed(*f.args, *f.keywords.values())
             f = f.func
         if isinstance(f, types.MethodType):
-            walk.visit(f.__self__, type(f.__self__).__name__, False)
+            walk.visit_unnamed(f.__self__)
             f = f.__func__
         instance = getattr(f, "__dezero_instance__", None)  # a traced method's self
         if instance is not None:
-            walk.visit(instance(), type(instance()).__name__, False)
+            walk.visit_unnamed(instance())
             f = f.__wrapped__
         if not isinstance(f, types.FunctionType):
-            walk.visit(f, type(f).__name__, False)  # a callable object, such as a Model
+            walk.visit_unnamed(f)  # a callable object, such as a Model
             continue
-        defaults = list(f.__defaults__ or ()) + list((f.__kwdefaults__ or {}).values())
-        for value in defaults:  # step(x, model=model): a default is bound for good
-            walk.visit(value, type(value).__name__, False)
+        # step(x, model=model): a default is bound for good
+        walk.visit_unnamed(*f.__defaults__ or (), *(f.__kwdefaults__ or {}).values())
         for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
             value = _contents(cell)
             if value is _GONE or walk.computed_here(value):
                 continue  # a computed value in a cell: the check for escapes reports it
             walk.structure.cells.append((cell, value, f"{name} (closure of {f.__name__})"))
-            if isinstance(value, types.FunctionType):
-                walk.add_function(value)
-            else:
-                walk.visit(value, name, False)
+            walk.bound(value, name)
         module = sys.modules.get(f.__globals__.get("__name__"))
         holder = module if module is not None and module.__dict__ is f.__globals__ else None
         bound = namespaces.setdefault(id(f.__globals__), (f.__globals__, {}))[1]
@@ -277,10 +271,7 @@ def survey(fn, args, kwargs, captured: set, computed, known: set, constants=()):
             # Every global the code names is bound: a rebound name (a notebook cell
             # run again) may hold a new model, function or constant.
             bound[name] = value
-            if isinstance(value, types.FunctionType):
-                walk.add_function(value)
-            else:
-                walk.visit(value, name, False)
+            walk.bound(value, name)
     for mapping, bound in namespaces.values():
         walk.structure.add(mapping, bound, None, "globals", "global")
     for module in walk.modules:  # config.scale: the numbers of a module the code names
@@ -384,6 +375,20 @@ class _Walk:
         # A class, module or container counts for what it holds; a callable held by
         # a layer or optimizer (a hook, an activation object) for what it is.
         return self.relevant[key] or (inside and callable(obj) and not isinstance(obj, type))
+
+    def visit_unnamed(self, *objects):
+        """Visit objects the code holds without a name (arguments, defaults, a bound
+        self), each labelled by its type."""
+        for obj in objects:
+            self.visit(obj, type(obj).__name__, False)
+
+    def bound(self, value, name):
+        """A value a global or closure variable names: a function's code is surveyed
+        whatever module it comes from, anything else visited."""
+        if isinstance(value, types.FunctionType):
+            self.add_function(value)
+        else:
+            self.visit(value, name, False)
 
     def _walk(self, obj, label, inside) -> bool:
         if isinstance(obj, _GENERATORS):

@@ -46,34 +46,29 @@ def _array_key(data, is_variable, grad):
     return ("array", data.shape, data.dtype, device, is_variable, grad is not None)
 
 
-def flatten(obj, leaves, key, labels=None, label=""):
-    """Append obj's arrays/Variables to leaves and its signature parts to key
-    (and, when labels is a list, a name for each part)."""
-    if isinstance(obj, Variable):
+def flatten(obj, leaves, key, labels, label="", static=False):
+    """Append obj's arrays/Variables to leaves, its signature parts to key and a name
+    for each part to labels (static: obj is one part, its value, even an array)."""
+    labels.append(label)
+    if static:
+        key.append(static_key(obj, label))
+    elif isinstance(obj, Variable):
         key.append(_array_key(obj._data, True, obj.grad))
         leaves.append(obj)
         if obj.grad is not None:
             # The gradient backward() adds to, as eager does: an input of its own.
             key.append(_array_key(obj.grad._data, True, None))
             leaves.append(obj.grad)
-            if labels is not None:
-                labels += [label, f"{label}_grad"]
-            return
+            labels.append(f"{label}_grad")
     elif isinstance(obj, cuda.array_types):
         key.append(_array_key(obj, False, None))
         leaves.append(obj)
     elif type(obj) in (tuple, list, dict):
         key.append((type(obj), tuple(obj) if type(obj) is dict else len(obj)))
-        if labels is not None:
-            labels.append(label)
-        items = obj.items() if type(obj) is dict else enumerate(obj)
-        for k, item in items:
+        for k, item in obj.items() if type(obj) is dict else enumerate(obj):
             flatten(item, leaves, key, labels, f"{label}_{k}")
-        return
     else:
         key.append(static_key(obj, label))
-    if labels is not None:
-        labels.append(label)
 
 
 def _repeated(leaves):
@@ -251,20 +246,17 @@ class Entry:
     def guard_failure(self, leaves) -> str | None:
         """None if the graph may replay now with these arguments, else why not."""
         reason = self.type_failure()
-        if reason is not None:
-            return reason
-        if self.not_shared is not None and not self.not_shared.check(leaves):
-            return self.not_shared.explain(leaves)
-        for guard in self.grad_unset:
-            if not guard.check():
-                return guard.explain()
-        return None
+        if reason is None and self.not_shared is not None and not self.not_shared.check(leaves):
+            reason = self.not_shared.explain(leaves)
+        return reason or _first_failure(self.grad_unset)
 
     def type_failure(self) -> str | None:
-        for guard in self.types:
-            if not guard.check():
-                return guard.explain()
-        return None
+        return _first_failure(self.types)
+
+
+def _first_failure(guards) -> str | None:
+    """The explanation of the first guard that fails, or None."""
+    return next((guard.explain() for guard in guards if not guard.check()), None)
 
 
 # =============================================================================
@@ -368,7 +360,7 @@ class TracedFunction:
                 elif type(arg) is np.ndarray:
                     key.append(("array", arg.shape, arg.dtype, "cpu", False, False))
                 else:
-                    flatten(arg, leaves, key)
+                    flatten(arg, leaves, key, [])
                     continue
                 leaves.append(arg)
             key.append((Config.train, Config.enable_backprop))
@@ -379,19 +371,11 @@ class TracedFunction:
         labels = [] if labels is None else labels  # a name for each part of the key
         for i, arg in enumerate(args):
             label = self._names[i] if i < len(self._names) else f"arg{i}"
-            if i in self._static_positions:
-                key.append(static_key(arg, label))
-                labels.append(label)
-            else:
-                flatten(arg, leaves, key, labels, label)
+            flatten(arg, leaves, key, labels, label, static=i in self._static_positions)
         for name in sorted(kwargs):
             key.append(name)
             labels.append(f"{name}=")
-            if name in self.static_argnames:
-                key.append(static_key(kwargs[name], name))
-                labels.append(name)
-            else:
-                flatten(kwargs[name], leaves, key, labels, name)
+            flatten(kwargs[name], leaves, key, labels, name, static=name in self.static_argnames)
         key += [(Config.train, Config.enable_backprop), _repeated(leaves)]
         labels += ["Config (train, enable_backprop)", "the same Variable passed twice"]
         for holder, name in self._carried:
@@ -547,7 +531,15 @@ class TracedFunction:
         # initialised in the run drew from it first, so the next call is checked.
         unchecked = self.check and watch.did_initialise and any(
             n.record.random for n in graph.of_kind("op"))
-        kept = not tracer.uninitialised and not new and not unchecked and not writes
+        not_kept = [why for why, holds in (
+            (f"state {', '.join(tracer.uninitialised)} was initialised in the run",
+             tracer.uninitialised),
+            (f"{', '.join(new)} carry values out of the run, the next call records them "
+             f"as state", new),
+            (f"the run changed {', '.join(w for _, w in writes)}", writes),
+            ("check=True waits for a call that initialises nothing before random ops",
+             unchecked)) if holds]
+        kept = not not_kept
         entry = Entry(graph, tracer, structure, watch.fresh_grads)
         if debugging.LEVEL >= 4:  # the interpreter generates no code: its program
             code = getattr(entry.compiled, "source", None) or f"{graph.program}\n"
@@ -565,21 +557,11 @@ class TracedFunction:
             np.random.set_state(random_state)
         self.graph = graph
         self._last = (key, labels)
-        counts = {k: len(graph.of_kind(k)) for k in ("input", "state", "op", "write")}
         debugging.log(1, f"{'trace' if reason == 'first call' else 'retrace'} {self.name}: "
-                         f"{reason}; {counts['op']} ops, {counts['input']} inputs, "
-                         f"{counts['state']} state, {counts['write']} writes, "
-                         f"{len(graph.groups)} kernels; "
+                         f"{reason}; {graph.counts()}, {len(graph.groups)} kernels; "
                          f"recorded in {(recorded - start) * 1e3:.1f} ms, prepared in "
                          f"{(time.perf_counter() - recorded) * 1e3:.1f} ms"
-                         + (f"; not kept: state {', '.join(tracer.uninitialised)} was "
-                            f"initialised in the run" if tracer.uninitialised else "")
-                         + (f"; not kept: {', '.join(new)} carry values out of the run, "
-                            f"the next call records them as state" if new else "")
-                         + (f"; not kept: the run changed {', '.join(w for _, w in writes)}"
-                            if writes else "")
-                         + ("; not kept: check=True waits for a call that initialises "
-                            "nothing before random ops" if unchecked else ""))
+                         + "".join(f"; not kept: {why}" for why in not_kept))
         ops = tracer.ops
         # The recording's own references to the run's Variables go (a guard kept past
         # the recording leads to the tracer, so the tracer lets go of them too).
