@@ -20,6 +20,7 @@ import operator
 import os
 import pickle
 import random
+import re
 import sys
 import sysconfig
 import types
@@ -279,9 +280,9 @@ def survey(fn, args, kwargs, captured: set, computed, known: set, constants=()):
                    isinstance(v, _NUMBERS)}
         if numbers:
             walk.structure.add(module.__dict__, numbers, None, module.__name__, "attribute")
-    for old, new in walk.shorter:  # what lies below an object reached by a shorter path
-        walk.places = {k: new + p[len(old):] if p.startswith(old) and p[len(old):][:1] in ".["
-                       else p for k, p in walk.places.items()}
+    renamed = {old: walk.labels[key] for old, key in walk.shorter}
+    for key, place in walk.places.items() if renamed else ():
+        walk.places[key] = _rewritten(place, renamed)
     # An optimizer's slot is named by its parameter's place, without the root the
     # table's parameters share (opt.ms[l0.W]); with several roots (two models), in full.
     slots = [(label, value, walk.places[id(key)]) for label, key, value in walk.slot_tables
@@ -299,6 +300,15 @@ def _read_afresh(cls) -> frozenset:
     reads them afresh from their Variables, so a new value needs no new graph."""
     return frozenset(attr.value_key for klass in cls.__mro__ for attr in vars(klass).values()
                      if isinstance(attr, Hyperparameter))
+
+
+def _rewritten(place: str, renamed: dict) -> str:
+    """place with each object on its path reached by a shorter path too spelled by
+    that ({'adam.target': 'net'}: adam.target.l0.W is net.l0.W), longest first."""
+    for cut in [m.start() for m in re.finditer(r"[.[]", place)][::-1]:
+        if place[:cut] in renamed:
+            return _rewritten(renamed[place[:cut]] + place[cut:], renamed)
+    return place
 
 
 def _rank(label: str):
@@ -337,8 +347,8 @@ class _Walk:
         self.relevant: dict[int, bool] = {}  # id -> whether it holds structure
         self.keep: list = []                 # keeps the ids above alive during the walk
         self.places: dict[int, str] = {}     # id(captured Variable) -> its shortest label
-        # id -> the shortest label of each object walked; (label, shorter label) of the
-        # objects reached again by a shorter path (a model after the optimizer's target)
+        # id -> the shortest label of each object walked; (label, id) of the objects
+        # reached again by a shorter path (a model after the optimizer's target)
         self.labels, self.shorter = {}, []
         self.slot_tables: list = []          # (label, parameter, slot) of optimizers
 
@@ -370,7 +380,7 @@ class _Walk:
             self.labels[key] = label
             self.relevant[key] = self._walk(obj, label, inside)
         elif _rank(label) < _rank(self.labels[key]):
-            self.shorter.append((self.labels[key], label))
+            self.shorter.append((self.labels[key], key))
             self.labels[key] = label
         # A class, module or container counts for what it holds; a callable held by
         # a layer or optimizer (a hook, an activation object) for what it is.
