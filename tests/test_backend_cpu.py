@@ -740,7 +740,8 @@ def test_first_replays_run_unfused_while_the_library_compiles(gated_builds):
     gate.set()
     assert plan.wait(timeout=120) is plan and plan.ready
     assert hasattr(plan, "library") and "_k0(" in plan.source
-    np.testing.assert_allclose(traced(x2).data, long_chain(x2).data, rtol=1e-6)
+    # tanh from the vector math library: a few ulp from numpy's (as the op tests allow)
+    np.testing.assert_allclose(traced(x2).data, long_chain(x2).data, rtol=4e-6)
     again = dezero.trace(long_chain)  # a new graph, its library in the cache now
     again(x)
     assert hasattr(again.graph.compile(), "library")  # and no second compile

@@ -161,22 +161,31 @@ extern "C" void dezero_layout(dezero_kernels::Object* o, intptr_t* out) {
   for (int _k = 0; _k < N_IN + N_OUT; ++_k) _ptr[_k] = ((Array*)_arg[_k])->data;   \
   T _val[N_IN + 1];                                                                 \
   for (int _k = 0; _k < N_IN; ++_k) _val[_k] = *(const T*)_ptr[_k];                 \
+  /* One thread: no OpenMP region at all. Entering one costs about a microsecond */ \
+  /* even when its if clause keeps it to one thread (once per segment of a       */ \
+  /* horizontal kernel), more than a small kernel's work.                        */ \
+  const bool _serial = _threads <= 1 || !threads_ok;                               \
   if (_fast) {                                                                      \
-    _Pragma("omp parallel num_threads(_threads) if (_threads > 1 && threads_ok)")   \
+    const npy_intp _base = 0;                                                       \
+    auto _load = [&](int k, npy_intp i) -> T {                                      \
+      return _one[k] ? _val[k] : ((const T*)_ptr[k])[i]; };                         \
+    auto _range = [&](npy_intp _lo, npy_intp _hi) {                                 \
+      _Pragma("omp simd")                                                           \
+      for (npy_intp _i = _lo; _i < _hi; ++_i) { __VA_ARGS__ }                       \
+    };                                                                              \
+    if (_serial) {                                                                  \
+      _range(0, _n);                                                                \
+      return 0;                                                                     \
+    }                                                                               \
+    _Pragma("omp parallel num_threads(_threads)")                                   \
     {                                                                               \
       npy_intp _lo, _hi;                                                            \
       thread_range(_n, &_lo, &_hi);                                                 \
-      const npy_intp _base = 0;                                                     \
-      auto _load = [&](int k, npy_intp i) -> T {                                    \
-        return _one[k] ? _val[k] : ((const T*)_ptr[k])[i]; };                       \
-      _Pragma("omp simd")                                                           \
-      for (npy_intp _i = _lo; _i < _hi; ++_i) { __VA_ARGS__ }                       \
+      _range(_lo, _hi);                                                             \
     }                                                                               \
     return 0;                                                                       \
   }                                                                                 \
-  _Pragma("omp parallel for num_threads(_threads)                                  \
-           if (_threads > 1 && _n > _inner && threads_ok)")                         \
-  for (npy_intp _row = 0; _row < _n / _inner; ++_row) {                             \
+  auto _row_of = [&](npy_intp _row) {                                               \
     npy_intp _off[N_IN + 1] = {};                                                   \
     for (int _k = 0; _k < N_IN; ++_k)                                               \
       for (npy_intp _d = _nd - 2, _rest = _row; _d >= 0; _rest /= _shape[_d], --_d) \
@@ -187,11 +196,17 @@ extern "C" void dezero_layout(dezero_kernels::Object* o, intptr_t* out) {
         return _one[k] ? _val[k] : ((const T*)_ptr[k] + _off[k])[i]; };             \
       _Pragma("omp simd")                                                           \
       for (npy_intp _i = 0; _i < _inner; ++_i) { __VA_ARGS__ }                      \
-      continue;                                                                     \
+      return;                                                                       \
     }                                                                               \
     auto _load = [&](int k, npy_intp i) -> T {                                      \
       return ((const T*)_ptr[k] + _off[k])[i * _st[k][_last]]; };                   \
     _Pragma("omp simd")                                                             \
     for (npy_intp _i = 0; _i < _inner; ++_i) { __VA_ARGS__ }                        \
+  };                                                                                \
+  if (_serial || _n <= _inner) {                                                    \
+    for (npy_intp _row = 0; _row < _n / _inner; ++_row) _row_of(_row);              \
+    return 0;                                                                       \
   }                                                                                 \
+  _Pragma("omp parallel for num_threads(_threads)")                                 \
+  for (npy_intp _row = 0; _row < _n / _inner; ++_row) _row_of(_row);               \
   return 0;
