@@ -28,6 +28,7 @@ from dezero.static.backends import pycode
 from dezero.static.backends.interpreter import Interpreter
 from dezero.static.ir import format_node, type_str
 from dezero.static.tracer import restore
+from dezero.static.watch import flat
 
 
 def check_replay(name, tracer, recorded, entry, leaves, result, random_state,
@@ -43,9 +44,7 @@ def check_replay(name, tracer, recorded, entry, leaves, result, random_state,
     carried = [(c.node.payload, c.node.payload.read(), c.node.outputs[0].name)
                for c in tracer.captures if c.node.attrs["field"] == "attr"]
     eager_random = np.random.get_state()
-    restore(before)
-    set_attributes(attrs_before)
-    np.random.set_state(random_state)
+    put_back(before, attrs_before, random_state)
     try:
         replayed = pycode.compile_graph(entry.graph).run(leaves)
         pairs = list(zip(_arrays(result), _arrays(replayed),
@@ -73,9 +72,7 @@ def check_replay(name, tracer, recorded, entry, leaves, result, random_state,
                     "\n  an op may keep hidden state, read a global, or compute with raw "
                     "numpy outside dezero functions")
     finally:
-        restore(eager_state)
-        set_attributes(eager_attrs)
-        np.random.set_state(eager_random)
+        put_back(eager_state, eager_attrs, eager_random)
     debugging.log(3, f"check {name}: replay equals the eager run")
 
 
@@ -129,21 +126,19 @@ class _Comparing(Interpreter):
         pass  # only compares: the state stays as the eager run left it
 
 
-def set_attributes(triples):
-    for holder, name, value in triples:
+def put_back(state, attributes, random_state):
+    """Captured state (tracer.state_before()), attributes ((holder, name, value)) and
+    numpy's random state as they were."""
+    restore(state)
+    for holder, name, value in attributes:
         setattr(holder, name, value)
+    np.random.set_state(random_state)
 
 
 def _arrays(result):
-    if isinstance(result, Variable):
-        return [result._data]
-    if isinstance(result, cuda.array_types):
-        return [result]
-    if isinstance(result, (tuple, list)):
-        return [a for item in result for a in _arrays(item)]
-    if isinstance(result, dict):
-        return [a for item in result.values() for a in _arrays(item)]
-    return []
+    """The arrays a function returned (a Variable's .data), in order."""
+    return [getattr(x, "_data", x) for x in flat([result])
+            if isinstance(x, (Variable, *cuda.array_types))]
 
 
 def _difference(eager, replay) -> str:

@@ -20,10 +20,8 @@ import warnings
 
 def _level_from_env():
     text = os.environ.get("DEZERO_DEBUG", "").strip()
-    if not text:
-        return 0
     try:
-        return int(text)
+        return int(text or 0)
     except ValueError:
         warnings.warn(f"DEZERO_DEBUG={text!r} is not an integer level (0-5); ignoring it",
                       stacklevel=2)

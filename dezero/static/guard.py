@@ -143,25 +143,7 @@ class GuardedArray(TracedArray):
             y = F.broadcast_to(F.astype(new, self.dtype), self.shape)
         self._write_back(self.tracer.guard(y))
 
-    # ---- reading numbers: refused ------------------------------------------------
-    def __bool__(self):
-        self._refuse("bool()")
-
-    def __float__(self):
-        self._refuse("float()")
-
-    def __int__(self):
-        self._refuse("int()")
-
-    def __index__(self):
-        self._refuse("use as an index")
-
-    def __complex__(self):
-        self._refuse("complex()")
-
-    def __iter__(self):
-        self._refuse("iteration")
-
+    # ---- reading numbers: refused (and the operators in _REFUSED below) ---------
     def __getitem__(self, key):
         self._refuse(f"indexing [{key!r}]")
 
@@ -225,22 +207,17 @@ class GuardedArray(TracedArray):
     __hash__ = object.__hash__
 
 
-def _binary(name):
-    return lambda self, other: self._operator(name, other)
-
-
-def _in_place(name):
-    return lambda self, other: self._in_place(name, other)
-
-
+# Special methods that would read the numbers -> what the refusal calls them.
+_REFUSED = {"bool": "bool()", "float": "float()", "int": "int()", "index": "use as an index",
+            "complex": "complex()", "iter": "iteration", "abs": "`abs()`", "lt": "`<`",
+            "le": "`<=`", "gt": "`>`", "ge": "`>=`", "eq": "`==`", "ne": "`!=`",
+            "floordiv": "`//`", "mod": "`%`"}
 for _name in _OPERATORS:
-    setattr(GuardedArray, f"__{_name}__", _binary(_name))
+    setattr(GuardedArray, f"__{_name}__", lambda self, other, n=_name: self._operator(n, other))
 for _name in ("add", "sub", "mul", "truediv", "pow", "matmul"):
-    setattr(GuardedArray, f"__i{_name}__", _in_place(_name))
-for _name, _symbol in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="), ("eq", "=="),
-                       ("ne", "!="), ("floordiv", "//"), ("mod", "%"), ("abs", "abs()")):
-    setattr(GuardedArray, f"__{_name}__",
-            lambda self, *other, s=_symbol: self._refuse(f"`{s}`"))
+    setattr(GuardedArray, f"__i{_name}__", lambda self, other, n=_name: self._in_place(n, other))
+for _name, _what in _REFUSED.items():
+    setattr(GuardedArray, f"__{_name}__", lambda self, *other, w=_what: self._refuse(w))
 
 
 def root(array):

@@ -23,7 +23,7 @@ from dezero import core, cuda, layers
 from dezero.core import Config, Variable
 from dezero.errors import TraceError
 from dezero.static import debugging
-from dezero.static.checking import check_replay, set_attributes, source_text
+from dezero.static.checking import check_replay, put_back, source_text
 from dezero.static.codegen import kernel_spec
 from dezero.static.graph import StaticGraph
 from dezero.static.guard import overlap, root, unguarded, with_leaves
@@ -31,7 +31,7 @@ from dezero.static.ir import type_str
 from dezero.static.passes import optimize
 from dezero.static.reach import Structure, python_writes, survey
 from dezero.static.slots import GradSlot
-from dezero.static.tracer import Tracer, restore
+from dezero.static.tracer import Tracer
 from dezero.static.watch import Watch, escaped
 
 # =============================================================================
@@ -551,10 +551,9 @@ class TracedFunction:
             check_replay(self.name, tracer, recorded_graph, entry, leaves, result,
                          random_state, attrs_before, attr_writes)
         if restore_state:
-            restore(tracer.state_before())
-            set_attributes(attrs_before)
-            set_attributes(watch.before.values())  # LSTM.h found by this recording
-            np.random.set_state(random_state)
+            # watch.before: attributes this recording found (LSTM.h)
+            put_back(tracer.state_before(), [*attrs_before, *watch.before.values()],
+                     random_state)
         self.graph = graph
         self._last = (key, labels)
         debugging.log(1, f"{'trace' if reason == 'first call' else 'retrace'} {self.name}: "

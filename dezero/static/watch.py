@@ -66,7 +66,7 @@ class _Graph:
     many references the graph itself holds to each."""
 
     def __init__(self, roots):
-        stack = list(_flat(roots))
+        stack = list(flat(roots))
         self.roots = {id(v) for v in stack if isinstance(v, Variable)}
         self.reached, self.held, self.lists, creators = set(), {}, set(), set()
         while stack:
@@ -100,12 +100,13 @@ class _Graph:
         return sorted(kinds)
 
 
-def _flat(roots):
+def flat(roots):
+    """What the roots hold, tuples, lists and dicts opened, in order."""
     for root in roots:
         if isinstance(root, (tuple, list)):
-            yield from _flat(root)
+            yield from flat(root)
         elif isinstance(root, dict):
-            yield from _flat(list(root.values()))
+            yield from flat(list(root.values()))
         else:
             yield root
 
