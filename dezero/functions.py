@@ -1033,14 +1033,32 @@ class SoftmaxCrossEntropy(Function):
         p = softmax(x, axis=1) if p is None else p
         gx = None
         if gy is not None:
-            n, classes = x.shape
-            t_onehot = OneHot(classes, x.dtype.name, None)(reshape(t, (n,)))
-            gx = (p - t_onehot) * (gy * _per_example(x))
+            gx = SoftmaxCrossEntropyGrad()(p, t, gy * _per_example(x))
         if gp is not None:  # a gradient reaching the probabilities (double backprop)
             gp = p * gp
             gp = gp - p * sum(gp, axis=1, keepdims=True)
             gx = gp if gx is None else gx + gp
         return gx, None
+
+
+class SoftmaxCrossEntropyGrad(Function):
+    """gx = (p - one_hot(t)) * c: softmax_cross_entropy's gradient from its
+    probabilities p, labels t and scale c (the loss's gradient over N), in one op
+    rather than a one-hot matrix, a subtraction and a product."""
+
+    def forward(self, p, t, c):
+        xp = cuda.get_array_module(p)
+        if cuda.get_array_module(t) is not xp:  # core names the argument on the other device
+            raise TypeError(f"{self.op_name}: probabilities and labels on two devices")
+        gx = p.copy()
+        gx[xp.arange(len(p)), t.ravel()] -= 1  # p - 1 where t picks
+        return gx * c
+
+    def backward(self, ggx):
+        p, t, c = self.inputs
+        n, classes = p.shape
+        t_onehot = OneHot(classes, p.dtype.name, None)(reshape(t, (n,)))
+        return ggx * c, None, sum_to(ggx * (p - t_onehot), c.shape)
 
 
 def softmax_cross_entropy(x, t):

@@ -175,6 +175,9 @@ EXTRA_CALLS = {
     "log_softmax": lambda: F.log_softmax(_x(2, 3)),
     "softplus": lambda: F.softplus(_x(2, 3)),
     "softmax_cross_entropy": lambda: F.softmax_cross_entropy(_x(4, 3), _labels()),
+    # Labels checked already: the one_hot a second derivative of softmax_cross_entropy
+    # computes.
+    "one_hot": lambda: F.OneHot(3, "float64", None)(_labels()),
     "mean_squared_error": lambda: F.mean_squared_error(_x(2, 3), _x(2, 3, seed=1)),
     "probabilities": lambda: F.binary_cross_entropy(
         Variable(np.random.default_rng(0).uniform(0.1, 0.9, (2, 3))), np.ones((2, 3))),

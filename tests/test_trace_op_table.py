@@ -35,6 +35,10 @@ NN_ROWS = [
     # Labels from an input (0, 1 or 2), so that their one_hot is computed at every call.
     Row("softmax_cross_entropy", lambda x, t: F.softmax_cross_entropy(
         x, F.astype(t, np.int64)), ((3, 3), (3,)), None, low=0.0, high=2.99),
+    # Labels checked already: the one_hot a second derivative of softmax_cross_entropy
+    # computes.
+    Row("one_hot", lambda t: F.OneHot(3, "float64", None)(F.astype(t, np.int64)), ((3,),),
+        None, low=0.0, high=2.99),
     Row("sign", F.sign, ((2, 3),), None, away_from_zero=0.1),
     # Max's backward reaches equal only where a kernel cannot hold it (a reduction
     # between it and its reader): here it is 1 where |x| <= 1.
