@@ -42,9 +42,9 @@ def test_demo_trains_and_writes_the_graphs_into_the_default_folder(tmp_path):
         if cpu.missing_reason() is None:  # else the fused run replays unfused, and says so
             # The same training; the sigmoid's backward with b's gradient (4 ops and a
             # sum), Adam's 12-op step size and its update of every parameter (one
-            # horizontal kernel) compiled; the bias add with the sigmoid and the loss's
-            # gradient, 2-op groups, not.
-            assert fused == [(traced[0], "3", "5")], result.stdout
+            # horizontal kernel) compiled; the bias add with the sigmoid, a 2-op group,
+            # not (the loss's gradient is one op, softmax_cross_entropy_grad).
+            assert fused == [(traced[0], "3", "4")], result.stdout
         assert "fused / eager:" in result.stdout
         static = (out / "static_graph.dot").read_text(encoding="utf-8")
         fused = (out / "fused_kernels.dot").read_text(encoding="utf-8")

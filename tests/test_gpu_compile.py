@@ -270,7 +270,9 @@ def test_the_test_graphs_have_kernels(graphs):
 
 def test_every_kernel_of_the_test_graphs_compiles_to_ptx(graphs):
     _load_nvrtc()
-    specs = _renamed_apart(graphs, lambda graph: [kernel_spec(g) for g in graph.groups])
+    # a group with reductions runs op by op on the GPU (passes.pays)
+    specs = _renamed_apart(graphs, lambda graph: [kernel_spec(g) for g in graph.groups
+                                                  if g.axes is None])
     ptx = compile_to_ptx(cuda_source(specs), "test_graphs")
     assert [s.name for s in specs if f".entry {s.name}(" not in ptx] == []
 
