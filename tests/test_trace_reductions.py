@@ -273,3 +273,12 @@ def test_a_softmax_over_a_middle_axis_and_a_column_sum_of_three_axes():
     assert sorted(g.axes for g in graph.groups) == [(0, 1), (1,)]
     for got, want in zip(graph.compile("cpu").wait()(x), graph.interpret(x)):
         close_to_the_interpreter(got.data, want.data, np.float64)
+
+
+def test_a_reduction_kernel_source_is_logged_at_level_four(capsys):
+    def spread(x):
+        return F.sum(F.exp(x * 2.0), axis=0) + 1.0
+
+    with dezero.static.debug(4):
+        dezero.trace(spread)(Variable(np.ones((64, 300), np.float32)))
+    assert "kernel k0 of spread:\n// kernel k0: mul, exp, sum, add" in capsys.readouterr().err

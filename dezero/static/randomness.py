@@ -111,18 +111,12 @@ def install() -> None:
     if callable(getattr(bits, "randbits", None)):  # what numpy seeds generators from
         bits.randbits = _seeding(bits.randbits)
     secret = "drew fresh random bytes (secrets, random.SystemRandom, os.urandom)"
-    random._urandom, os.urandom = _refusing(random._urandom, secret), _refusing(os.urandom,
-                                                                                secret)
-    time.time, time.time_ns = _refusing(time.time, "read the clock (time.time())"), \
-        _refusing(time.time_ns, "read the clock (time.time_ns())")
-    seed = random.Random.seed
-
-    @functools.wraps(seed)
-    def random_seed(self, a=None, *args, **kwargs):
-        if a is None and _watch() is not None:
-            refuse(current_tracer().name, "made a random.Random without a seed", _line())
-        return seed(self, a, *args, **kwargs)
-    random.Random.seed = random_seed
+    random._urandom = _refusing(random._urandom, secret)
+    os.urandom = _refusing(os.urandom, secret)
+    time.time = _refusing(time.time, "read the clock (time.time())")
+    time.time_ns = _refusing(time.time_ns, "read the clock (time.time_ns())")
+    random.Random.seed = _refusing(random.Random.seed, "made a random.Random without a seed",
+                                   unseeded=lambda self, a=None, *args, **kwargs: a is None)
 
 
 def refuse(name: str, what: str, line: str):
@@ -147,10 +141,11 @@ def _line() -> str:
     return where(frame)
 
 
-def _refusing(draw, what):
+def _refusing(draw, what, unseeded=None):
+    """draw, refusing while this thread records (where unseeded(args) says so)."""
     @functools.wraps(draw)
     def wrapper(*args, **kwargs):
-        if _watch() is not None:
+        if _watch() is not None and (unseeded is None or unseeded(*args, **kwargs)):
             refuse(current_tracer().name, what, _line())
         return draw(*args, **kwargs)
     return wrapper

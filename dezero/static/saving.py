@@ -578,11 +578,8 @@ def _read_tree(tree, at, n_outputs):
                       enumerate(at[1].items(part))]
     if kind == "dict":
         pairs = [at[1][i].items(pair, 2) for i, pair in enumerate(at[1].items(part))]
-        for i, (key, _) in enumerate(pairs):
-            if not isinstance(key, str):
-                at[1][i][0].fail("text", key)
-        return kind, [(k, _read_tree(t, at[1][i][1], n_outputs))
-                      for i, (k, t) in enumerate(pairs)]
+        return kind, [(at[1][i][0].expect(k, isinstance(k, str), "text"),
+                       _read_tree(t, at[1][i][1], n_outputs)) for i, (k, t) in enumerate(pairs)]
     return kind, read_attr(part, at[1])  # "static": a value encoded as an attribute
 
 

@@ -23,6 +23,7 @@ from dezero import core, cuda, layers
 from dezero.core import Config, Variable
 from dezero.errors import TraceError
 from dezero.static import debugging
+from dezero.static.backends.cpu_reductions import reduction_source
 from dezero.static.checking import check_replay, put_back, source_text
 from dezero.static.codegen import kernel_spec
 from dezero.static.graph import StaticGraph
@@ -168,9 +169,8 @@ class NotShared:
     state: the replay reads and writes the array as the recording did, which is
     eager's result only while nothing else holds it."""
 
-    names: list    # of the state written in place
     types: list    # the StateType of every state, in graph order
-    spots: list    # where each of `names` is in `types`
+    spots: list    # where the state written in place is in `types`
 
     def check(self, leaves) -> bool:
         return self.shared(leaves) is None
@@ -183,11 +183,11 @@ class NotShared:
         # the state itself): compared by what they view.
         views = {id(root(a)): a for a in arrays[len(states):] if a.base is not None}
         duplicated = len(set(ids)) < len(ids)
-        for name, i in zip(self.names, self.spots):
+        for i in self.spots:
             view = views.get(id(root(states[i]))) if views else None
             if (duplicated and ids.count(ids[i]) > 1) or (
                     view is not None and overlap(view, states[i])):
-                return name
+                return self.types[i].name
         return None
 
     def explain(self, leaves) -> str:
@@ -228,8 +228,7 @@ class Entry:
         in_place = {node.inputs[0].name for node in graph.of_kind("write")
                     if node.attrs.get("in_place")}
         spots = [i for i, t in enumerate(self.types) if t.name in in_place]
-        self.not_shared = NotShared([self.types[i].name for i in spots], self.types,
-                                    spots) if spots else None
+        self.not_shared = NotShared(self.types, spots) if spots else None
         self.grad_unset = [GradUnset(c.node.outputs[0].name, c.var) for c in tracer.captures
                            if c.before_grad is None and c.var.grad is not None
                            and c.node.attrs["field"] != "attr"
@@ -544,9 +543,10 @@ class TracedFunction:
         if debugging.LEVEL >= 4:  # the interpreter generates no code: its program
             code = getattr(entry.compiled, "source", None) or f"{graph.program}\n"
             debugging.log(4, f"replay code of {self.name}:\n{code}")
-            for group in graph.groups:
-                debugging.log(4, f"kernel {group.name} of {self.name}:\n"
-                                 f"{kernel_spec(group).body}")
+            for group in graph.groups:  # a reduction's spec is a loop nest, no body
+                spec = kernel_spec(group)
+                source = spec.body if group.axes is None else reduction_source(spec).lstrip()
+                debugging.log(4, f"kernel {group.name} of {self.name}:\n{source}")
         if self.check and kept:  # a graph not kept is never replayed: nothing to check
             check_replay(self.name, tracer, recorded_graph, entry, leaves, result,
                          random_state, attrs_before, attr_writes)
