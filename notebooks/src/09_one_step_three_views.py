@@ -107,7 +107,8 @@ graph.plot(to_file="graphs/09_fused.svg")
 # body is handed to `cupy.ElementwiseKernel`. On the CPU the backend wraps a body
 # in a loop and compiles it only where that pays: a kernel call costs about two
 # microseconds, a numpy call on a small array less than one, so a two-op group on
-# 300 × 10 numbers stays as numpy calls.
+# 300 × 10 numbers stays as numpy calls. A group that ends in a reduction (the
+# sigmoid's backward with the sum that is b's gradient) is one loop over rows.
 
 # %%
 plan = graph.compile("cpu").wait()        # the default backend on the CPU; a library
@@ -117,7 +118,10 @@ compiled = compiled.specs if compiled is not None else {}
 for group in graph.groups:
     how = "compiled" if group.name in compiled else "numpy calls"
     spec = kernel_spec(group)
-    body = spec.segments[0].body if spec.segments else spec.body  # horizontal: its first
+    if getattr(spec, "axes", None) is not None:  # a reduction: a loop over rows
+        body = f"{spec.comment}, reducing axes {list(spec.axes)} of {list(spec.shape)}"
+    else:
+        body = spec.segments[0].body if spec.segments else spec.body  # horizontal: its first
     more = f"\n    (the first of {len(spec.segments)} segments)" if spec.segments else ""
     print(f"{body.rstrip()}{more}\n    -> {how}\n")
 
