@@ -174,7 +174,7 @@ CHECKS = {
     65: [r"(?m)^trace train_step: first call", r"graphs recorded: 1",
          r"the same loss: True",
          r"captures .*lr: f32\[\]", r"W <- \w+"],
-    66: [r"49 ops, 44 of them elementwise, in 3 kernels",
+    66: [r"50 ops, 45 of them elementwise, in 3 kernels",
          r"k2_0: 12 ops, shape \(4, 3\)", r"k2_1: 12 ops, shape \(3,\)",
          r"kernel k2: horizontal, 2 x 12 ops over \[4,3\], \[3\]",
          r"boundary \w+: f32\[4,3\] = matmul", GRAPH],
