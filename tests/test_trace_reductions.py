@@ -200,6 +200,9 @@ def test_a_composed_softmax_is_one_kernel_of_three_passes(dtype):
     assert [n.op for n in group.nodes] == ["max", "sub", "exp", "sum", "div", "add", "log"]
     spec = kernel_spec(group)
     assert len(spec.passes) == 3  # the max, the sum of exp, then the quotient's log
+    assert spec.body.startswith("// kernel k0: max, sub, exp, sum, div, add, log\n"
+                                "// pass 0, over axes [1] of [40, 10]:\n")
+    assert "  _acc_e = sum(_acc_e, d);\n" in spec.body  # e = sum(d): the sum of exp
     close_to_the_interpreter(graph.compile("cpu").wait()(x).data, graph.interpret(x).data,
                              dtype)
 

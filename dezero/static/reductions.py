@@ -44,6 +44,18 @@ class ReductionSpec:
     def key(self) -> str:
         return hashlib.sha256(repr(self).encode()).hexdigest()
 
+    @property
+    def body(self) -> str:
+        """The statements of one row, pass by pass, to read (a backend writes the
+        loops around them, as a KernelSpec's body)."""
+        lines = [self.comment, *self.setup]
+        for k, (element, folds, after) in enumerate(self.passes):
+            lines.append(f"// pass {k}, over axes {list(self.axes)} of {list(self.shape)}:")
+            lines += [f"  {line}" for line in element]
+            lines += [f"  {a} = {kind}({a}, {v});" for kind, a, v in folds]
+            lines += list(after)
+        return "\n".join(lines) + "\n"
+
 
 def reduction_spec(group: Group, names: dict, expression, param) -> ReductionSpec:
     """The spec of a group with reductions, given codegen's C names of its values
