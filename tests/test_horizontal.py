@@ -4,6 +4,7 @@ runs each segment's loop in turn; its results equal the interpreter's bit for bi
 import numpy as np
 import pytest
 from fusion_helpers import reference_factory
+from train_helpers import training_step
 
 import dezero
 import dezero.functions as F
@@ -23,15 +24,7 @@ def traced_step(make_optimizer, sizes=(10, 3)):
     x, t = dezero.datasets.get_spiral(train=True)
     np.random.seed(0)
     model = models.MLP(sizes)
-    optimizer = make_optimizer().setup(model)
-
-    def step(x, t):
-        loss = F.softmax_cross_entropy(model(x), t)
-        model.cleargrads()
-        loss.backward()
-        optimizer.update()
-        return loss
-    traced = dezero.trace(step)
+    traced = training_step(model, make_optimizer().setup(model), traced=True)
     traced(x[:30], t[:30])
     return traced.graph, model
 

@@ -1,35 +1,16 @@
 """The program (lowering.py): one list of steps, made after fusion, that every backend runs."""
 import numpy as np
 import pytest
+from train_helpers import linear_regression_step
 
 import dezero
 import dezero.functions as F
-from dezero import Variable, optimizers
+from dezero import optimizers
 from dezero.models import MLP
 from dezero.static import backends
 from dezero.static.backends import cpu, interpreter
 from dezero.static.codegen import kernel_spec
 from dezero.static.lowering import STEP_KINDS, lower
-
-
-def linear_regression_step():
-    W = Variable(np.zeros((3, 1), np.float32), name="W")
-    b = Variable(np.zeros(1, np.float32), name="b")
-    lr = Variable(np.array(0.1, np.float32), name="lr")
-
-    @dezero.trace
-    def step(x, t):
-        loss = F.mean_squared_error(F.linear(x, W, b), t)
-        W.cleargrad()
-        b.cleargrad()
-        loss.backward()
-        with dezero.no_grad():
-            W.data = (W - lr * W.grad).data
-            b.data = (b - lr * b.grad).data
-        return loss
-
-    x = np.random.default_rng(0).standard_normal((8, 3)).astype(np.float32)
-    return step, x, x @ np.array([[1.0], [2.0], [3.0]], np.float32) + 0.5
 
 
 def test_the_program_of_a_training_step_reads_runs_stores_frees_and_returns_in_order():

@@ -3,6 +3,7 @@ backward (the graph computes softmax once), and sum, mean, max, min and sum_to f
 into the kernel of the elementwise ops before and after them (C++ on the CPU)."""
 import numpy as np
 import pytest
+from train_helpers import training_step
 
 import dezero
 import dezero.functions as F
@@ -18,18 +19,6 @@ from dezero.utils import numerical_grad
 # =============================================================================
 
 
-def sce_step(model, optimizer):
-    optimizer.setup(model)
-
-    def step(x, t):
-        loss = F.softmax_cross_entropy(model(x), t)
-        model.cleargrads()
-        loss.backward()
-        optimizer.update()
-        return loss
-    return step
-
-
 def batch(n=8, dim=4, classes=3, dtype=np.float32, seed=0):
     rng = np.random.default_rng(seed)
     return rng.standard_normal((n, dim)).astype(dtype), rng.integers(0, classes, n)
@@ -37,7 +26,7 @@ def batch(n=8, dim=4, classes=3, dtype=np.float32, seed=0):
 
 def test_the_traced_loss_and_gradient_compute_softmax_once():
     model = models.MLP((5, 3))
-    traced = dezero.trace(sce_step(model, optimizers.SGD(0.1)))
+    traced = training_step(model, optimizers.SGD(0.1).setup(model), traced=True)
     x, t = batch()
     traced(x, t)
     graph = traced.graph
@@ -253,7 +242,7 @@ def test_a_fused_training_step_with_reductions_matches_the_python_replay(monkeyp
         monkeypatch.setattr(backends, "DEFAULT", backend)
         np.random.seed(5)  # the same initial weights
         model = models.MLP((40, 4))
-        traced = dezero.trace(sce_step(model, optimizers.Adam(0.01)), check=True)
+        traced = dezero.trace(training_step(model, optimizers.Adam(0.01).setup(model)), check=True)
         losses = [float(traced(x, t).data) for _ in range(4)]
         traced.graph.compile().wait()
         assert any(g.axes and g.compiled for g in traced.graph.groups)

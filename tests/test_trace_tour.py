@@ -1,10 +1,8 @@
 """The tour of dezero.static's docstring, run: its printed graph and code stay true."""
-import numpy as np
 from backend_helpers import python_code
+from train_helpers import linear_regression_step
 
 import dezero
-import dezero.functions as F
-from dezero import Variable
 from dezero.static.codegen import kernel_spec
 
 
@@ -13,24 +11,7 @@ def indented(text):
 
 
 def test_docstring_tour_shows_the_real_graph_and_replay_code():
-    W = Variable(np.zeros((3, 1), np.float32), name="W")
-    b = Variable(np.zeros(1, np.float32), name="b")
-    lr = Variable(np.array(0.1, np.float32), name="lr")
-
-    @dezero.trace
-    def step(x, t):
-        loss = F.mean_squared_error(F.linear(x, W, b), t)
-        W.cleargrad()
-        b.cleargrad()
-        loss.backward()
-        with dezero.no_grad():
-            W.data = (W - lr * W.grad).data
-            b.data = (b - lr * b.grad).data
-        return loss
-
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((8, 3)).astype(np.float32)
-    t = x @ np.array([[1.0], [2.0], [3.0]], np.float32) + 0.5
+    step, x, t = linear_regression_step()
     losses = [float(step(x, t).data) for _ in range(30)]
     assert losses[-1] < 0.1 * losses[0]  # the replayed steps do learn
     graph = step.lower(x, t)

@@ -1,7 +1,11 @@
 """The training step of the book's examples, for tests that train a model: forward,
-loss, cleared gradients, backward and the optimizer's update, eager or traced."""
+loss, cleared gradients, backward and the optimizer's update, eager or traced; and
+a linear regression whose update is written out."""
+import numpy as np
+
 import dezero
 import dezero.functions as F
+from dezero import Variable
 
 
 def training_step(model, optimizer, traced=False):
@@ -13,3 +17,25 @@ def training_step(model, optimizer, traced=False):
         optimizer.update()
         return loss
     return dezero.trace(step) if traced else step
+
+
+def linear_regression_step():
+    """(traced step, x, t): a linear regression on three features trained by plain
+    SGD written out as the book does, .data updates under no_grad."""
+    W = Variable(np.zeros((3, 1), np.float32), name="W")
+    b = Variable(np.zeros(1, np.float32), name="b")
+    lr = Variable(np.array(0.1, np.float32), name="lr")
+
+    @dezero.trace
+    def step(x, t):
+        loss = F.mean_squared_error(F.linear(x, W, b), t)
+        W.cleargrad()
+        b.cleargrad()
+        loss.backward()
+        with dezero.no_grad():
+            W.data = (W - lr * W.grad).data
+            b.data = (b - lr * b.grad).data
+        return loss
+
+    x = np.random.default_rng(0).standard_normal((8, 3)).astype(np.float32)
+    return step, x, x @ np.array([[1.0], [2.0], [3.0]], np.float32) + 0.5
