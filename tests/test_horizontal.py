@@ -7,7 +7,6 @@ from fusion_helpers import reference_factory
 from train_helpers import training_step
 
 import dezero
-import dezero.functions as F
 from dezero import models, optimizers
 from dezero.static.backends import cpu
 from dezero.static.backends.pycode import Compiled
@@ -118,14 +117,7 @@ def test_training_with_horizontal_kernels_replays_like_eager():
         np.random.seed(0)
         model = models.MLP((10, 3))
         optimizer = optimizers.Adam(0.01).setup(model)
-
-        def step(x, t):
-            loss = F.softmax_cross_entropy(model(x), t)
-            model.cleargrads()
-            loss.backward()
-            optimizer.update()
-            return loss
-        run = step if backend == "eager" else dezero.trace(step)
+        run = training_step(model, optimizer, traced=backend != "eager")
         losses = []
         for k in range(5):
             batch = slice(30 * k, 30 * k + 30)
