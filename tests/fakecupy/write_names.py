@@ -15,7 +15,7 @@ HERE = Path(__file__).resolve().parent
 OWNERS = ["cupy", "cupy.cuda", "cupy.cuda.runtime", "cupy.random", "cupy.linalg", "cupyx",
           "cupy.ndarray", "cupy.cuda.Device", "cupy.cuda.Stream", "cupy.cuda.Event",
           "cupy.cuda.MemoryPool", "cupy.cuda.PinnedMemoryPool", "cupy.cuda.MemoryPointer",
-          "cupy.ElementwiseKernel"]
+          "cupy.ElementwiseKernel", "cupy.ReductionKernel"]
 
 
 def listing(cupy, cupyx) -> list:

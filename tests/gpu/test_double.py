@@ -23,7 +23,8 @@ def test_the_double_defines_only_names_real_cupy_has():
               "cupy.cuda.Device": cp.cuda.Device, "cupy.cuda.Stream": cp.cuda.Stream,
               "cupy.cuda.Event": cp.cuda.Event, "cupy.cuda.MemoryPool": cp.cuda.MemoryPool,
               "cupy.cuda.MemoryPointer": cp.cuda.MemoryPointer,
-              "cupy.ElementwiseKernel": cp.ElementwiseKernel}
+              "cupy.ElementwiseKernel": cp.ElementwiseKernel,
+              "cupy.ReductionKernel": cp.ReductionKernel}
     extra = [f"{owner}.{name}" for owner, obj in owners.items() for name in vars(obj)
              if not name.startswith("_") and not isinstance(vars(obj)[name], types.ModuleType)
              and not _names.has(owner, name)]
@@ -183,3 +184,117 @@ def test_a_body_that_does_not_compile_raises_with_the_compiler_log():
                                   "k_doc_f")
     with pytest.raises(cp.cuda.compiler.CompileException, match="not_a_function"):
         kernel(cp.ones(2, cp.float32))
+
+
+# =============================================================================
+# ReductionKernel: map, reduce, post_map compiled and run, with cupy's call rules
+# =============================================================================
+
+
+def _rand(*shape, dtype=np.float64, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def test_reduction_kernel_sums_over_axes_as_numpy():
+    l2 = cp.ReductionKernel("T x", "T y", "x * x", "a + b", "y = a", "0", "l2_doc_a")
+    x = _rand(4, 5, 6)
+    cases = [(None, False), (1, False), ((0, 2), False), (-1, True), ((2, 0), True)]
+    for axis, keepdims in cases:
+        got = l2(cp.asarray(x), axis=axis, keepdims=keepdims)
+        want = (x * x).sum(axis=axis, keepdims=keepdims)
+        assert isinstance(got, cp.ndarray) and got.shape == want.shape
+        np.testing.assert_allclose(got.get(), want, rtol=1e-12)
+
+
+def test_reduction_kernel_max_min_identity_and_post_map():
+    x = _rand(7, 9, seed=1)
+    vmax = cp.ReductionKernel("T x", "T y", "x", "(b > a || b != b) ? b : a", "y = a",
+                              "-INFINITY", "max_doc_b")
+    vmin = cp.ReductionKernel("float64 x", "float64 y", "x", "(b < a) ? b : a",
+                              "y = a * 2 + 1", "INFINITY", "min_doc_c")
+    np.testing.assert_array_equal(vmax(cp.asarray(x), axis=0).get(), x.max(axis=0))
+    np.testing.assert_array_equal(vmin(cp.asarray(x), axis=1).get(), x.min(axis=1) * 2 + 1)
+    x[2, 3] = np.nan
+    assert np.isnan(vmax(cp.asarray(x), axis=1).get()[2])  # NaN wins, as numpy's max
+    empty = cp.asarray(np.ones((3, 0)))  # a zero-size reduction gives the identity
+    assert vmax(empty, axis=1).get().tolist() == [-np.inf] * 3
+
+
+def test_reduction_kernel_broadcasts_inputs_takes_scalars_and_outputs():
+    kernel = cp.ReductionKernel("T x, T t, float32 w", "T y, T z", "(x - t) * (x - t) * w",
+                                "a + b", "y = a, z = a / 2", "0", "mse_doc_d")
+    x, t = _rand(6, 5, dtype=np.float32), _rand(5, dtype=np.float32, seed=2)
+    y = kernel(cp.asarray(x), cp.asarray(t), 3, axis=1)  # the first output alone
+    want = ((x - t) ** 2 * 3).sum(axis=1)
+    np.testing.assert_allclose(y.get(), want, rtol=1e-5)
+    y, z = cp.empty(6, cp.float32), cp.empty(6, cp.float32)
+    assert kernel(cp.asarray(x), cp.asarray(t), 3, y, z, axis=1) is y
+    np.testing.assert_allclose(z.get(), want / 2, rtol=1e-5)
+    out = cp.empty((1, 5), cp.float64)
+    twice = cp.ReductionKernel("T x", "T y", "x", "a + b", "y = a * 2", "0", "sum2_doc_e")
+    assert twice(cp.asarray(_rand(3, 5)), axis=0, keepdims=True, out=out) is out
+    np.testing.assert_allclose(out.get(), _rand(3, 5).sum(0, keepdims=True) * 2)
+
+
+def test_reduction_kernel_adds_in_cupys_order_not_numpys():
+    """A block of threads folds each output element: the thread sums, then their tree,
+    which rounds otherwise than numpy's pairwise sum of float32."""
+    x = np.float32(1) + np.arange(64 * 1000, dtype=np.float32).reshape(64, 1000) * 1e-4
+    kernel = cp.ReductionKernel("T x, T s", "T y", "x * s", "a + b", "y = a", "0",
+                                "sum_doc_f")
+    got = kernel(cp.asarray(x), cp.ones(1, cp.float32), axis=1).get()
+    np.testing.assert_allclose(got, x.sum(axis=1), rtol=1e-6)
+    assert not np.array_equal(got, x.sum(axis=1))  # another order of the same terms
+
+
+def test_reduction_kernel_refuses_what_cupy_refuses():
+    kernel = cp.ReductionKernel("float32 x, T y", "T z", "x * y", "a + b", "z = a", "0",
+                                "dot_doc_g")
+    x = cp.ones((2, 3), cp.float32)
+    with pytest.raises(TypeError, match="Unsupported type <class 'numpy.ndarray'>"):
+        kernel(np.ones(3, np.float32), x)
+    with pytest.raises(TypeError, match="Type is mismatched"):
+        kernel(cp.ones(3, cp.float64), x)
+    with pytest.raises(TypeError, match="Wrong number of arguments"):
+        kernel(x)
+    with pytest.raises(TypeError, match="Wrong arguments"):
+        kernel(x, x, axes=0)
+    with pytest.raises(ValueError, match="broadcast"):
+        kernel(x, cp.ones(2, cp.float32))
+    with pytest.raises(ValueError, match="Out shape is mismatched"):
+        kernel(x, x, axis=1, out=cp.empty(3, cp.float32))
+    with pytest.raises(ValueError, match="cannot specify 'out' as both"):
+        kernel(x, x, cp.empty(2, cp.float32), axis=1, out=cp.empty(2, cp.float32))
+    with pytest.raises(ValueError, match="duplicate value in 'axis'"):
+        kernel(x, x, axis=(1, -1))
+    with pytest.raises(np.exceptions.AxisError if hasattr(np, "exceptions") else
+                       np.AxisError):
+        kernel(x, x, axis=2)
+    with pytest.raises(ValueError, match="Loop size is undecided"):
+        kernel(1.0, 2.0)
+    with pytest.raises(ValueError, match="zero-size array to reduction operation"):
+        cp.ReductionKernel("T x, T w", "T y", "x", "a + b", "y = a", None, "noid_doc_h")(
+            cp.ones((2, 0)), cp.ones((2, 0)), axis=1)
+    with pytest.raises(ValueError, match="Invalid kernel name"):
+        cp.ReductionKernel("T x", "T y", "x", "a + b", "y = a", "0", "no-name")
+
+
+def test_post_map_sees_outputs_and_scalars_but_not_input_arrays():
+    """cupy binds input arrays inside its loop over the reduced elements only."""
+    kernel = cp.ReductionKernel("T x, T s", "T y", "x", "a + b", "y = a + x", "0",
+                                "scope_doc_i")
+    with pytest.raises(cp.cuda.compiler.CompileException, match="x"):
+        kernel(cp.ones((2, 3)), cp.ones(1), axis=1)
+    scalar = cp.ReductionKernel("T x, T s", "T y", "x", "a + b", "y = a + s", "0",
+                                "scope_doc_j")
+    assert scalar(cp.ones((2, 3)), 0.5, axis=1).get().tolist() == [3.5, 3.5]
+
+
+def test_a_call_cupy_runs_through_cub_is_refused():
+    """One input and one output, contiguous, 128 elements or more an output: cupy
+    hands it to CUB, whose full reductions apply post_map twice."""
+    kernel = cp.ReductionKernel("T x", "T y", "x", "a + b", "y = a / 2", "0", "cub_doc_k")
+    with pytest.raises(NotImplementedError, match="through CUB"):
+        kernel(cp.ones(256))
+    assert kernel(cp.ones(100)).get() == 50  # too few elements for CUB
+    assert kernel(cp.ones((256, 3)), axis=0).get().tolist() == [128] * 3  # not at the end

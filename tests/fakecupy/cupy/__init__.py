@@ -7,6 +7,7 @@ gives this package. It keeps cupy's contract where dezero can break it:
 - it has only names cupy 14.2.0 has (_names.py), so a call real cupy lacks fails here;
 - ElementwiseKernel compiles the CUDA body it is given with the host C++ compiler and
   runs it over the broadcast arrays, with cupy's rules for params and dtypes;
+  ReductionKernel so too, folding in the order of cupy's own reduction kernel;
 - cupy.cuda and cupy.random are plain stand-ins: one device, streams that are
   synchronous, cupy's own random state (numpy's global one is never touched).
 
@@ -20,6 +21,7 @@ import numpy
 from cupy import _array, _names
 from cupy._array import ndarray
 from cupy._kernel import ElementwiseKernel  # noqa: F401 - cupy.ElementwiseKernel
+from cupy._reduction import ReductionKernel  # noqa: F401 - cupy.ReductionKernel
 
 __version__ = _names.VERSION
 

@@ -91,6 +91,37 @@ def _params(text, is_const):
     return tuple(_Param(p, is_const) for p in text.split(",")) if text.strip() else ()
 
 
+def decide_types(in_params, out_params, ins, outs):
+    """cupy's rules: outputs given fix their types first, then the input arrays;
+    a typed param takes only its dtype, a generic one one dtype throughout."""
+    types = {}
+
+    def settle(p, dtype):
+        if p.dtype is not None:
+            if dtype != p.dtype:
+                raise TypeError(f"Type is mismatched. {p.name} {dtype} {p.dtype}")
+        elif p.ctype in types and types[p.ctype] != dtype:
+            raise TypeError(f"Type is mismatched. {p.name} {dtype} {types[p.ctype]} "
+                            f"{p.ctype}")
+        else:
+            types[p.ctype] = dtype
+    for p, a in zip(out_params, outs):
+        if not isinstance(a, _array.ndarray):
+            raise TypeError("Output arguments must be cupy.ndarray")
+        settle(p, a.dtype)
+    for p, a in zip(in_params, ins):
+        if isinstance(a, _array.ndarray):
+            settle(p, a.dtype)
+    for p in in_params + out_params:
+        if p.dtype is None and p.ctype not in types:
+            raise TypeError(f"the type of {p.ctype} ({p.name}) is undecided: only scalars "
+                            f"give it")
+    typed = [p.dtype if p.dtype is not None else types[p.ctype]
+             for p in in_params + out_params]
+    typedefs = {c: CTYPES[d.name] for c, d in types.items()}
+    return typed[:len(in_params)], typed[len(in_params):], typedefs
+
+
 class ElementwiseKernel:
     """cupy.ElementwiseKernel(in_params, out_params, operation, name, ...), run on the
     host: see the module docstring for the rules it keeps."""
@@ -131,7 +162,7 @@ class ElementwiseKernel:
             except ValueError:
                 raise ValueError("operands could not be broadcast together with shapes " +
                                  " ".join(str(a.shape) for a in arrays)) from None
-        in_types, out_types, typedefs = self._types(ins, outs)
+        in_types, out_types, typedefs = decide_types(self.in_params, self.out_params, ins, outs)
         for k, (p, out) in enumerate(zip(self.out_params, outs)):
             if not isinstance(out, _array.ndarray):
                 raise TypeError("Output arguments type must be cupy.ndarray")
@@ -154,36 +185,6 @@ class ElementwiseKernel:
         host += [o._a for o in outs]
         self._launch(host, shape, typedefs)
         return result
-
-    def _types(self, ins, outs):
-        """cupy's rules: outputs given fix their types first, then the input arrays;
-        a typed param takes only its dtype, a generic one one dtype throughout."""
-        types = {}
-
-        def settle(p, dtype):
-            if p.dtype is not None:
-                if dtype != p.dtype:
-                    raise TypeError(f"Type is mismatched. {p.name} {dtype} {p.dtype}")
-            elif p.ctype in types and types[p.ctype] != dtype:
-                raise TypeError(f"Type is mismatched. {p.name} {dtype} {types[p.ctype]} "
-                                f"{p.ctype}")
-            else:
-                types[p.ctype] = dtype
-        for p, a in zip(self.out_params, outs):
-            if not isinstance(a, _array.ndarray):
-                raise TypeError("Output arguments must be cupy.ndarray")
-            settle(p, a.dtype)
-        for p, a in zip(self.in_params, ins):
-            if isinstance(a, _array.ndarray):
-                settle(p, a.dtype)
-        for p in self.in_params + self.out_params:
-            if p.dtype is None and p.ctype not in types:
-                raise TypeError(f"the type of {p.ctype} ({p.name}) is undecided: only scalars "
-                                f"give it")
-        typed = [p.dtype if p.dtype is not None else types[p.ctype]
-                 for p in self.in_params + self.out_params]
-        typedefs = {c: CTYPES[d.name] for c, d in types.items()}
-        return typed[:self.nin], typed[self.nin:], typedefs
 
     def _launch(self, arrays, shape, typedefs):
         key = tuple(sorted(typedefs.items()))
