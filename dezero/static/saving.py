@@ -39,6 +39,7 @@ TREE rebuilds what the function returned from the flat outputs:
 ["var", i] a Variable of output i, ["array", i] the array itself, ["tuple", [TREE..]],
 ["list", [TREE..]], ["dict", [[key, TREE]..]], ["static", value] a Python value
 returned as it is (None, a bool, int, float or str, encoded as attributes are).
+graph.out_tree holds the same lists, its static values decoded.
 
 Attribute values: JSON null/bool/int/str/list as themselves; a float as itself, or
 {"$float": "inf" | "-inf" | "nan"}; {"$tuple": [...]}, {"$slice": [start, stop, step]},
@@ -130,19 +131,6 @@ def encode_attr(value):
         return {"$array": encode_attr(array.tolist()), "dtype": array.dtype.name,
                 "shape": list(array.shape)}
     raise TypeError(f"cannot encode an attribute of type {type(value).__name__}: {value!r}")
-
-
-def _tree_to_json(tree):
-    kind = tree[0]
-    if kind in ("var", "array"):
-        return [kind, tree[1]]
-    if kind in ("tuple", "list"):
-        return [kind, [_tree_to_json(t) for t in tree[1]]]
-    if kind == "dict":
-        if not all(isinstance(k, str) for k, _ in tree[1]):
-            raise TypeError("only a dict with str keys can be saved as a graph output")
-        return [kind, [[k, _tree_to_json(t)] for k, t in tree[1]]]
-    return ["static", encode_attr(tree[1])]  # nan, inf: {"$float": "nan"}
 
 
 # =============================================================================
@@ -240,7 +228,7 @@ class Field:
 
 
 # =============================================================================
-# Attribute decoding: read_attr, one function per "$" encoding
+# Attribute decoding: read_attr, one branch per "$" encoding
 # =============================================================================
 
 
@@ -253,56 +241,40 @@ def read_attr(value, at: Field):
     if isinstance(value, list):
         return [read_attr(v, at[i]) for i, v in enumerate(value)]
     tags = [k for k in value if k.startswith("$")] if isinstance(value, dict) else []
-    if len(tags) != 1 or tags[0] not in _DECODERS:
+    if len(tags) != 1 or tags[0] not in _TAGS:
         at.fail("null, bool, number, text, list or an object with one of the keys "
-                + ", ".join(_DECODERS), value)
-    keys, decode = _DECODERS[tags[0]]
-    return decode(at.record(value, (tags[0], *keys)), at)
-
-
-def _read_float(record, at):
-    return float(at["$float"].one_of(record["$float"], ("inf", "-inf", "nan")))
-
-
-def _read_tuple(record, at):
-    return tuple(read_attr(v, at["$tuple"][i]) for i, v in
-                 enumerate(at["$tuple"].items(record["$tuple"])))
-
-
-def _read_slice(record, at):
-    parts = at["$slice"].items(record["$slice"], 3)
-    return slice(*(None if p is None else at["$slice"][i].integer(p, *_INT64)
-                   for i, p in enumerate(parts)))
-
-
-def _read_ellipsis(record, at):
-    at["$ellipsis"].expect(record["$ellipsis"], record["$ellipsis"] is True, "true")
-    return Ellipsis
-
-
-def _read_scalar(record, at):
+                + ", ".join(_TAGS), value)
+    tag = tags[0]
+    record = at.record(value, (tag, *_TAGS[tag]))
+    part, here = record[tag], at[tag]
+    if tag == "$float":
+        return float(here.one_of(part, ("inf", "-inf", "nan")))
+    if tag == "$tuple":
+        return tuple(read_attr(v, here[i]) for i, v in enumerate(here.items(part)))
+    if tag == "$slice":
+        return slice(*(None if p is None else here[i].integer(p, *_INT64)
+                       for i, p in enumerate(here.items(part, 3))))
+    if tag == "$ellipsis":
+        here.expect(part, part is True, "true")
+        return Ellipsis
+    if tag == "$dtype":
+        return here.dtype(part)
     dtype = at["dtype"].dtype(record["dtype"])
-    return dtype.type(at["$scalar"].number(record["$scalar"], dtype))
+    if tag == "$scalar":
+        return dtype.type(here.number(part, dtype))
+    shape = at["shape"].shape(record["shape"])
 
-
-def _read_array(record, at):
-    dtype, shape = at["dtype"].dtype(record["dtype"]), at["shape"].shape(record["shape"])
-
-    def leaves(value, dims, here):  # nested lists of exactly the declared shape
+    def leaves(value, dims, here):  # "$array": nested lists of exactly the declared shape
         if not dims:
             return [here.number(value, dtype)]
         return [x for i, v in enumerate(here.items(value, dims[0]))
                 for x in leaves(v, dims[1:], here[i])]
-    return np.array(leaves(record["$array"], shape, at["$array"]), dtype).reshape(shape)
+    return np.array(leaves(part, shape, here), dtype).reshape(shape)
 
 
-# "$tag" -> (the other keys of its object, the decoder)
-_DECODERS = {
-    "$float": ((), _read_float), "$tuple": ((), _read_tuple), "$slice": ((), _read_slice),
-    "$ellipsis": ((), _read_ellipsis),
-    "$dtype": ((), lambda record, at: at["$dtype"].dtype(record["$dtype"])),
-    "$scalar": (("dtype",), _read_scalar), "$array": (("dtype", "shape"), _read_array),
-}
+# "$tag" -> the other keys of its object
+_TAGS = {"$float": (), "$tuple": (), "$slice": (), "$ellipsis": (), "$dtype": (),
+         "$scalar": ("dtype",), "$array": ("dtype", "shape")}
 
 
 def _read_op_attrs(record, attrs, at) -> dict:
@@ -356,7 +328,7 @@ def save(graph: Graph, path: str) -> None:
     description = {"format": FORMAT, "version": VERSION, "name": graph.name,
                    "arrays": os.path.basename(npz_path),
                    "arrays_sha256": hashlib.sha256(blob).hexdigest(),
-                   "nodes": nodes, "out_tree": _tree_to_json(graph.out_tree)}
+                   "nodes": nodes, "out_tree": encode_attr(graph.out_tree)}
     text = json.dumps(description, indent=1, allow_nan=False)
     try:  # a graph that saves also loads: refuse here what load() would refuse
         _build(json.loads(text), arrays)
@@ -376,7 +348,6 @@ def load(path: str, make=Graph) -> Graph:
     """Read a graph saved by save(), checking every field before anything is built;
     it owns its state (graph.state) and runs standalone. make: the graph class
     (graph.StaticGraph.load passes its own, which this module sits below)."""
-    _import_ops()
     json_path, _ = _paths(os.fspath(path))
     description = _read_json(json_path)
     if not isinstance(description, dict) or description.get("format") != FORMAT:
@@ -572,15 +543,15 @@ def _read_tree(tree, at, n_outputs):
     kind, part = at.items(tree, 2)
     kind = at[0].one_of(kind, ("var", "array", "tuple", "list", "dict", "static"))
     if kind in ("var", "array"):
-        return kind, at[1].integer(part, 0, n_outputs - 1)
+        return [kind, at[1].integer(part, 0, n_outputs - 1)]
     if kind in ("tuple", "list"):
-        return kind, [_read_tree(t, at[1][i], n_outputs) for i, t in
-                      enumerate(at[1].items(part))]
+        return [kind, [_read_tree(t, at[1][i], n_outputs) for i, t in
+                       enumerate(at[1].items(part))]]
     if kind == "dict":
         pairs = [at[1][i].items(pair, 2) for i, pair in enumerate(at[1].items(part))]
-        return kind, [(at[1][i][0].expect(k, isinstance(k, str), "text"),
-                       _read_tree(t, at[1][i][1], n_outputs)) for i, (k, t) in enumerate(pairs)]
-    return kind, read_attr(part, at[1])  # "static": a value encoded as an attribute
+        return [kind, [[at[1][i][0].expect(k, isinstance(k, str), "text"),
+                        _read_tree(t, at[1][i][1], n_outputs)] for i, (k, t) in enumerate(pairs)]]
+    return [kind, read_attr(part, at[1])]  # "static": a value encoded as an attribute
 
 
 def _own_attributes(nodes):
@@ -600,11 +571,3 @@ def _own_attributes(nodes):
         state.attrs = {"field": "data"}
     return result
 
-
-def _import_ops():
-    # Op classes register themselves on import; load the modules that define them.
-    import importlib
-    import importlib.util
-    for module in ("dezero.functions", "dezero.functions_conv"):
-        if importlib.util.find_spec(module) is not None:
-            importlib.import_module(module)

@@ -349,10 +349,10 @@ class Tracer(TracerHooks):
                     f"replay can only return new Variables\n  fix: return a new value "
                     f"({name} * 1.0), or read {name} itself after the call")
             outputs.append(self.resolve(obj))
-            return ("var", len(outputs) - 1)
+            return ["var", len(outputs) - 1]
         if isinstance(obj, GuardedArray):
             outputs.append(self.value_of(obj))
-            return ("array", len(outputs) - 1)
+            return ["array", len(outputs) - 1]
         if isinstance(obj, cuda.array_types):
             raise TraceError(
                 f"{self.name} returns an array that no recorded Function produced; "
@@ -360,11 +360,11 @@ class Tracer(TracerHooks):
                 f"compute the array with dezero functions")
         if isinstance(obj, (tuple, list)):
             kind = "tuple" if isinstance(obj, tuple) else "list"
-            return (kind, [self._flatten_output(o, outputs) for o in obj])
+            return [kind, [self._flatten_output(o, outputs) for o in obj]]
         if isinstance(obj, dict):
-            return ("dict", [(k, self._flatten_output(v, outputs)) for k, v in obj.items()])
+            return ["dict", [[k, self._flatten_output(v, outputs)] for k, v in obj.items()]]
         if obj is None or isinstance(obj, (bool, int, float, str)):
-            return ("static", obj)
+            return ["static", obj]
         raise TraceError(f"{self.name} returns a {type(obj).__name__}; a traced function "
                          f"may return Variables, arrays, Python scalars and tuples, lists "
                          f"or dicts of them")
