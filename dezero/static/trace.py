@@ -362,24 +362,21 @@ class TracedFunction:
                     flatten(arg, leaves, key, [])
                     continue
                 leaves.append(arg)
-            key.append((Config.train, Config.enable_backprop))
-            key.append(_repeated(leaves))
-            for holder, name in self._carried:
-                key.append(_attribute_key(getattr(holder, name, None)))
-            return tuple(key), leaves
-        labels = [] if labels is None else labels  # a name for each part of the key
-        for i, arg in enumerate(args):
-            label = self._names[i] if i < len(self._names) else f"arg{i}"
-            flatten(arg, leaves, key, labels, label, static=i in self._static_positions)
-        for name in sorted(kwargs):
-            key.append(name)
-            labels.append(f"{name}=")
-            flatten(kwargs[name], leaves, key, labels, name, static=name in self.static_argnames)
+        else:
+            named = [] if labels is None else labels  # a name for each part of the key
+            for i, arg in enumerate(args):
+                label = self._names[i] if i < len(self._names) else f"arg{i}"
+                flatten(arg, leaves, key, named, label, static=i in self._static_positions)
+            for name in sorted(kwargs):
+                key.append(name)
+                named.append(f"{name}=")
+                flatten(kwargs[name], leaves, key, named, name,
+                        static=name in self.static_argnames)
         key += [(Config.train, Config.enable_backprop), _repeated(leaves)]
-        labels += ["Config (train, enable_backprop)", "the same Variable passed twice"]
-        for holder, name in self._carried:
-            key.append(_attribute_key(getattr(holder, name, None)))
-            labels.append(f"{type(holder).__name__}.{name}")
+        key += [_attribute_key(getattr(holder, name, None)) for holder, name in self._carried]
+        if labels is not None:
+            labels += ["Config (train, enable_backprop)", "the same Variable passed twice"]
+            labels += [f"{type(holder).__name__}.{name}" for holder, name in self._carried]
         return tuple(key), leaves
 
     def _miss_reason(self, key, args, kwargs) -> str:
