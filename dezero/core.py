@@ -510,6 +510,13 @@ class Function:
                 name, the shape of forward's result without the last input). The
                 passes split such a node in two, so that fusion joins the last op
                 to the elementwise ops after it (passes.split_epilogues)
+      parts     an op a kernel can compute from simpler ops (softmax: a max, an
+                exp-sum, a quotient): a function (input shapes, attrs) -> (steps,
+                result names), each step (name, op, input names, attrs), inputs
+                named by forward's parameters, numbers as constants of the result's
+                dtype, the steps forward's numpy calls in its order (so the values
+                are the same bits). On the CPU the passes split such a node into its
+                steps where all of them can join a kernel (passes.split_parts)
       fresh_result  forward returns a new array that shares memory with nothing
                 (x @ W): a kernel reading it last may write its result into it
     Subclasses store their constructor arguments under the same names, so that
@@ -521,7 +528,7 @@ class Function:
     collective = False
     commutative = False
     py = None
-    neutral = neutral_attrs = epilogue = None
+    neutral = neutral_attrs = epilogue = parts = None
     fresh_result = False
     op_name = "function"
 

@@ -846,7 +846,20 @@ def leaky_relu(x, slope=0.2):
     return LeakyReLU(slope)(x)
 
 
+def _row_parts(axis):
+    """The max over `axis` of x, the shift d = x - max, e = exp(d) and its sum s: the
+    steps softmax, log_softmax and softmax_cross_entropy begin with (Function.parts)."""
+    rows = {"axis": axis, "keepdims": True}
+    return [("m", "max", ("x",), rows), ("d", "sub", ("x", "m"), {}),
+            ("e", "exp", ("d",), {}), ("s", "sum", ("e",), rows)]
+
+
 class Softmax(Function):
+    # In a traced graph on the CPU, softmax is split into the steps of its forward
+    # and fused into one kernel of three passes over each row (max, exp-sum, quotient).
+    parts = staticmethod(lambda shapes, attrs: (
+        _row_parts(attrs["axis"]) + [("y", "div", ("e", "s"), {})], ("y",)))
+
     def __init__(self, axis=1):
         self.axis = axis
 
@@ -872,6 +885,9 @@ def softmax(x, axis=1):
 
 
 class LogSoftmax(Function):
+    parts = staticmethod(lambda shapes, attrs: (_row_parts(attrs["axis"]) + [
+        ("l", "log", ("s",), {}), ("y", "sub", ("d", "l"), {})], ("y",)))
+
     def __init__(self, axis=1):
         self.axis = axis
 

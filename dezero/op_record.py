@@ -56,6 +56,7 @@ class OpRecord:
     neutral: dict | None  # simplify: {input position: constant} that leaves the other
     neutral_attrs: dict | None  # simplify: attrs that leave the input unchanged
     epilogue: object      # split_epilogues: (input shapes) -> (op, shape), or None
+    parts: object         # split_parts: (input shapes, attrs) -> primitive steps, or None
     fresh_result: bool    # forward returns an array it shares with nothing else
     random: bool
     collective: bool
@@ -85,7 +86,8 @@ def _record(cls) -> OpRecord:
         attr_names = None if any(p.kind is p.VAR_KEYWORD for p in init) else tuple(
             p.name for p in init if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
     facts = {name: own_fact(cls, name) for name in ("cpp", "cpp_type", "reduce", "py",
-                                                    "neutral", "neutral_attrs", "epilogue")}
+                                                    "neutral", "neutral_attrs", "epilogue",
+                                                    "parts")}
     return OpRecord(cls.op_name, cls, tuple(p.name for p in forward), counts, attr_names,
                     random=bool(cls.random), collective=bool(cls.collective),
                     commutative=bool(cls.commutative),

@@ -9,8 +9,8 @@ building Variables or a dynamic graph. The package reads as a pipeline:
     guard.py      what user code sees of a traced array while recording (GuardedArray)
     names.py      the names and literals generated code may hold (below ir)
     ir.py         Graph, Node, Value, Group: data, printing and check(); no consumer
-    passes.py     graph -> graph: dce, cse, fold, simplify, split_epilogues, fuse
-                  (kernel groups)
+    passes.py     graph -> graph: dce, cse, fold, simplify, split_epilogues, split_parts,
+                  fuse (kernel groups)
     codegen.py    a fused group -> a kernel spec: typed params and a C++ body
     lowering.py   graph -> program: read, node or kernel, store, free, return
     backends/     the reference interpreter, the generated replay code, cupy kernels

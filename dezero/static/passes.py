@@ -8,8 +8,8 @@ stays printable), and reads op facts from each node's record (`node.record.rando
 lists of op names. The last pass, fuse, lays
 kernel groups (ir.Group) over the node list for codegen.py and the kernel backends.
 
-    graph = optimize(graph)   # dce, cse, fold, simplify, split_epilogues, cse, dce,
-                              # rename, fuse; each then check()
+    graph = optimize(graph)   # dce, cse, fold, simplify, split_epilogues, split_parts,
+                              # cse, dce, rename, fuse; each then check()
 """
 from __future__ import annotations
 
@@ -219,6 +219,60 @@ def split_epilogues(graph: Graph) -> Graph:
     debugging.log(3, f"split_epilogues {graph.name}: split {len(nodes) - len(graph.nodes)} "
                      f"nodes")
     return graph.with_nodes(nodes)
+
+
+def split_parts(graph: Graph) -> Graph:
+    """On the CPU, an op whose class states its `parts` (softmax, log_softmax) becomes
+    those steps, which compute what its forward does in the same order, where every
+    step can join a kernel (fusion_refusal): fuse then makes them one reduction
+    kernel with the elementwise ops around them. On the GPU the op runs alone."""
+    used = {v.name for n in graph.nodes for v in n.outputs}
+    nodes = []
+    for node in graph.nodes:
+        split = _split(node, used) if graph.device == "cpu" and node.kind == "op" and \
+            node.record.parts is not None else None
+        nodes += split or [node]
+    debugging.log(3, f"split_parts {graph.name}: {len(nodes) - len(graph.nodes)} more nodes")
+    return graph.with_nodes(nodes)
+
+
+def _split(node: Node, used: set) -> list | None:
+    """The nodes of node's parts, or None where one of them could not join a kernel."""
+    steps, results = node.record.parts([v.shape for v in node.inputs], node.attrs)
+    dtype = node.outputs[0].dtype
+    values = dict(zip(node.record.params, node.inputs))
+    named = dict(zip(results, node.outputs))
+    nodes = []
+
+    def fresh(name):
+        name = f"{node.outputs[0].name}_{name}"
+        while name in used:
+            name += "_"
+        used.add(name)
+        return name
+
+    for name, op, inputs, attrs in steps:
+        for i in inputs:
+            if not isinstance(i, str):  # a number: a constant of the result's dtype
+                values[i] = Value(fresh("c"), (), dtype)
+                nodes.append(Node("const", outputs=[values[i]], payload=np.asarray(i, dtype)))
+        shapes = [values[i].shape for i in inputs]
+        shape = tuple(np.broadcast_shapes(*shapes)) if "axis" not in attrs else \
+            _reduced_shape(shapes[0], attrs["axis"], attrs["keepdims"])
+        out = named.get(name) or Value(fresh(name), shape, dtype)
+        part = Node("op", op, [values[i] for i in inputs], attrs, [out])
+        if out.shape != shape or fusion_refusal(part) is not None:
+            return None
+        values[name] = out
+        nodes.append(part)
+    return nodes
+
+
+def _reduced_shape(shape: tuple, axis, keepdims: bool) -> tuple:
+    axes = range(len(shape)) if axis is None else axis if isinstance(axis, tuple) else (axis,)
+    axes = {a % len(shape) for a in axes}
+    return tuple(1 if d in axes else n for d, n in enumerate(shape)
+                 if keepdims or d not in axes)
 
 
 def rename(graph: Graph) -> Graph:
@@ -641,7 +695,7 @@ def _carry_groups(graph: Graph, new: Graph, nodes: dict, values: dict):
 # fuse comes after rename and nothing renames after it, so that the values its
 # debug output names are those of the final graph (a node that fusion moves keeps
 # its name: the names then say where it was computed before).
-PIPELINE = (dce, cse, fold, simplify, split_epilogues, cse, dce, rename, fuse)
+PIPELINE = (dce, cse, fold, simplify, split_epilogues, split_parts, cse, dce, rename, fuse)
 
 
 def optimize(graph: Graph, passes=PIPELINE) -> Graph:

@@ -1,0 +1,95 @@
+"""softmax and log_softmax in traced graphs on the CPU: split into their forward's
+steps (a max, an exp-sum, a quotient) and fused with the elementwise ops around them
+into one reduction kernel; values equal the interpreter's within a few ulp (exp and
+log are the C library's), and the interpreter's equal eager execution's bits."""
+import sys
+
+import numpy as np
+import pytest
+
+import dezero
+import dezero.functions as F
+from dezero import Variable
+from dezero.static import passes
+from dezero.static.backends import cpu
+
+needs_compiler = pytest.mark.skipif(cpu.missing_reason() is not None,
+                                    reason=str(cpu.missing_reason()))
+
+
+def close(got, want, dtype):
+    eps = np.finfo(dtype).eps
+    np.testing.assert_allclose(got, want, rtol=8 * eps, atol=8 * eps)
+
+
+def kernel_steps(graph):
+    return [s for s in graph.program.steps if s.kind in ("node", "kernel")]
+
+
+def many_softmaxes(x, b, z, e):
+    """Several cases in one graph (one library): a scaled softmax with a bias before
+    it and an epilogue after it, log_softmax over axis 0 and -1, a softmax over two
+    axes of a 3-d input, and an empty batch."""
+    p = F.softmax(x * 0.5 + b) * 3.0
+    return (p, F.log_softmax(x, axis=0), F.log_softmax(x, axis=-1) - 1.0,
+            F.softmax(z, axis=(1, 2)), F.softmax(e))
+
+
+def inputs(dtype, rows=(0.0, 0.0)):
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((33, 10)) * 4).astype(dtype)
+    x[3] = -np.inf                       # a row of -inf: NaN, as eager gives
+    x[4, :5] = -np.inf                   # some -inf: their probability is 0
+    x[5] = np.finfo(dtype).max / 4       # huge values: the max is subtracted first
+    x[6, 0] = np.finfo(dtype).max
+    return (x, rng.standard_normal(10).astype(dtype),
+            rng.standard_normal((3, 4, 5)).astype(dtype), np.zeros((0, 7), dtype))
+
+
+def both(*args):
+    """many_softmaxes of float32 inputs and of float64 ones: one graph, one library."""
+    return many_softmaxes(*args[:4]) + many_softmaxes(*args[4:])
+
+
+@needs_compiler
+def test_softmax_and_log_softmax_run_as_reduction_kernels():
+    args = inputs(np.float32) + inputs(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):  # the row of -inf
+        graph = dezero.trace(both).lower(*args)
+    ops = [n.op for n in graph.nodes if n.kind == "op"]
+    assert "softmax" not in ops and "log_softmax" not in ops
+    steps = kernel_steps(graph)
+    assert len(steps) == 10 and all(s.kind == "kernel" for s in steps)
+    first = graph.groups[0]
+    assert [n.op for n in first.nodes] == ["mul", "add", "max", "sub", "exp", "sum", "div",
+                                           "mul"]  # the scale and bias before, * 3 after
+    assert sorted(g.axes for g in graph.groups) == 2 * [(0,)] + 6 * [(1,)] + 2 * [(1, 2)]
+    plan = graph.compile("cpu").wait()
+    with np.errstate(invalid="ignore", over="ignore"):
+        got, want = plan(*args), graph.interpret(*args)
+        eager = both(*(Variable(a) for a in args))
+    for g, w, e in zip(got, want, eager):
+        assert g.shape == w.shape == e.shape and g.dtype == w.dtype == e.dtype
+        np.testing.assert_array_equal(w.data, e.data)  # the same numpy calls as forward
+        close(g.data, w.data, g.dtype)
+    for p in (got[0].data, got[5].data):
+        assert np.isnan(p[3]).all() and (p[4, :5] == 0).all()
+        np.testing.assert_allclose(p[5], 3.0 / 10, rtol=8 * np.finfo(p.dtype).eps)
+
+
+def test_on_the_gpu_or_where_a_step_cannot_join_a_kernel_the_op_stays_whole(monkeypatch):
+    def as_if_on_the_gpu(graph, **kwargs):
+        graph.device = "gpu"
+        return passes.optimize(graph, **kwargs)
+
+    ops = [n.op for n in dezero.trace(F.softmax).lower(np.ones((4, 3))).nodes]
+    assert "softmax" not in ops
+    # integers: a kernel computes in one float type
+    ops = [n.op for n in dezero.trace(F.log_softmax).lower(np.ones((4, 3), np.int32)).nodes]
+    assert "log_softmax" in ops
+    # a softmax over an axis of no elements raises, as numpy's max does
+    with pytest.raises(ValueError):
+        dezero.trace(F.softmax).lower(np.ones((4, 0)))
+    monkeypatch.setattr(sys.modules["dezero.static.trace"], "optimize", as_if_on_the_gpu)
+    graph = dezero.trace(lambda x: F.softmax(x) * 2.0).lower(np.ones((4, 3), np.float32))
+    assert [n.op for n in graph.nodes if n.kind == "op"] == ["softmax", "mul"]
