@@ -1,6 +1,11 @@
-"""A numpy reference kernel factory for fused replay tests: each kernel runs its
-group's nodes through their forwards, as the interpreter would."""
+"""Kernel factories for fused replay tests: a numpy reference, whose kernels run
+their group's nodes through their forwards as the interpreter would, and the cpu
+backend's compiled kernels of several graphs built together."""
+import dataclasses
+
 from dezero.op_record import as_result_array
+from dezero.static.backends import cpu, pycode
+from dezero.static.codegen import kernel_spec
 
 
 def reference_factory(graph, made=None):
@@ -35,3 +40,30 @@ def reference_factory(graph, made=None):
                          zip(results, out or (None,) * len(results)))
         return kernel
     return factory
+
+
+def cpu_plans(graphs) -> list:
+    """Each graph's cpu replay code (its compiled groups calling their kernels), the
+    kernels of all graphs built as one set of libraries, side by side as the cpu
+    backend builds a large graph's: the cases of a parametrised test pay one compile
+    rather than one each. Graph i's kernel k0 is g<i>_k0 in the libraries (and so are
+    a horizontal kernel's segments), since every graph names its kernels alike."""
+    def renamed(spec, i):
+        return dataclasses.replace(spec, name=f"g{i}_{spec.name}", segments=tuple(
+            renamed(part, i) for part in spec.segments))
+    compiled = [{s.name: renamed(s, i) for s in (kernel_spec(g) for g in graph.groups
+                                                 if g.compiled)}
+                for i, graph in enumerate(graphs)]
+    parts = cpu.split([s for specs in compiled for s in specs.values()])
+    sources = [cpu.library_source(part) for part in parts]
+    libraries = [cpu.KernelLibrary(part, source, path) for part, source, path in
+                 zip(parts, sources, cpu.build_libraries(sources))]
+    holder = {name: library for library in libraries for name in library.specs}
+
+    def factory(i):
+        def kernel(spec):
+            spec = renamed(spec, i)
+            assert spec == compiled[i][spec.name[len(f"g{i}_"):]]
+            return holder[spec.name].kernel(spec)
+        return kernel
+    return [pycode.Compiled(graph, factory(i)) for i, graph in enumerate(graphs)]
