@@ -510,7 +510,7 @@ def compile_graph(graph):
             return pycode.Compiled(graph)
         holder = {name: library for library in libraries for name in library.specs}
         for library in libraries:  # sets each group's `compiled`, which the code reads
-            measure.decide(library, [g for g in groups if g.name in library.specs])
+            measure.decide(library, graph)
         plan = pycode.Compiled(graph, factory=lambda spec: holder[spec.name].kernel(spec))
         plan.kernel_source, plan.libraries = "".join(sources), libraries
         if len(libraries) == 1:  # the usual case, with its own name

@@ -1,14 +1,17 @@
 """Compiled or not, and on how many threads, by measurement: each kernel of a loaded
-library is timed against its group's numpy calls (a few calls each, on arrays of its
-inputs' types), a kernel of THREADS_MIN elements or more on one thread and on all
-the machine's; a group runs as numpy calls where they are clearly faster, a kernel
-on all threads where that is clearly faster than one. The times are kept beside the
-library in the kernel cache (<library>.json), so a later process decides alike
-without timing again, and DEZERO_DEBUG=3 prints each decision with the times.
+library is timed against the numpy statements that the replay code runs for its group
+when it is not compiled (pycode.group_function), a few calls each taking turns, on the
+same arrays of its inputs' types; a kernel of THREADS_MIN elements or more on one
+thread and on all the machine's. A group runs as numpy statements where they are
+clearly faster, a kernel on all threads where that is clearly faster than one. The
+times are kept beside the library in the kernel cache (<library>.json), so a later
+process decides alike without timing again, and DEZERO_DEBUG=3 prints each decision
+with the times.
 
-backends/ stage, used by cpu.py once a library is loaded.
+backends/ stage, used by cpu.py once a library is loaded, on the kernel steps of the
+graph's program (lowering.py).
 
-    groups = measure.decide(library, groups)   # the groups that run compiled
+    groups = measure.decide(library, graph)   # the groups that run compiled
 """
 from __future__ import annotations
 
@@ -18,11 +21,13 @@ import time
 
 import numpy as np
 
-from dezero.op_record import as_result_array
 from dezero.static import debugging
+from dezero.static.backends import pycode
+from dezero.static.lowering import lower
 
 CALLS = 20         # timed calls each way at most (3 at least), the best counts
 BUDGET_S = 0.05    # ... unless a group's calls took this long already
+clock = time.perf_counter
 MARGIN = 1.1       # the faster way must be this much faster to be chosen
 # A kernel on fewer elements runs on one thread, untimed on more: it takes a few
 # microseconds, about what waking the other threads costs.
@@ -39,13 +44,16 @@ def machine_threads() -> int:
             os.cpu_count() or 1
 
 
-def decide(library, groups: list) -> list:
-    """The groups that run compiled; sets each group's `compiled` to its decision and
-    library.threads[group.name] to the threads its kernel runs on."""
+def decide(library, graph) -> list:
+    """The groups of `graph` whose kernels `library` holds that run compiled; sets
+    each one's `compiled` to its decision and library.threads[group.name] to the
+    threads its kernel runs on."""
+    steps = [s for s in lower(graph).steps if s.kind == "kernel" and s.group.name in library.specs]
+    groups = [step.group for step in steps]
     path = library.path.with_suffix(".json")
     times, where = _read(path, groups), "stored in the kernel cache"
     if times is None:
-        times, where = {g.name: _time_both(library, g) for g in groups}, "measured"
+        times, where = {s.group.name: _time_both(library, s) for s in steps}, "measured"
         _write(path, times)
     for group in groups:
         by_threads, numpy_us = times[group.name]
@@ -65,33 +73,33 @@ def decide(library, groups: list) -> list:
     return [g for g in groups if g.compiled]
 
 
-def _time_both(library, group) -> tuple:
-    """({threads: kernel}, numpy calls) best microseconds a call, on arrays in [0.5, 1):
-    the kernel on one thread, and on machine_threads() for THREADS_MIN elements or more."""
-    rng = np.random.default_rng(0)
+def _time_both(library, step) -> tuple:
+    """({threads: kernel}, numpy statements) best microseconds a call, on the same
+    arrays in [0.5, 1): the kernel on one thread, and on machine_threads() for
+    THREADS_MIN elements or more."""
+    group, rng = step.group, np.random.default_rng(0)
     arrays = [np.asarray(rng.random(v.shape) * 0.5 + 0.5, v.dtype) for v in group.inputs]
     spec, many = library.specs[group.name], machine_threads()
     counts = [1, many] if many > 1 and np.prod(group.shape) >= THREADS_MIN else [1]
-    kernels = [library.kernel(spec, threads=n) for n in counts]
-    functions = [n.record.function(n.attrs) for n in group.nodes]
-
-    def numpy_calls():
-        env = {id(v): a for v, a in zip(group.inputs, arrays)}
-        for node, f in zip(group.nodes, functions):
-            env[id(node.outputs[0])] = as_result_array(
-                f.forward(*(env[id(v)] for v in node.inputs)))
-
-    ways = [lambda k=k: k(*arrays) for k in kernels] + [numpy_calls]
-    best, began = [float("inf")] * len(ways), time.perf_counter()
-    with np.errstate(all="ignore"):
-        for calls in range(CALLS):  # taking turns; the first calls warm up
-            for k, fn in enumerate(ways):
-                start = time.perf_counter()
-                fn()
-                best[k] = min(best[k], (time.perf_counter() - start) * 1e6)
-            if calls >= 2 and time.perf_counter() - began > BUDGET_S:
-                break
+    ways = [library.kernel(spec, threads=n) for n in counts] + [pycode.group_function(step)]
+    best = fastest([lambda fn=fn: fn(*arrays) for fn in ways])
     return dict(zip(counts, best)), best[-1]
+
+
+def fastest(ways: list) -> list:
+    """The best microseconds a call of each function, by `clock`: they take turns,
+    CALLS rounds at most, at least 3 (the first calls warm up), fewer once BUDGET_S
+    has passed."""
+    best, began = [float("inf")] * len(ways), clock()
+    with np.errstate(all="ignore"):
+        for calls in range(CALLS):
+            for k, fn in enumerate(ways):
+                start = clock()
+                fn()
+                best[k] = min(best[k], (clock() - start) * 1e6)
+            if calls >= 2 and clock() - began > BUDGET_S:
+                break
+    return best
 
 
 def _read(path, groups) -> dict | None:

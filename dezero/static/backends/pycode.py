@@ -89,19 +89,11 @@ def generate(graph: Graph, factory=None, program=None):
     `factory(kernel_spec(group))` on the group's inputs; other kernel steps are their
     nodes' lines."""
     fname = identifier(graph.name, "graph")
-    for node in graph.nodes:  # value names become variables: nothing else may pass
-        for v in node.inputs + node.outputs:
-            if not is_source_name(v.name):
-                raise GraphError(f"graph {printable(graph.name)}: value name {v.name!r} is "
-                                 f"not a safe name (an identifier, no keyword or builtin, "
-                                 f"no leading '_')")
+    _check_names(f"graph {printable(graph.name)}", graph.nodes)
     program = program or lower(graph)
-    xp = cuda.cupy if graph.device == "gpu" else np
-    # numpy's add.reduce is ndarray.sum without its Python-level wrapper.
-    env = {"_arr": as_result_array, "_xp": xp, "_eye": _identity_rows(xp), "_wrap": _wrap_output,
-           "_sum": np.add.reduce if xp is np else lambda x, axis: x.sum(axis=axis),
-           "_Variable": Variable, "_isinstance": isinstance, "_setattr": setattr,
-           "_outputs": program.outputs}
+    env = _globals(cuda.cupy if graph.device == "gpu" else np)
+    env.update({"_wrap": _wrap_output, "_Variable": Variable, "_isinstance": isinstance,
+                "_setattr": setattr, "_outputs": program.outputs})
     consts = [n.outputs[0].name for n in graph.nodes if n.kind == "const"]
     env.update((n.outputs[0].name, n.payload) for n in graph.of_kind("const"))
     while fname in consts:  # constants are globals of the code: keep the def apart
@@ -124,6 +116,40 @@ def generate(graph: Graph, factory=None, program=None):
     for step in program.steps:
         code.step(step)
     return "\n".join(code.lines) + "\n", env, code.line_steps, fname
+
+
+def group_function(step):
+    """The numpy statements that the replay code runs for a kernel step of a graph on
+    the CPU when its group is not compiled, as a function of the group's inputs
+    (positional, in order) that returns the tuple of its outputs, its code in
+    `.source`: what measure.py times against the group's kernel."""
+    group = step.group
+    _check_names(f"kernel {group.name}", group.nodes)
+    code = _Code(_globals(np), None)
+    for inner in step.body:
+        code.step(inner)
+    outs = "".join(f"{v.name}, " for v in group.outputs)
+    source = "\n".join([f"def _{group.name}({', '.join(v.name for v in group.inputs)}):",
+                        *code.lines, f"    return ({outs})\n"])
+    exec(compile(source, f"<numpy statements of kernel {group.name}>", "exec"), code.env)
+    function = code.env[f"_{group.name}"]
+    function.source = source
+    return function
+
+
+def _globals(xp) -> dict:
+    """What the statements of replay code read besides values: numpy or cupy, and helpers."""
+    # numpy's add.reduce is ndarray.sum without its Python-level wrapper.
+    return {"_arr": as_result_array, "_xp": xp, "_eye": _identity_rows(xp),
+            "_sum": np.add.reduce if xp is np else lambda x, axis: x.sum(axis=axis)}
+
+
+def _check_names(where: str, nodes) -> None:
+    """Value names become variables of generated code: nothing else may pass."""
+    for v in (v for node in nodes for v in node.inputs + node.outputs):
+        if not is_source_name(v.name):
+            raise GraphError(f"{where}: value name {v.name!r} is not a safe name (an "
+                             f"identifier, no keyword or builtin, no leading '_')")
 
 
 class _Code:
