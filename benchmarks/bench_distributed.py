@@ -55,9 +55,12 @@ def worker(args):
         model = MLP((1000, 10), activation=F.relu)
         model(x[:1])
         comm.broadcast_params(model)
-        optimizer = optimizers.Adam().setup(model)
-        if exchange:
+        optimizer = optimizers.Adam()
+        if exchange and args.sharded:
+            optimizer = dist.ShardedOptimizer(optimizer, comm)
+        elif exchange:
             optimizer.add_hook(dist.AllreduceGrads(comm))
+        optimizer.setup(model)
 
         def step(x, t):
             loss = F.softmax_cross_entropy(model(x), t)
@@ -74,16 +77,15 @@ def worker(args):
     step, model = training_step(exchange=True)
     no_exchange_step, _ = training_step(exchange=False)
 
-    exchange = [0.0]  # seconds spent in the allreduce
-    reduce_arrays = comm._reduce_arrays
+    exchange = [0.0]  # seconds spent in the exchanges
+    mpi_exchange = comm._mpi_exchange
 
-    def timed(arrays, op):
+    def timed(*args):
         start = time.perf_counter()
-        result = reduce_arrays(arrays, op)
+        mpi_exchange(*args)
         exchange[0] += time.perf_counter() - start
-        return result
 
-    comm._reduce_arrays = timed
+    comm._mpi_exchange = timed
 
     def round_time(step):
         comm.barrier()
@@ -136,6 +138,7 @@ def launch(ranks, args):
                "--batch", str(args.batch), "--steps", str(args.steps),
                "--warmup", str(args.warmup), "--rounds", str(args.rounds)]
     command += ["--eager"] if args.eager else []
+    command += ["--sharded"] if args.sharded else []
     env = {**os.environ, **ONE_THREAD, "PYTHONPATH": str(ROOT)}
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     if run.returncode != 0:
@@ -151,6 +154,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds (best kept)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--eager", action="store_true", help="eager steps, not traced")
+    parser.add_argument("--sharded", action="store_true",
+                        help="dist.ShardedOptimizer instead of the AllreduceGrads hook")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:

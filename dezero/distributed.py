@@ -17,8 +17,8 @@ import warnings
 
 import numpy as np
 
-from dezero import cuda
-from dezero.core import Function, TracedArray, Variable, no_grad
+from dezero import cuda, layers, optimizers
+from dezero.core import Function, Parameter, TracedArray, Variable, no_grad
 
 # =============================================================================
 # The world: init, Communicator
@@ -194,60 +194,115 @@ class Communicator:
     def _reduce_arrays(self, arrays, op):
         """The arrays reduced over the ranks, packed into one flat buffer per dtype
         (one exchange per dtype, however many arrays)."""
-        if op not in _REDUCE_OPS:
-            raise ValueError(f"allreduce: op must be one of {sorted(_REDUCE_OPS)}, "
-                             f"got {op!r}")
         results = [None] * len(arrays)
         by_dtype = {}
         for i, a in enumerate(arrays):
             by_dtype.setdefault((a.dtype, cuda.get_array_module(a)), []).append(i)
         for (dtype, xp), positions in by_dtype.items():
-            if dtype.kind == "b":  # MPI and NCCL reduce no booleans
-                raise TypeError(f"allreduce: a bool array (shape "
-                                f"{arrays[positions[0]].shape}) cannot be reduced over "
-                                "ranks; cast it first, x.astype(np.int32) (op='sum' then "
-                                "counts the ranks where an element is true, 'max' is "
-                                "any, 'min' is all)")
-            if dtype.kind == "c" and op in ("max", "min"):
-                raise TypeError(f"allreduce: op={op!r} of {dtype} arrays has no order; "
-                                f"reduce abs(x) or x.real instead")
-            if op == "mean" and dtype.kind not in "fc":
-                raise TypeError(f"allreduce: op='mean' of {dtype} arrays would round; "
-                                f"reduce with op='sum' or cast to a float dtype first")
-            # Pack into one buffer. A mean divides each array by the number of ranks as
-            # it is packed, so the exchange's sum is the mean: no second pass over it.
+            _check_reducible(dtype, op, arrays[positions[0]].shape, "allreduce")
             flat = xp.empty(sum(arrays[i].size for i in positions), dtype)
-            start = 0
-            for i in positions:
-                a = arrays[i]
-                results[i] = flat[start:start + a.size].reshape(a.shape)
-                start += a.size
-                if op == "mean" and self.size > 1:
-                    xp.divide(a, dtype.type(self.size), out=results[i])
-                else:
-                    results[i][...] = a
+            views = self._pack([arrays[i] for i in positions], flat, op)
+            for i, view in zip(positions, views):
+                results[i] = view
             self._exchange(flat, "allreduce", op)  # also alone: the same path at any size
         return results
 
-    def _exchange(self, flat, what, op="sum", root=0):
-        """Reduce (what="allreduce") or broadcast the contiguous array flat in place,
-        on every rank: NCCL for cupy arrays where it exists, else through the host."""
+    def _pack(self, arrays, flat, op):
+        """Copy arrays end to end into flat; return their places in it, shaped as they
+        are. A mean divides each array by the number of ranks as it is packed, so the
+        exchange's sum is the mean: no second pass over the buffer."""
+        views, start = [], 0
+        for a in arrays:
+            view = flat[start:start + a.size].reshape(a.shape)
+            start += a.size
+            if op == "mean" and self.size > 1:
+                cuda.get_array_module(a).divide(a, a.dtype.type(self.size), out=view)
+            else:
+                view[...] = a
+            views.append(view)
+        return views
+
+    def _block(self, total):
+        """The block of `total` elements (arrays joined end to end) this rank holds in
+        a sharded exchange: every rank ceil(total / size) of them, the last ones fewer
+        where that overshoots. Returns (block length, start, stop)."""
+        block = -(-total // self.size)
+        start = min(total, self.rank * block)
+        return block, start, min(total, start + block)
+
+    def _reduce_scatter(self, arrays, op):
+        """This rank's block of the arrays (of one dtype and module), flattened and
+        joined end to end, reduced over the ranks: rank r gets elements r * block to
+        (r + 1) * block of the whole reduction (see _block), in a new array."""
+        a = arrays[0]
+        _check_reducible(a.dtype, op, a.shape, "reduce_scatter")
+        xp = cuda.get_array_module(a)
+        total = sum(x.size for x in arrays)
+        block, start, stop = self._block(total)
+        flat = xp.empty(block * self.size, a.dtype)
+        self._pack(arrays, flat, op)
+        if self.size == 1:  # the block is the whole: nothing to exchange
+            return flat
+        flat[total:] = 0  # the padding of the last block
+        mine = xp.empty(block, a.dtype)
+        self._exchange(flat, "reduce_scatter", op, out=mine)
+        return mine[:stop - start]
+
+    def _allgather(self, pieces, shapes):
+        """Arrays of `shapes`, joined end to end, from every rank's block of them: this
+        rank's block is its pieces (1-D, of one dtype and module) end to end."""
+        total = sum(int(np.prod(shape)) for shape in shapes)
+        block, start, stop = self._block(total)
+        mine = sum(p.size for p in pieces)
+        if mine != stop - start:
+            raise ValueError(f"allgather: rank {self.rank} of {self.size} holds elements "
+                             f"{start} to {stop} of {total}, but its pieces have {mine}")
+        xp = cuda.get_array_module(pieces[0])
+        flat = xp.empty(block * self.size, pieces[0].dtype)
+        at = start
+        for piece in pieces:
+            flat[at:at + piece.size] = piece
+            at += piece.size
+        if self.size > 1:
+            self._exchange(flat, "allgather")
+        results, at = [], 0
+        for shape in shapes:
+            size = int(np.prod(shape))
+            results.append(flat[at:at + size].reshape(shape))
+            at += size
+        return results
+
+    def _exchange(self, flat, what, op="sum", root=0, out=None):
+        """Exchange the contiguous array flat on every rank: NCCL for cupy arrays where
+        it exists, else through the host. what="allreduce" reduces it and "broadcast"
+        sends root's, in place; "reduce_scatter" writes this rank's block of the
+        reduction into out; "allgather" fills every rank's block of flat with that
+        rank's own, in place (blocks of len(flat) / size)."""
         if isinstance(flat, np.ndarray):
-            self._mpi_exchange(flat, what, op, root)
+            self._mpi_exchange(flat, what, op, root, out)
             return
         nccl = self._nccl_communicator()
-        if nccl is None or not _nccl_exchange(nccl, flat, what, op, root):
-            host = cuda.as_numpy(flat)  # host staging: copy to numpy, exchange, copy back
-            self._mpi_exchange(host, what, op, root)
-            flat[...] = cuda.as_cupy(host)
+        if nccl is None or not _nccl_exchange(nccl, flat, what, op, root, out, self.rank):
+            # host staging: copy to numpy, exchange, copy back
+            host, host_out = cuda.as_numpy(flat), None if out is None else cuda.as_numpy(out)
+            self._mpi_exchange(host, what, op, root, host_out)
+            if out is None:
+                flat[...] = cuda.as_cupy(host)
+            else:
+                out[...] = cuda.as_cupy(host_out)
 
-    def _mpi_exchange(self, flat, what, op, root):
+    def _mpi_exchange(self, flat, what, op, root, out=None):
         from mpi4py import MPI
         if what == "broadcast":
             self.mpi.Bcast(flat, root=root)
+        elif what == "allgather":
+            self.mpi.Allgather(MPI.IN_PLACE, flat)
         else:
             mpi_op = {"sum": MPI.SUM, "mean": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
-            self.mpi.Allreduce(MPI.IN_PLACE, flat, op=mpi_op)
+            if what == "reduce_scatter":
+                self.mpi.Reduce_scatter_block(flat, out, op=mpi_op)
+            else:
+                self.mpi.Allreduce(MPI.IN_PLACE, flat, op=mpi_op)
 
     # ---- GPUs ----------------------------------------------------------------
     def use_gpu(self):
@@ -282,23 +337,46 @@ class Communicator:
 _REDUCE_OPS = {"sum", "mean", "max", "min"}
 
 
-def _nccl_exchange(comm, flat, what, op, root):
+def _check_reducible(dtype, op, shape, what):
+    if op not in _REDUCE_OPS:
+        raise ValueError(f"{what}: op must be one of {sorted(_REDUCE_OPS)}, got {op!r}")
+    if dtype.kind == "b":  # MPI and NCCL reduce no booleans
+        raise TypeError(f"{what}: a bool array (shape {shape}) cannot be reduced over "
+                        "ranks; cast it first, x.astype(np.int32) (op='sum' then "
+                        "counts the ranks where an element is true, 'max' is "
+                        "any, 'min' is all)")
+    if dtype.kind == "c" and op in ("max", "min"):
+        raise TypeError(f"{what}: op={op!r} of {dtype} arrays has no order; "
+                        f"reduce abs(x) or x.real instead")
+    if op == "mean" and dtype.kind not in "fc":
+        raise TypeError(f"{what}: op='mean' of {dtype} arrays would round; "
+                        f"reduce with op='sum' or cast to a float dtype first")
+
+
+def _nccl_exchange(comm, flat, what, op, root, out, rank):
     """Exchange flat through NCCL; False where NCCL has no reduction of its dtype."""
     from cupy.cuda import nccl
-    if what == "broadcast":  # any dtype, as its bytes
+    if what in ("broadcast", "allgather"):  # any dtype, as its bytes
         flat = flat.view(np.uint8)
     elif flat.dtype.kind == "c":  # a complex sum: the sums of its two parts
         flat = flat.view(flat.dtype.type(0).real.dtype)
+        out = None if out is None else out.view(flat.dtype)
     kind = getattr(nccl, f"NCCL_{flat.dtype.name.upper()}", None)  # NCCL_INT8 ...
     if kind is None:
         return False
     stream = cuda.cupy.cuda.get_current_stream().ptr
     if what == "broadcast":
         comm.broadcast(flat.data.ptr, flat.data.ptr, flat.size, kind, root, stream)
+    elif what == "allgather":  # in place: this rank's block is its part of flat
+        block = flat.size // comm.size()
+        comm.allGather(flat.data.ptr + rank * block, flat.data.ptr, block, kind, stream)
     else:
         reduce = {"sum": nccl.NCCL_SUM, "mean": nccl.NCCL_SUM, "max": nccl.NCCL_MAX,
                   "min": nccl.NCCL_MIN}[op]
-        comm.allReduce(flat.data.ptr, flat.data.ptr, flat.size, kind, reduce, stream)
+        if what == "reduce_scatter":
+            comm.reduceScatter(flat.data.ptr, out.data.ptr, out.size, kind, reduce, stream)
+        else:
+            comm.allReduce(flat.data.ptr, flat.data.ptr, flat.size, kind, reduce, stream)
     return True
 
 
@@ -338,11 +416,7 @@ class Allreduce(Function):
         self.op = op
 
     def forward(self, *xs):
-        communicator = _COMMUNICATORS.get(self.comm)
-        if communicator is None:
-            raise RuntimeError(f"allreduce: no communicator named {self.comm!r} in this "
-                               f"process; call dezero.distributed.init() first")
-        ys = communicator._reduce_arrays(list(xs), self.op)
+        ys = _communicator(self.comm, "allreduce")._reduce_arrays(list(xs), self.op)
         return tuple(ys) if len(ys) > 1 else ys[0]
 
     def backward(self, *gys):
@@ -351,6 +425,69 @@ class Allreduce(Function):
         # Each rank's result depends on every rank's input alike: the gradient of a
         # sum (or mean) over ranks is the sum (or mean) of the gradients.
         return Allreduce(self.comm, self.op)(*gys)
+
+
+class ReduceScatter(Function):
+    """y = this rank's block of the inputs, flattened and joined end to end, reduced
+    over the ranks (op: sum, mean, max, min): rank r of R gets elements r * block to
+    (r + 1) * block, block = ceil(total / R). A collective, kept as recorded."""
+
+    collective = True
+
+    def __init__(self, comm="world", op="mean"):
+        self.comm = comm
+        self.op = op
+
+    def forward(self, *xs):
+        return _communicator(self.comm, "reduce_scatter")._reduce_scatter(list(xs), self.op)
+
+    def backward(self, gy):
+        if self.op not in ("sum", "mean"):
+            raise NotImplementedError(f"reduce_scatter: op={self.op!r} has no backward")
+        # Every element went to the rank that holds its block: its gradient comes back
+        # from there, gathered (and divided as the mean divided it).
+        gxs = Allgather(self.comm, tuple(x.shape for x in self.inputs))(gy)
+        gxs = tuple(gxs) if isinstance(gxs, list | tuple) else (gxs,)
+        if self.op == "mean":
+            size = _communicator(self.comm, "reduce_scatter").size
+            gxs = tuple(gx / size for gx in gxs)
+        return gxs if len(gxs) > 1 else gxs[0]
+
+
+class Allgather(Function):
+    """The arrays of `shapes`, joined end to end, assembled from every rank's block of
+    them: the inputs are this rank's block (1-D pieces end to end, see ReduceScatter).
+    A collective, kept as recorded."""
+
+    collective = True
+
+    def __init__(self, comm="world", shapes=()):
+        self.comm = comm
+        self.shapes = shapes
+
+    def forward(self, *pieces):
+        ys = _communicator(self.comm, "allgather")._allgather(list(pieces), self.shapes)
+        return tuple(ys) if len(ys) > 1 else ys[0]
+
+    def backward(self, *gys):
+        # This rank's block reached every rank: its gradient is the sum of theirs.
+        x = self.inputs[0]
+        gys = [Variable(cuda.get_array_module(x.data).zeros(shape, x.dtype)) if gy is None
+               else gy for gy, shape in zip(gys, self.shapes)]  # outputs left unused
+        block = ReduceScatter(self.comm, "sum")(*gys)
+        gxs, at = [], 0
+        for x in self.inputs:
+            gxs.append(block[at:at + x.size].reshape(x.shape))
+            at += x.size
+        return tuple(gxs) if len(gxs) > 1 else gxs[0]
+
+
+def _communicator(name, what):
+    communicator = _COMMUNICATORS.get(name)
+    if communicator is None:
+        raise RuntimeError(f"{what}: no communicator named {name!r} in this "
+                           f"process; call dezero.distributed.init() first")
+    return communicator
 
 
 # =============================================================================
@@ -388,6 +525,176 @@ class AllreduceGrads:
         means = Allreduce(self.comm.name, "mean")(*grads)
         for param, mean in zip(params, means if len(params) > 1 else [means]):
             param.grad = mean
+
+
+# =============================================================================
+# The sharded update: ShardedOptimizer (ZeRO stage 1)
+# =============================================================================
+
+
+class ShardedOptimizer:
+    """An optimizer whose update every rank does on its own block of the parameters.
+
+        optimizer = dist.ShardedOptimizer(optimizers.Adam(), comm).setup(model)
+
+    The parameters of each dtype are joined end to end and cut into one block per rank.
+    An update exchanges the gradients once (reduce_scatter: rank r receives the mean
+    over the ranks of block r only), runs the optimizer on that block, and exchanges
+    the new values once (allgather: every rank receives every block). That moves the
+    bytes AllreduceGrads moves, while the update's work and its state (Adam's m and v)
+    are 1/R per rank: ZeRO stage 1, PyTorch's ZeroRedundancyOptimizer.
+
+    The parameters end as under AllreduceGrads, element for element, with optimizers
+    that update each element on its own (SGD, MomentumSGD, AdaGrad, AdaDelta, Adam,
+    AdamW) and WeightDecay, the hook that does too. Hooks that read the whole gradient
+    (ClipGrad's norm) or pick parameters (FreezeParam) would see one block: they are
+    refused. A parameter without a gradient on any rank is not updated, as in one
+    process; the parameters' own .grad keep this rank's gradient. The blocks are cut
+    at the first update, so the model cannot gain parameters after it. The optimizer's
+    hyperparameters read and set through this object (optimizer.alpha = 1e-4).
+    """
+
+    def __init__(self, optimizer, comm):
+        if not isinstance(optimizer, optimizers.Optimizer):
+            raise TypeError(f"ShardedOptimizer: wraps an optimizer, got "
+                            f"{type(optimizer).__name__}: "
+                            f"dist.ShardedOptimizer(optimizers.Adam(), comm).setup(model)")
+        for hook in optimizer.hooks:
+            _check_elementwise(hook)
+        own = {"optimizer": optimizer, "comm": comm, "target": optimizer.target,
+               "_layout": None, "_cuts": None, "pieces": None}
+        self.__dict__.update(own)
+        optimizer.target = _Pieces()  # the optimizer itself updates this rank's pieces
+
+    def __getattr__(self, name):  # the optimizer's hyperparameters, t, lr ...
+        return getattr(self.__dict__["optimizer"], name)
+
+    def __setattr__(self, name, value):
+        if name in self.__dict__:
+            self.__dict__[name] = value
+        else:
+            setattr(self.optimizer, name, value)
+
+    def setup(self, target):
+        self.__dict__["target"] = target
+        return self
+
+    def add_hook(self, hook):
+        _check_elementwise(hook)
+        self.optimizer.add_hook(hook)
+
+    def state_dict(self):
+        raise NotImplementedError(
+            "ShardedOptimizer.state_dict: each rank holds the optimizer's state of its "
+            "own block; save the model's weights (comm.save_weights), or train with "
+            "optimizer.add_hook(dist.AllreduceGrads(comm)) to save the optimizer too")
+
+    def update(self):
+        if self.target is None:
+            raise RuntimeError("ShardedOptimizer.update: no target; call "
+                               "optimizer.setup(model) first")
+        if layers.observer() is not None:
+            layers.observer().updating()  # the gradients are read from here on
+        for hook in self.optimizer.hooks:  # (some may have been added to it directly)
+            _check_elementwise(hook)
+        params = [p for p in self.target.params() if p.data is not None]
+        somewhere = dict(zip(map(id, params), self.comm._any_rank(
+            [p.grad is not None for p in params])))
+        exchanged = []
+        with no_grad():
+            for group, pieces in self._cut(params):
+                if not any(somewhere[id(p)] for p in group):
+                    continue  # no gradient anywhere: nothing to update, nothing to send
+                grads = [p.grad if p.grad is not None else
+                         Variable(cuda.get_array_module(p.data).zeros_like(p.data))
+                         for p in group]
+                block = ReduceScatter(self.comm.name, "mean")(*grads)
+                at = 0
+                for i, start, stop, piece in pieces:
+                    piece.data = group[i].reshape(-1)[start:stop].data
+                    piece.grad = block[at:at + stop - start] if somewhere[id(group[i])] \
+                        else None
+                    at += stop - start
+                exchanged.append((group, pieces))
+            self.optimizer.target.pieces = [piece for _, pieces in exchanged
+                                            for *_, piece in pieces]
+            if exchanged and not any(piece.grad is not None
+                                     for piece in self.optimizer.target.pieces):
+                # This rank's block has no gradient, another's has: the step counters
+                # still count the update, as on the other ranks.
+                self.optimizer._count(exchanged[0][0][0])
+            self.optimizer.update()
+            for group, pieces in exchanged:
+                mine = [piece for *_, piece in pieces] or [group[0].reshape(-1)[:0]]
+                new = Allgather(self.comm.name, tuple(p.shape for p in group))(*mine)
+                for param, value in zip(group, new if len(group) > 1 else [new]):
+                    param.data = value.data
+                for *_, piece in pieces:
+                    piece.grad = None
+        self.optimizer.target.pieces = []
+
+    def _cut(self, params):
+        """(parameters of one device and dtype, this rank's pieces of them): each piece
+        (index in the group, start, stop within its flattened parameter, a Parameter
+        that the optimizer updates and keys its state by)."""
+        groups = optimizers._by_kind(params)
+        layout = [(id(p), p.shape, p.dtype) for p in params]
+        if self._layout is None:
+            named = self.target._named() if hasattr(self.target, "_named") else []
+            names = {id(p): key for key, p in named}
+            cuts, pieces = [], {}
+            with layers._untraced():  # made once, not a step to replay
+                for group in groups:
+                    cut = []
+                    for i, start, stop in block_pieces([p.size for p in group],
+                                                       self.comm.rank, self.comm.size):
+                        name = f"{names.get(id(group[i]), group[i].name)}[{start}:{stop}]"
+                        pieces[name] = Parameter(None, name=name)
+                        cut.append((i, start, stop, name))
+                    cuts.append(cut)
+            self.__dict__.update(_layout=layout, _cuts=cuts, pieces=pieces)
+        elif layout != self._layout:
+            raise ValueError(
+                f"ShardedOptimizer: the model's parameters changed since the first "
+                f"update ({len(self._layout)} then, {len(params)} now), which cut them "
+                f"into the ranks' blocks; set up a new ShardedOptimizer, or use "
+                f"optimizer.add_hook(dist.AllreduceGrads(comm))")
+        return [(group, [(i, start, stop, self.pieces[name]) for i, start, stop, name in cut])
+                for group, cut in zip(groups, self._cuts)]
+
+
+class _Pieces:
+    """The target of a sharded optimizer's own optimizer: this update's pieces."""
+
+    pieces = []
+
+    def params(self):
+        return iter(self.pieces)
+
+
+def _check_elementwise(hook):
+    if not isinstance(hook, optimizers.WeightDecay):
+        raise TypeError(
+            f"ShardedOptimizer: hook {type(hook).__name__} would see only this rank's "
+            f"block of the parameters; only WeightDecay, which works element by "
+            f"element, runs on blocks. Use optimizer.add_hook(dist.AllreduceGrads(comm)) "
+            f"on the unsharded optimizer with this hook")
+
+
+def block_pieces(sizes, rank, size):
+    """The parts of arrays of `sizes` elements, joined end to end, that fall in rank's
+    block (ceil(total / size) elements, the last blocks shorter or empty): a list of
+    (index of the array, start, stop within it)."""
+    total = sum(sizes)
+    block = -(-total // size)
+    low, high = min(total, rank * block), min(total, (rank + 1) * block)
+    pieces, offset = [], 0
+    for i, n in enumerate(sizes):
+        start, stop = max(low, offset), min(high, offset + n)
+        if start < stop:
+            pieces.append((i, start - offset, stop - offset))
+        offset += n
+    return pieces
 
 
 # =============================================================================

@@ -37,8 +37,9 @@ def step_of(model, optimizer, loss_of):
     return step
 
 
-def adam_mlp(comm, x, t, traced):
-    """An MLP seeded differently on every rank, made equal by broadcast_params."""
+def adam_mlp(comm, x, t, traced, sharded=False):
+    """An MLP seeded differently on every rank, made equal by broadcast_params; the
+    gradients averaged by AllreduceGrads, or the update sharded."""
     np.random.seed(100 + comm.rank)
     model = MLP((16, 3))
     model(x[:1])
@@ -50,13 +51,16 @@ def adam_mlp(comm, x, t, traced):
     if comm.size > 1:
         assert not all(np.array_equal(before[0], w) for w in before[1:])
         assert all(np.array_equal(after[0], w) for w in after[1:])
-    optimizer = optimizers.Adam(alpha=0.01).setup(model)
-    optimizer.add_hook(dist.AllreduceGrads(comm))
+    optimizer = optimizers.Adam(alpha=0.01)
+    if sharded:
+        optimizer = dist.ShardedOptimizer(optimizer, comm).setup(model)
+    else:
+        optimizer.setup(model).add_hook(dist.AllreduceGrads(comm))
     step = step_of(model, optimizer, F.softmax_cross_entropy)
     return model, dezero.trace(step) if traced else step
 
 
-def exact_linear(comm, traced):
+def exact_linear(comm, traced, sharded=False):
     """A linear layer with integer weights: on integer data, every gradient and update
     is exact in float64 (powers of two as batch sizes and step size)."""
     model = L.Linear(2, in_size=4, dtype=np.float64)
@@ -64,8 +68,11 @@ def exact_linear(comm, traced):
     model.b.data = np.array([1.0, -1.0])
     if GPU:
         model.to_gpu()
-    optimizer = optimizers.SGD(lr=1 / 64).setup(model)
-    optimizer.add_hook(dist.AllreduceGrads(comm))
+    optimizer = optimizers.SGD(lr=1 / 64)
+    if sharded:
+        optimizer = dist.ShardedOptimizer(optimizer, comm).setup(model)
+    else:
+        optimizer.setup(model).add_hook(dist.AllreduceGrads(comm))
     step = step_of(model, optimizer, F.mean_squared_error)
     return model, dezero.trace(step) if traced else step
 
@@ -82,9 +89,10 @@ def train(out):
     mine = dist.shard_indices(32, comm.rank, comm.size, shuffle=False)
     mine_i = dist.shard_indices(16, comm.rank, comm.size, shuffle=False)
     results = {}
-    for mode in ("eager", "traced"):
-        model, step = adam_mlp(comm, x, t, mode == "traced")
-        exact, exact_step = exact_linear(comm, mode == "traced")
+    for mode in ("eager", "traced", "sharded_eager", "sharded_traced"):
+        traced, sharded = mode.endswith("traced"), mode.startswith("sharded")
+        model, step = adam_mlp(comm, x, t, traced, sharded)
+        exact, exact_step = exact_linear(comm, traced, sharded)
         for _ in range(STEPS):
             step(on_device(x[mine]), on_device(t[mine]))
             exact_step(on_device(xi[mine_i]), on_device(ti[mine_i]))
@@ -92,9 +100,10 @@ def train(out):
             results[f"adam_{mode}_{i}"] = cuda.as_numpy(p.data)
         for i, p in enumerate(exact.params()):
             results[f"exact_{mode}_{i}"] = cuda.as_numpy(p.data)
-        if mode == "traced":
+        if traced:
             ops = [n.op for n in step.graph.nodes if n.kind == "op"]
-            results["allreduce_nodes"] = np.array(ops.count("allreduce"))
+            results[f"{mode}_nodes"] = np.array([ops.count(op) for op in (
+                "allreduce", "reduce_scatter", "allgather")])
     results["nccl"] = np.array(bool(comm._nccl))  # the exchanges went through NCCL
     if comm.rank == 0:
         np.savez(out, **results)

@@ -163,6 +163,13 @@ def _allreduce(x):
     return dist.init().allreduce(x, op="mean")
 
 
+def _world():
+    # dezero.distributed, its world of one made (the collectives' ops name it).
+    import dezero.distributed as dist
+    dist.init()
+    return dist
+
+
 EXTRA_CALLS = {
     "sign": lambda: F.sign(Variable(np.array([-1.0, 0.0, 2.0]))),
     # ---- neural-network functions (tested in depth in test_functions_nn.py) --
@@ -196,4 +203,6 @@ EXTRA_CALLS = {
     "first_max_mask": lambda: F.pooling_simple(_x(1, 2, 4, 4), 2, 2),
     # ---- collectives (tested in test_distributed.py and test_distributed_mpi.py) --
     "allreduce": lambda: _allreduce(_x(2, 3)),
+    "reduce_scatter": lambda: _world().ReduceScatter("world", "mean")(_x(2, 3), _x(4)),
+    "allgather": lambda: _world().Allgather("world", ((2, 3), (4,)))(_x(10))[0],
 }

@@ -28,7 +28,7 @@ def half_world(comm, monkeypatch):
     """The world as if it had a second rank whose arrays are all zeros: a sum leaves
     this rank's values, a mean halves them."""
     monkeypatch.setattr(comm, "size", 2)
-    monkeypatch.setattr(comm, "_mpi_exchange", lambda flat, what, op, root: None)
+    monkeypatch.setattr(comm, "_mpi_exchange", lambda flat, what, op, root, out=None: None)
     return comm
 
 
@@ -365,5 +365,181 @@ def test_a_parameter_without_a_gradient_on_every_rank_is_left_alone(comm):
         assert spare.grad is None
         runs.append([p.data.copy() for p in model.params()])
     np.testing.assert_array_equal(model.spare.data, 1.0)
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
+
+
+# =============================================================================
+# ShardedOptimizer: each rank updates its block; the same parameters as the hook
+# =============================================================================
+
+
+@pytest.mark.parametrize("sizes", [[5], [3, 8, 1], [24, 8, 24, 3], [1, 1], [7, 0, 2]])
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 5])
+def test_the_blocks_of_all_ranks_cover_every_parameter_once(sizes, size):
+    total = sum(sizes)
+    block = -(-total // size)
+    covered = [np.zeros(n, int) for n in sizes]
+    for rank in range(size):
+        pieces = dist.block_pieces(sizes, rank, size)
+        assert sum(stop - start for _, start, stop in pieces) == \
+            max(0, min(total, (rank + 1) * block) - rank * block)
+        for i, start, stop in pieces:
+            assert 0 <= start < stop <= sizes[i]
+            covered[i][start:stop] += 1
+    assert all((c == 1).all() for c in covered)
+    # rank 1 of 2 over [3, 8, 1]: elements 6..11, the end of the second and the third
+    assert dist.block_pieces([3, 8, 1], 1, 2) == [(1, 3, 8), (2, 0, 1)]
+
+
+@pytest.fixture
+def rank0_of_2(comm, monkeypatch):
+    """The world as rank 0 of 2, whose partner's arrays hold 7s: a sum adds 7 to
+    each element of rank 0's block, an allgather fills the partner's block with 7s."""
+    monkeypatch.setattr(comm, "size", 2)
+
+    def exchange(flat, what, op, root, out=None):
+        if what == "reduce_scatter":
+            out[...] = flat[:out.size] + 7
+        else:
+            flat[flat.size // 2:] = 7
+
+    monkeypatch.setattr(comm, "_mpi_exchange", exchange)
+    return comm
+
+
+def test_reduce_scatter_and_allgather_exchange_their_blocks(rank0_of_2):
+    a, b = np.arange(6.0).reshape(2, 3), np.array([10.0, 20.0, 30.0])
+    block = dist.ReduceScatter("world", "sum")(Variable(a), Variable(b))
+    assert block.creator.op_name == "reduce_scatter"
+    np.testing.assert_array_equal(block.data, np.arange(5.0) + 7)  # elements 0..4 of 9
+    half = dist.ReduceScatter("world", "mean")(Variable(a), Variable(b))
+    np.testing.assert_array_equal(half.data, np.arange(5.0) / 2 + 7)
+    x, y = dist.Allgather("world", [(2, 3), (3,)])(Variable(np.arange(5.0)))
+    np.testing.assert_array_equal(x.data, [[0, 1, 2], [3, 4, 7]])
+    np.testing.assert_array_equal(y.data, [7, 7, 7])
+    with pytest.raises(ValueError, match="rank 0 of 2 holds elements 0 to 5 of 9, but "
+                                         "its pieces have 4"):
+        dist.Allgather("world", [(2, 3), (3,)])(Variable(np.arange(4.0)))
+    with pytest.raises(TypeError, match="reduce_scatter: op='mean' of int64"):
+        dist.ReduceScatter("world", "mean")(Variable(np.arange(3)))
+
+
+def test_reduce_scatter_and_allgather_are_each_other_s_backward(rank0_of_2):
+    # The partner's gradients are 7s here too: what comes back from its block.
+    a, b = Variable(np.arange(6.0).reshape(2, 3)), Variable(np.array([10.0, 20.0, 30.0]))
+    y = dist.ReduceScatter("world", "mean")(a, b)
+    F.sum(y * 3.0).backward()
+    np.testing.assert_array_equal(a.grad.data, [[1.5, 1.5, 1.5], [1.5, 1.5, 3.5]])
+    np.testing.assert_array_equal(b.grad.data, [3.5, 3.5, 3.5])
+    piece = Variable(np.arange(5.0))
+    x, _ = dist.Allgather("world", ((2, 3), (3,)))(piece)
+    F.sum(x * 2.0).backward()  # the second output unused: no gradient of it here
+    np.testing.assert_array_equal(piece.grad.data, [9, 9, 9, 9, 9])
+
+
+def sharded_or_hooked(comm, sharded, traced, steps=4, hooks=()):
+    """The parameters after `steps` Adam steps of an MLP, with the gradients averaged
+    by AllreduceGrads or the update sharded."""
+    x, t = classification()
+    np.random.seed(0)
+    model = MLP((8, 3))
+    model(x[:1])
+    optimizer = optimizers.Adam(alpha=0.01)
+    if sharded:
+        optimizer = dist.ShardedOptimizer(optimizer, comm).setup(model)
+    else:
+        optimizer.setup(model).add_hook(dist.AllreduceGrads(comm))
+    for hook in hooks:
+        optimizer.add_hook(hook)
+    step = training_step(model, optimizer)
+    step = dezero.trace(step) if traced else step
+    losses = [float(step(x, t).data) for _ in range(steps)]
+    return losses, [p.data.copy() for p in model.params()], step, optimizer
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_a_sharded_update_ends_with_the_hook_s_parameters_to_the_bit(comm, traced):
+    hooks = [optimizers.WeightDecay(0.1)]
+    losses, params, _, optimizer = sharded_or_hooked(comm, True, traced, hooks=hooks)
+    expected_losses, expected, _, _ = sharded_or_hooked(comm, False, False, hooks=hooks)
+    assert optimizer.t == 4 and optimizer.alpha == 0.01
+    if traced:  # fused kernels may round a last bit otherwise than numpy
+        np.testing.assert_allclose(losses, expected_losses, rtol=1e-6)
+    for a, b in zip(params, expected):
+        if traced:
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+        else:
+            np.testing.assert_array_equal(a, b)
+
+
+def test_a_traced_sharded_step_scatters_then_updates_then_gathers(comm):
+    *_, step, optimizer = sharded_or_hooked(comm, True, True, steps=3)
+    ops = [n for n in step.graph.nodes if n.kind == "op"]
+    scatter, = [n for n in ops if n.op == "reduce_scatter"]
+    gather, = [n for n in ops if n.op == "allgather"]
+    assert scatter.record.collective and gather.record.collective
+    assert scatter.attrs == {"comm": "world", "op": "mean"}
+    assert gather.attrs["shapes"] == ((3, 8), (8,), (8, 3), (3,))
+    assert len(scatter.inputs) == 4 and len(scatter.outputs) == 1  # all at once
+    assert len(gather.inputs) == len(gather.outputs) == 4
+    a, b = ops.index(scatter), ops.index(gather)
+    assert any(n.op == "matmul" for n in ops[:a])
+    assert not any(n.op == "matmul" for n in ops[a:])
+    assert any(n.op == "sqrt" for n in ops[a:b]) and not any(n.op == "sqrt" for n in ops[b:])
+    text = str(step.graph)
+    assert text.count("= reduce_scatter(") == text.count("= allgather(") == 1
+    assert "model.l0.W <- " + gather.outputs[0].name in text
+    assert "opt.ms[pieces['l0/W[0:24]']]" in text.replace("optimizer.optimizer", "opt")
+    optimizer.alpha = 0.5  # through to the optimizer: the next replay reads it
+    assert optimizer.optimizer.alpha == 0.5
+
+
+def test_a_sharded_update_refuses_hooks_that_need_the_whole_gradient(comm):
+    optimizer = dist.ShardedOptimizer(optimizers.SGD(), comm)
+    optimizer.add_hook(optimizers.WeightDecay(0.1))
+    for hook in (optimizers.ClipGrad(1.0), optimizers.FreezeParam(), dist.AllreduceGrads(comm)):
+        with pytest.raises(TypeError, match=f"hook {type(hook).__name__} would see only "
+                                            f"this rank's block.*AllreduceGrads"):
+            optimizer.add_hook(hook)
+    inner = optimizers.SGD()
+    inner.add_hook(optimizers.ClipGrad(1.0))
+    with pytest.raises(TypeError, match="hook ClipGrad"):
+        dist.ShardedOptimizer(inner, comm)
+    with pytest.raises(TypeError, match=r"wraps an optimizer, got MLP"):
+        dist.ShardedOptimizer(MLP((3,)), comm)
+    with pytest.raises(NotImplementedError, match="state of its own block"):
+        optimizer.state_dict()
+
+
+def test_a_sharded_update_refuses_a_model_that_changed_after_the_first_update(comm):
+    x, t = classification()
+    model = MLP((8, 3))
+    optimizer = dist.ShardedOptimizer(optimizers.Adam(), comm).setup(model)
+    step = training_step(model, optimizer)
+    step(x, t)
+    model.extra = dezero.Parameter(np.ones(2, np.float32))
+    with pytest.raises(ValueError, match=r"parameters changed since the first update "
+                                         r"\(4 then, 5 now\)"):
+        step(x, t)
+
+
+def test_a_sharded_update_leaves_a_parameter_without_a_gradient_alone(comm):
+    x, t = classification()
+    runs = []
+    for sharded in (False, True):
+        np.random.seed(0)
+        model = MLP((8, 3))
+        model(x[:1])
+        model.spare = dezero.Parameter(np.ones(3, np.float32), name="spare")
+        optimizer = optimizers.Adam()
+        if sharded:
+            optimizer = dist.ShardedOptimizer(optimizer, comm)
+        optimizer.setup(model).add_hook(optimizers.WeightDecay(0.1))
+        step = training_step(model, optimizer)
+        for _ in range(3):
+            step(x, t)
+        runs.append([p.data.copy() for p in model.params()])
+    np.testing.assert_array_equal(runs[1][-1], 1.0)
     for a, b in zip(*runs):
         np.testing.assert_array_equal(a, b)

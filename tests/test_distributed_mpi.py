@@ -56,13 +56,23 @@ def test_ranks_on_shards_end_as_one_process_on_the_whole_batch(ranks, alone, tmp
     assert run.returncode == 0, run.stdout + run.stderr
     together = dict(np.load(out))
     assert together.keys() == alone.keys()
-    assert together["allreduce_nodes"] == 1  # the traced step exchanged in one node
+    # the traced step exchanged in one node; sharded, in one each way
+    assert together["traced_nodes"].tolist() == [1, 0, 0]
+    assert together["sharded_traced_nodes"].tolist() == [0, 1, 1]
     for key, expected in alone.items():
         if key.startswith("adam"):  # float32 MLP after 5 Adam steps, eager and traced
             np.testing.assert_allclose(together[key], expected, rtol=1e-5, atol=1e-7,
                                        err_msg=key)
         elif key.startswith("exact"):  # integer data, power-of-two shards: to the bit
             assert np.array_equal(together[key], expected), key
+    # Sharded, each element is updated as by the hook, to the bit: on two ranks the
+    # sum of two halves is the same whichever exchange adds them.
+    for i in range(4):
+        sharded, hooked = together[f"adam_sharded_eager_{i}"], together[f"adam_eager_{i}"]
+        if ranks == 2:
+            assert np.array_equal(sharded, hooked), i
+        else:
+            np.testing.assert_allclose(sharded, hooked, rtol=1e-6, atol=1e-8)
     # The worker itself checked that broadcast_params made differently seeded ranks
     # equal (it exits non-zero otherwise); the runs differ from training alone only
     # through the hook: shards trained apart would not end equal.

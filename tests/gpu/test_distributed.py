@@ -106,7 +106,8 @@ def test_two_ranks_on_two_gpus_end_as_one_process(tmp_path):
         env=env, capture_output=True, text=True, timeout=300)
     assert together.returncode == 0, together.stdout + together.stderr
     one, two = np.load(tmp_path / "one.npz"), np.load(tmp_path / "two.npz")
-    assert bool(two["nccl"]) and two["allreduce_nodes"] == 1
+    assert bool(two["nccl"]) and two["traced_nodes"].tolist() == [1, 0, 0]
+    assert two["sharded_traced_nodes"].tolist() == [0, 1, 1]
     for key in one.files:
         if key.startswith("adam"):
             np.testing.assert_allclose(two[key], one[key], rtol=1e-5, atol=1e-7, err_msg=key)

@@ -63,6 +63,20 @@ class NcclCommunicator:
                   NCCL_MIN: MPI.MIN}[op]
         self._mpi.Allreduce(MPI.IN_PLACE if sendbuf == recvbuf else send, recv, op=mpi_op)
 
+    def reduceScatter(self, sendbuf, recvbuf, recvcount, datatype, op, stream):
+        from mpi4py import MPI
+        send = _view(sendbuf, recvcount * self._size, datatype)
+        mpi_op = {NCCL_SUM: MPI.SUM, NCCL_PROD: MPI.PROD, NCCL_MAX: MPI.MAX,
+                  NCCL_MIN: MPI.MIN}[op]
+        self._mpi.Reduce_scatter_block(send, _view(recvbuf, recvcount, datatype), op=mpi_op)
+
+    def allGather(self, sendbuf, recvbuf, count, datatype, stream):
+        from mpi4py import MPI
+        recv = _view(recvbuf, count * self._size, datatype)
+        in_place = sendbuf == recvbuf + self._rank * count * recv.itemsize
+        self._mpi.Allgather(MPI.IN_PLACE if in_place else _view(sendbuf, count, datatype),
+                            recv)
+
     def broadcast(self, sendbuff, recvbuff, count, datatype, root, stream):
         recv = _view(recvbuff, count, datatype)
         if self._rank == root and sendbuff != recvbuff:
