@@ -32,7 +32,7 @@ import dezero.functions as F
 from dezero import Variable, optimizers
 from dezero.models import MLP
 from dezero.static import ir, passes
-from dezero.static.backends import gpu
+from dezero.static.backends import gpu, gpu_reductions
 from dezero.static.codegen import KernelSpec, Param, kernel_spec
 
 # The chains of the benchmarks (and of tests/gpu): x a matrix, a a row, b a scalar.
@@ -127,12 +127,16 @@ def cuda_source(specs) -> str:
     """What cupy compiles for these kernels: its headers, then for each kernel the
     code cupy's ElementwiseKernel generates when called on arrays of the spec's
     shape (broadcast inputs: not contiguous; 32-bit indexes); a horizontal kernel's
-    raw arrays each of its own shape, C-contiguous, over a loop of one axis."""
+    raw arrays each of its own shape, C-contiguous, over a loop of one axis; a
+    reduction spec's, _reduction_source."""
     import cupy
     from cupy._core import _carray, _kernel, core
     ndarray_kind, indexer_kind = 1, 2  # cupy's _ArgKind: ARG_KIND_NDARRAY, _INDEXER
     parts = ["\n".join(f"#include <{h}>" for h in core._cupy_header_list)]
     for spec in specs:
+        if hasattr(spec, "axes"):
+            parts.append(_reduction_source(spec))
+            continue
         kernel = gpu.elementwise_kernel(*gpu.elementwise_params(spec), spec.name)
         ndim = len(spec.shape)
         args = [_kernel._ArgInfo(ndarray_kind, cupy.ndarray, np.dtype(p.dtype),
@@ -144,6 +148,37 @@ def cuda_source(specs) -> str:
             tuple(args), _kernel._TypeMap(()), kernel.params, kernel.operation,
             kernel.name, kernel.preamble))
     return "\n".join(parts)
+
+
+def _reduction_source(spec) -> str:
+    """The code cupy's ReductionKernel generates for its own kernel (not CUB's) when
+    called on arrays of the spec's shape (not contiguous; 32-bit indexes), its macros
+    undefined after it, so that the next kernel defines its own."""
+    import cupy
+    from cupy._core import _carray, _kernel, _reduction, _scalar
+    ndarray_kind, indexer_kind, scalar_kind = 1, 2, 3
+    kernel = gpu_reductions.reduction_kernel(tuple(gpu_reductions.reduction_params(spec).items()))
+    params = (kernel.in_params + kernel.out_params +
+              _kernel._get_param_info("CIndexer _in_ind, CIndexer _out_ind", False) +
+              _kernel._get_param_info("int32 _block_stride", True))
+    ndim, kept = len(spec.shape), len(spec.shape) - len(spec.axes)
+
+    def info(kind, p, n):  # (a 0-d array is contiguous)
+        return _kernel._ArgInfo(kind, _scalar.CScalar if kind == scalar_kind else
+                                cupy.ndarray, p.dtype, n, n == 0, True)
+    infos = [info(scalar_kind if p.name == "cub_off" else ndarray_kind, p,
+                  0 if p.name == "cub_off" else ndim) for p in kernel.in_params]
+    infos += [info(ndarray_kind, p, kept) for p in kernel.out_params]
+    infos += [_kernel._ArgInfo(indexer_kind, _carray.Indexer, None, n, True, True)
+              for n in (ndim, kept)]
+    infos.append(_kernel._ArgInfo(scalar_kind, _scalar.CScalar, np.dtype(np.int32), 0, True,
+                                  True))
+    code = _reduction._ReductionKernel_get_cached_function_code(
+        len(kernel.in_params), len(kernel.out_params), params, tuple(infos),
+        _kernel._TypeMap((("IndexT", np.int32),)), kernel.name, 512, kernel.reduce_type,
+        kernel.identity, kernel.map_expr, kernel.reduce_expr, kernel.post_map_expr,
+        kernel.preamble, ())
+    return code + "\n#undef REDUCE\n#undef POST_MAP\n#undef _REDUCE\n"
 
 
 def compile_to_ptx(source: str, name: str) -> str:
@@ -250,7 +285,8 @@ def _renamed_apart(graphs, specs_of) -> list:
 def _ops_alone(graph) -> list:
     """A spec for each elementwise op node of the graph, as a kernel of its own."""
     specs = []
-    fusable = [n for n in graph.of_kind("op") if passes.fusion_refusal(n, "gpu") is None]
+    fusable = [n for n in graph.of_kind("op") if passes.fusion_refusal(n, "gpu") is None
+               and not n.record.reduce]
     for k, node in enumerate(fusable):
         inputs = list({id(v): v for v in node.inputs}.values())  # mul(b, b) reads b once
         alone = ir.Group(f"op{k}", [node], inputs, list(node.outputs), node.outputs[0].shape)
@@ -270,11 +306,55 @@ def test_the_test_graphs_have_kernels(graphs):
 
 def test_every_kernel_of_the_test_graphs_compiles_to_ptx(graphs):
     _load_nvrtc()
-    # a group with reductions runs op by op on the GPU (passes.pays)
+    # a group with reductions runs op by op on the GPU unless it is one ReductionKernel
     specs = _renamed_apart(graphs, lambda graph: [kernel_spec(g) for g in graph.groups
-                                                  if g.axes is None])
+                                                  if passes.pays(g, "gpu")])
     ptx = compile_to_ptx(cuda_source(specs), "test_graphs")
     assert [s.name for s in specs if f".entry {s.name}(" not in ptx] == []
+
+
+def _fused_for_the_gpu(graph):
+    unfused = graph.with_nodes(graph.nodes)
+    unfused.device = "gpu"  # as if traced on cupy arrays: fused for cupy's kernels
+    return passes.fuse(unfused)
+
+
+# A reduction with elementwise work before and after it: (function, argument shapes).
+REDUCTIONS = {
+    "mean of squared error": (lambda y, t: F.mean((y - t) ** 2), [(64, 10), (64, 10)]),
+    "row sums": (lambda x, c: F.sum(F.exp(x) * c - 1.0, axis=1) * 3.0, [(33, 20), (20,)]),
+    "keepdims, a row input": (lambda x, r: F.sum(x * x, axis=1, keepdims=True) / r,
+                              [(40, 7), (40, 1)]),
+    "column max": (lambda x, b: F.max(F.tanh(x), axis=0) + b, [(50, 9), (9,)]),
+    "min of two axes": (lambda x: F.min(x * 2.0 + 1.0, axis=(0, 2)), [(6, 5, 4)]),
+    "sum_to": (lambda gy, x: F.sum_to(gy * x, (1, 12)), [(30, 12), (30, 12)]),
+    "one input": (lambda x: F.sum(F.exp(x)), [(300,)]),
+}
+
+
+def test_every_reduction_kernel_compiles_to_ptx(graphs):
+    """The reductions above and those of the test graphs that fit one ReductionKernel,
+    fused as on the GPU, in float32 and float64."""
+    _load_nvrtc()
+    fused = {}
+    for dtype in (np.float32, np.float64):
+        for name, (fn, shapes) in REDUCTIONS.items():
+            graph = dezero.trace(fn).lower(*(np.ones(s, dtype) for s in shapes))
+            fused[f"{name} {dtype.__name__}"] = _fused_for_the_gpu(graph)
+            assert [g.axes is not None for g in fused[f"{name} {dtype.__name__}"].groups] \
+                == [True]
+    fused.update((name, _fused_for_the_gpu(graph)) for name, graph in graphs.items())
+    specs = _renamed_apart(fused, lambda graph: [kernel_spec(g) for g in graph.groups
+                                                 if g.axes is not None])
+    assert len(specs) >= 2 * len(REDUCTIONS) + 2
+    sources = {}  # one program per float type: each kernel typedefs its _type_reduce
+    for ctype in ("float", "double"):
+        sources[ctype] = cuda_source([s for s in specs if s.outputs[0].ctype == ctype])
+        ptx = compile_to_ptx(sources[ctype], f"reductions_{ctype}")
+        assert [s.name for s in specs if s.outputs[0].ctype == ctype and
+                f".entry {s.name}(" not in ptx] == []
+    assert "int cub_off" in sources["float"] and "(-CUDART_INF_F)" in sources["float"] and \
+        "(CUDART_INF)" in sources["double"]
 
 
 @pytest.mark.slow  # about 300 kernels: 3 s of NVRTC

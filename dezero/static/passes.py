@@ -309,14 +309,13 @@ KERNEL_DTYPES = ("float32", "float64")
 def fusion_refusal(node: Node, device: str = "cpu") -> str | None:
     """Why an op node cannot be part of a kernel, or None when it can: the rule
     stated with Function.cpp (one float dtype in and out, attrs finite numbers), and
-    reductions (Function.reduce) on the CPU."""
+    reductions (Function.reduce); on the GPU their kernel must also fit one cupy
+    ReductionKernel (gpu_misfit, checked by fuse on the groups it makes)."""
     record = node.record
     if record.random:
         return "a random op (each replay draws afresh)"
     if record.collective:
         return "a collective (it exchanges data with other processes)"
-    if record.reduce and device == "gpu":
-        return "a reduction (kernels fold reductions in on the CPU; the GPU runs it alone)"
     if record.reduce and node.outputs[0].shape not in row_shapes(node.inputs[0].shape,
                                                                  reduced_axes(node)):
         return "a reduction to a shape that keeps some reduced axes and drops others"
@@ -408,20 +407,27 @@ def fuse(graph: Graph) -> Graph:
     ops after those, into kernels (graph.groups), reordering the nodes so that each
     group's are consecutive. A reduction stays out of a kernel too small to pay
     (passes.pays): the group is then made again without it."""
-    small: set = set()
+    small: dict = {}
     while True:
         fused = _fuse(graph, small)
-        more = {id(n) for g in fused.groups if g.axes is not None and not g.compiled
-                for n in g.nodes if n.record.reduce}
+        more = {id(n): _why_apart(g, graph.device) for g in fused.groups
+                if g.axes is not None and not g.compiled for n in g.nodes if n.record.reduce}
         if not more:
             return fused
         small |= more
-        debugging.log(3, f"fuse {graph.name}: again, each reduction of a kernel too small "
-                         f"to pay a boundary")
+        debugging.log(3, f"fuse {graph.name}: again, each reduction of a kernel " + (
+            "that is no one cupy ReductionKernel" if graph.device == "gpu" else
+            "too small to pay") + " a boundary")
 
 
-def _fuse(graph: Graph, small: set) -> Graph:
-    """fuse, with the reduction nodes in `small` (ids) left out of kernels.
+def _why_apart(group: Group, device: str) -> str:
+    misfit = gpu_misfit(group) if device == "gpu" else None
+    return f"a reduction whose kernel is no one cupy ReductionKernel: {misfit}" if misfit \
+        else "a reduction in a kernel too small to pay"
+
+
+def _fuse(graph: Graph, small: dict) -> Graph:
+    """fuse, with the reduction nodes in `small` (ids -> why) left out of kernels.
 
     Nodes are visited in order; a fusable node (fusion_refusal) joins the groups of
     its inputs' producers whose results have its shape, merging them, unless a path
@@ -482,8 +488,7 @@ def _fuse(graph: Graph, small: set) -> Graph:
             continue
         units = [unit_of.get(id(producer[id(v)])) for v in node.inputs]  # None: not an op
         inputs = {find(u) for u in units if u is not None}
-        reason = "a reduction in a kernel too small to pay" if id(node) in small else \
-            fusion_refusal(node, graph.device)
+        reason = small.get(id(node)) or fusion_refusal(node, graph.device)
         if reason is not None:
             log(f"boundary {format_node(node)}: {reason}")
             phase += node.record.collective
@@ -547,8 +552,10 @@ def _fuse(graph: Graph, small: set) -> Graph:
         str(len(g.nodes)) for g in fused.groups) + " ops")
     for g in fused.groups:
         if not g.compiled:
-            log(f"kernel {g.name} runs as numpy calls: {len(g.nodes)} ops on "
-                f"{int(np.prod(g.shape))} elements cost less than a kernel call")
+            log(f"kernel {g.name} is no one cupy ReductionKernel: {gpu_misfit(g)}"
+                if graph.device == "gpu" else f"kernel {g.name} runs as numpy calls: "
+                f"{len(g.nodes)} ops on {int(np.prod(g.shape))} elements cost less than a "
+                f"kernel call")
     return fused
 
 
@@ -671,13 +678,36 @@ KERNEL_MIN_OPS, KERNEL_MIN_SIZE = 4, 1 << 14
 
 
 def pays(group: Group, device: str = "cpu") -> bool:
-    """Whether running `group` as one kernel beats one numpy call per node: always on
-    the GPU (each cupy call is a kernel launch of its own), on the CPU for 4 ops or
-    more or 16384 elements or more."""
-    if group.axes is not None and device == "gpu":  # see fusion_refusal
-        return False
-    return device == "gpu" or len(group.nodes) >= KERNEL_MIN_OPS or \
+    """Whether running `group` as one kernel beats one numpy call per node: on the GPU
+    always (each cupy call is a kernel launch of its own) where it makes one kernel
+    (gpu_misfit), on the CPU for 4 ops or more or 16384 elements or more."""
+    if device == "gpu":
+        return group.axes is None or gpu_misfit(group) is None
+    return len(group.nodes) >= KERNEL_MIN_OPS or \
         int(np.prod(group.shape, dtype=np.int64)) >= KERNEL_MIN_SIZE
+
+
+def gpu_misfit(group: Group) -> str | None:
+    """Why a group with reductions is no one cupy ReductionKernel, or None: that runs
+    the elementwise work on the full shape as its map, folds one reduction and runs
+    the work on the reduced shape as its post_map. A second reduction, work on the
+    full shape after the reduction (a second pass over each row) and values of the
+    full shape stored for later nodes (a ReductionKernel stores one value per row)
+    do not fit."""
+    shape = tuple(group.shape)
+    reductions = [n for n in group.nodes if n.record.reduce]
+    if len(reductions) > 1:
+        return f"{len(reductions)} reductions (it folds one)"
+    after = {id(reductions[0].outputs[0])}
+    for node in group.nodes:
+        if any(id(v) in after for v in node.inputs):
+            if node.outputs[0].shape == shape:
+                return f"{node.outputs[0].name} of the full shape {list(shape)} is made " \
+                       f"after the reduction (a second pass)"
+            after.add(id(node.outputs[0]))
+    full = [v.name for v in group.outputs if v.shape == shape and id(v) not in after]
+    return f"{', '.join(full)} of the full shape {list(shape)} stored for later " \
+           f"nodes" if full else None
 
 
 def _carry_groups(graph: Graph, new: Graph, nodes: dict, values: dict):

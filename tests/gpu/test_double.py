@@ -209,9 +209,9 @@ def test_reduction_kernel_sums_over_axes_as_numpy():
 def test_reduction_kernel_max_min_identity_and_post_map():
     x = _rand(7, 9, seed=1)
     vmax = cp.ReductionKernel("T x", "T y", "x", "(b > a || b != b) ? b : a", "y = a",
-                              "-INFINITY", "max_doc_b")
+                              "-CUDART_INF", "max_doc_b")
     vmin = cp.ReductionKernel("float64 x", "float64 y", "x", "(b < a) ? b : a",
-                              "y = a * 2 + 1", "INFINITY", "min_doc_c")
+                              "y = a * 2 + 1", "CUDART_INF", "min_doc_c")
     np.testing.assert_array_equal(vmax(cp.asarray(x), axis=0).get(), x.max(axis=0))
     np.testing.assert_array_equal(vmin(cp.asarray(x), axis=1).get(), x.min(axis=1) * 2 + 1)
     x[2, 3] = np.nan

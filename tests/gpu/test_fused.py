@@ -162,10 +162,16 @@ def test_a_dense_layers_epilogues_write_into_the_matmuls_results_as_the_interpre
     x = cp.asarray(rng.standard_normal((16, 20)), cp.float32)
     graph = dezero.trace(f).lower(x)
     plan = graph.compile()
-    # bias add + relu, then the mask times the gradient: each in a matmul's array
+    # bias add + relu, then the mask times the gradient: each in a matmul's array;
+    # the loss's square and sum, one ReductionKernel
     assert [[n.op for n in g.nodes] for g in graph.groups] == [["add", "relu"],
+                                                               ["mul", "sum"],
                                                                ["positive", "mul"]]
     assert plan.source.count("'s array") == 2
-    for k in range(2):  # arithmetic only: the interpreter's bits
-        for got, want in zip(plan(x + k), graph.compile("interpreter")(x + k)):
+    for k in range(2):  # arithmetic only: the interpreter's bits, but for the loss's
+        # sum, which cupy's reduction kernel adds in another order than cupy.sum
+        (loss, *grads), (want, *exact) = plan(x + k), graph.compile("interpreter")(x + k)
+        np.testing.assert_allclose(cp.asnumpy(loss.data), cp.asnumpy(want.data),
+                                   rtol=TOLERANCE[np.float32])
+        for got, want in zip(grads, exact, strict=True):
             np.testing.assert_array_equal(cp.asnumpy(got.data), cp.asnumpy(want.data))

@@ -14,7 +14,8 @@ the captured state. BACKENDS names them:
                   (the default on the CPU; with no compiler it warns once and runs
                   unfused)
     cupy          gpu.py: the same replay code with each fused group one
-                  cupy.ElementwiseKernel (the default for graphs on the GPU)
+                  cupy.ElementwiseKernel, or ReductionKernel (the default for graphs
+                  on the GPU)
 
 DEZERO_BACKEND=<name> sets the default on the CPU: interpreter, python or cpu (the
 test suite sets python unless told otherwise; DEZERO_BACKEND=cpu runs it with fused

@@ -3,9 +3,10 @@
 backends/gpu.py is the GPU twin of the C++ backend: the replay code of pycode.py with
 a kernel factory that hands each kernel spec (codegen.py: typed params and a C++ body
 for one element) to cupy.ElementwiseKernel, which wraps the body in its index loop
-and compiles it with NVRTC on first call. Nodes outside kernels (matmul, reductions,
-reshapes) call their forwards on cupy arrays, as in the python backend. cupy is
-imported on first use, so dezero imports with numpy alone.
+and compiles it with NVRTC on first call; a group with a reduction goes to
+cupy.ReductionKernel (gpu_reductions.py). Nodes outside kernels
+(matmul, other reductions, reshapes) call their forwards on cupy arrays, as in the
+python backend. cupy is imported on first use, so dezero imports with numpy alone.
 
     plan = graph.to_gpu().compile("cupy"); print(plan.kernel_source)
 """
@@ -16,6 +17,7 @@ import functools
 import numpy as np
 
 from dezero.static import debugging
+from dezero.static.backends import gpu_reductions
 
 # =============================================================================
 # Spec -> ElementwiseKernel arguments: elementwise_params, kernel_source
@@ -62,6 +64,8 @@ def _horizontal_body(spec) -> str:
 
 def kernel_source(spec) -> str:
     """The kernel as cupy receives it, readable: its parameters, then the body."""
+    if hasattr(spec, "axes"):
+        return gpu_reductions.reduction_source(spec)
     in_params, out_params, body = elementwise_params(spec)
     return (f"// kernel {spec.name}: cupy.ElementwiseKernel, shape {spec.shape}\n"
             f"// in_params:  {in_params}\n// out_params: {out_params}\n{body.rstrip()}\n")
@@ -86,7 +90,10 @@ def kernel_factory(spec):
     output arrays of spec.shape, one per spec.outputs (a horizontal kernel's: each
     of its segment's shape, from one launch); `out` gives, per output, an array to
     write it into instead (an input the kernel alone reads) or None."""
-    kernel = elementwise_kernel(*elementwise_params(spec), spec.name)
+    if hasattr(spec, "axes"):
+        kernel = gpu_reductions.reduction_launch(spec)
+    else:
+        kernel = elementwise_kernel(*elementwise_params(spec), spec.name)
     if spec.segments:
         kernel = _horizontal_launch(spec, kernel)
 

@@ -7,7 +7,8 @@ then the n partial results folded in halves (a tree in shared memory), then
 POST_MAP(a) with the output params bound to that element. Here the same expressions,
 macros and scopes (input arrays only in the map, scalars and outputs in post_map) go
 into C++ loops for the host, which add in that order, with the n cupy picks by
-default; compiled and cached as ElementwiseKernel's (_kernel.py).
+default; compiled and cached as ElementwiseKernel's (_kernel.py), with `__device__`
+and the infinities of cupy's math_constants.h (CUDART_INF_F, CUDART_INF) defined.
 
 The call keeps cupy's rules: `axis` (None: all; an int or a tuple), `keepdims`, `out`
 (one output only) or outputs given positionally, inputs broadcast together, dtypes as
@@ -32,7 +33,10 @@ SOURCE = """// cupy test double: a ReductionKernel's expressions in loops for th
 #include <cstdint>
 #include <vector>
 using namespace std;
+// What cupy's headers give a kernel that the host's lack.
 #define __device__
+#define CUDART_INF_F INFINITY
+#define CUDART_INF static_cast<double>(INFINITY)
 %(typedefs)s%(preamble)s
 #define REDUCE(a, b) (%(reduce_expr)s)
 #define POST_MAP(a) (%(post_map_expr)s)

@@ -1,0 +1,144 @@
+"""Reductions fused on the GPU: one cupy.ReductionKernel with the work before and after.
+
+A group of elementwise ops, one reduction (sum, mean, max, min, sum_to) and the ops
+on its result runs as one ReductionKernel (backends/gpu.py): the ops before it as
+map_expr, the ops after it as post_map_expr. Groups that do not fit one (a second
+pass over each row, values of the full shape stored for later nodes, two reductions)
+leave the reduction alone, as passes.gpu_misfit says in the debug output. Every
+replay must match the interpreter (the same graph, op by op on cupy) and eager numpy:
+sums within the tolerance of test_fused.py, since cupy's reduction kernel adds each
+row in its own order (threads of a block, then a tree of their sums), which numpy's
+pairwise sum does not; max and min exactly.
+
+    python -m pytest -q tests/gpu/test_fused_reductions.py
+"""
+import re
+
+import numpy as np
+import pytest
+
+import dezero
+import dezero.functions as F
+from dezero import Variable
+
+cp = pytest.importorskip("cupy")
+if not dezero.cuda.gpu_enable:
+    pytest.skip(dezero.cuda.no_gpu_reason, allow_module_level=True)
+
+# As test_fused.py's: relative and absolute.
+TOLERANCE = {np.float32: 2e-5, np.float64: 1e-12}
+
+# name -> (function, the shapes of its arguments, the ops of its one kernel)
+CASES = {
+    "mean of squared error": (lambda y, t: F.mean((y - t) ** 2), [(64, 10), (64, 10)],
+                              ["sub", "pow", "sum", "mul"]),
+    "row sums, work after": (lambda x, c: F.sum(F.exp(x) * c - 1.0, axis=1) * 3.0 + 1.0,
+                             [(33, 20), (20,)], ["exp", "mul", "sub", "sum", "mul", "add"]),
+    "keepdims with a row input": (lambda x, r: F.sum(x * x, axis=1, keepdims=True) / r,
+                                  [(40, 7), (40, 1)], ["mul", "sum", "div"]),
+    "column max": (lambda x, b: F.max(F.tanh(x), axis=0) + b, [(50, 9), (9,)],
+                   ["tanh", "max", "add"]),
+    "min over two axes": (lambda x: F.min(x * 2.0 + 1.0, axis=(0, 2)) * 0.5, [(6, 5, 4)],
+                          ["mul", "add", "min", "mul"]),
+    "a scale's gradient": (lambda gy, x: F.sum_to(gy * x, (1, 12)), [(30, 12), (30, 12)],
+                           ["mul", "sum_to"]),
+    # one input and one output, contiguous, 300 elements: cupy would take CUB's path
+    "a sum of one input": (lambda x: F.sum(F.exp(x)), [(300,)], ["exp", "sum"]),
+}
+
+
+def _interpreted(graph, *arrays):
+    return [cp.asnumpy(v.data) for v in _tuple(graph.compile("interpreter")(*arrays))]
+
+
+def _tuple(result):
+    return result if isinstance(result, tuple) else (result,)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", CASES)
+def test_a_reduction_and_its_elementwise_work_replay_as_one_reduction_kernel(name, dtype):
+    fn, shapes, ops = CASES[name]
+    traced = dezero.trace(fn)
+    rng = np.random.default_rng(0)
+    for _ in range(3):  # the first call records, the others replay
+        arrays = [rng.uniform(0.5, 1.5, s).astype(dtype) for s in shapes]
+        got = _tuple(traced(*(cp.asarray(a) for a in arrays)))
+        want = _tuple(fn(*(Variable(a) for a in arrays)))
+        for g, w in zip(got, want, strict=True):
+            assert isinstance(g.data, cp.ndarray) and g.shape == w.shape
+            np.testing.assert_allclose(cp.asnumpy(g.data), w.data, rtol=TOLERANCE[dtype],
+                                       atol=TOLERANCE[dtype])
+    graph = traced.graph
+    inputs = [cp.asarray(rng.uniform(0.5, 1.5, s).astype(dtype)) for s in shapes]
+    for g, w in zip(_tuple(graph.compile()(*inputs)), _interpreted(graph, *inputs)):
+        np.testing.assert_allclose(cp.asnumpy(g.data), w, rtol=TOLERANCE[dtype],
+                                   atol=TOLERANCE[dtype])
+    group, = graph.groups
+    assert [n.op for n in group.nodes] == ops and group.axes is not None and group.compiled
+    plan = graph.compile()
+    assert len(re.findall(r"= _k\d+\(", plan.source)) == 1  # one launch, no other op
+    assert plan.kernel_source.startswith("// kernel k0: cupy.ReductionKernel")
+
+
+def test_max_and_min_equal_the_interpreter_bit_for_bit():
+    def f(x, b):
+        return F.max(x * 3.0, axis=1) - b, F.min(x * x + 1.0, axis=0, keepdims=True)
+    x = cp.asarray(np.random.default_rng(1).standard_normal((20, 30)), cp.float32)
+    b = cp.ones(20, cp.float32)
+    graph = dezero.trace(f).lower(x, b)
+    assert len(graph.groups) == 2 and all(g.axes is not None for g in graph.groups)
+    for got, want in zip(graph.compile()(x, b), _interpreted(graph, x, b)):
+        np.testing.assert_array_equal(cp.asnumpy(got.data), want)
+
+
+def test_nan_wins_max_as_in_numpy():
+    x = np.ones((4, 6), np.float32)
+    x[2, 3] = np.nan
+    traced = dezero.trace(lambda x: F.max(x + 1.0, axis=1))
+    traced(cp.asarray(x))
+    y = cp.asnumpy(traced(cp.asarray(x)).data)
+    assert np.isnan(y[2]) and (y[[0, 1, 3]] == 2).all()
+
+
+def test_groups_that_fit_no_reduction_kernel_leave_the_reduction_alone(capsys):
+    """A softmax-like x - max(x) (a second pass over each row) and a loss whose
+    backward reads the values summed (stored for later nodes): the reduction runs
+    alone, the elementwise ops as ElementwiseKernels, and the debug output says why."""
+    def softmax_like(x):
+        return F.exp(x - F.max(x, axis=1, keepdims=True))
+
+    W = Variable(cp.asarray(np.random.default_rng(2).standard_normal((5, 3)), cp.float32))
+
+    def squared_error_step(x, t):
+        loss = F.sum((F.matmul(x, W) - t) ** 2) / 10.0
+        W.cleargrad()
+        loss.backward()
+        return loss, W.grad
+    rng = np.random.default_rng(3)
+    x, t = (cp.asarray(rng.standard_normal(s), cp.float32) for s in ((10, 5), (10, 3)))
+    for fn, args, reason in [
+            (softmax_like, (x,), r"b of the full shape \[10, 5\] is made after the "
+                                 r"reduction \(a second pass\)"),
+            (squared_error_step, (x, t), r"of the full shape \[10, 3\] stored for later "
+                                         r"nodes")]:
+        with dezero.static.debug(3):
+            graph = dezero.trace(fn).lower(*args)
+        log = capsys.readouterr().err
+        assert re.search(r"boundary \w+: f32\[.*\] = (max|sum)\(.*: a reduction whose kernel "
+                         r"is no one cupy ReductionKernel: .*" + reason, log), log
+        assert graph.groups and all(g.axes is None for g in graph.groups)
+        for got, want in zip(_tuple(graph.compile()(*args)), _interpreted(graph, *args)):
+            np.testing.assert_allclose(cp.asnumpy(got.data), want, rtol=2e-5, atol=2e-5)
+
+
+def test_a_kernel_of_one_input_stays_off_cupys_cub_path():
+    """cupy runs a ReductionKernel of one input and one output through CUB, whose
+    full reductions apply post_map twice: the kernel takes an unused scalar too (the
+    double refuses a call that would go through CUB)."""
+    traced = dezero.trace(lambda x: F.sum(F.exp(x)))
+    x = cp.linspace(0, 1, 512, dtype=cp.float64)
+    traced(x)
+    assert float(traced(x).data) == pytest.approx(float(cp.exp(x).sum()), rel=1e-12)
+    assert "// in_params:     float64 in0, int32 cub_off\n" in \
+        traced.graph.compile().kernel_source
