@@ -42,17 +42,18 @@ def reference_factory(graph, made=None):
     return factory
 
 
-def cpu_plans(graphs) -> list:
-    """Each graph's cpu replay code (its compiled groups calling their kernels), the
-    kernels of all graphs built as one set of libraries, side by side as the cpu
-    backend builds a large graph's: the cases of a parametrised test pay one compile
-    rather than one each. Graph i's kernel k0 is g<i>_k0 in the libraries (and so are
-    a horizontal kernel's segments), since every graph names its kernels alike."""
+def cpu_factories(graphs, chosen=lambda group: group.compiled) -> list:
+    """For each graph, factory(spec) -> the cpu kernel of its group's spec, the chosen
+    groups (by default those that run compiled) of all graphs built as one set of
+    libraries, side by side as the cpu backend builds a large graph's: the cases of a
+    parametrised test pay one compile rather than one each. Graph i's kernel k0 is
+    g<i>_k0 in the libraries (and so are a horizontal kernel's segments), since every
+    graph names its kernels alike."""
     def renamed(spec, i):
         return dataclasses.replace(spec, name=f"g{i}_{spec.name}", segments=tuple(
             renamed(part, i) for part in spec.segments))
     compiled = [{s.name: renamed(s, i) for s in (kernel_spec(g) for g in graph.groups
-                                                 if g.compiled)}
+                                                 if chosen(g))}
                 for i, graph in enumerate(graphs)]
     parts = cpu.split([s for specs in compiled for s in specs.values()])
     sources = [cpu.library_source(part) for part in parts]
@@ -66,4 +67,11 @@ def cpu_plans(graphs) -> list:
             assert spec == compiled[i][spec.name[len(f"g{i}_"):]]
             return holder[spec.name].kernel(spec)
         return kernel
-    return [pycode.Compiled(graph, factory(i)) for i, graph in enumerate(graphs)]
+    return [factory(i) for i in range(len(graphs))]
+
+
+def cpu_plans(graphs) -> list:
+    """Each graph's cpu replay code, its compiled groups calling their kernels, which
+    are built for all graphs at once (cpu_factories)."""
+    return [pycode.Compiled(graph, factory)
+            for graph, factory in zip(graphs, cpu_factories(graphs))]

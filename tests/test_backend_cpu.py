@@ -21,7 +21,7 @@ import dezero
 import dezero.functions as F
 from dezero.static import backends
 from dezero.static.backends import cache, cpu, pending
-from dezero.static.codegen import CTYPES, KernelSpec, Param
+from dezero.static.codegen import CTYPES, KernelSpec, Param, kernel_spec
 
 pytestmark = pytest.mark.skipif(cpu.missing_reason() is not None,
                                 reason=str(cpu.missing_reason()))
@@ -75,8 +75,9 @@ def built_0d():
 
 
 def copy_cache(library, folder):
-    """Copies a library and its cache files (.sha256, .cpp) into `folder`."""
-    for path in library.parent.glob(library.stem + ".*"):
+    """Copies a library and its cache files (.sha256, .cpp; not the timings kept
+    beside it) into `folder`."""
+    for path in map(library.with_suffix, (".so", ".sha256", ".cpp")):
         shutil.copy2(path, folder / path.name)
     return folder / library.name
 
@@ -827,12 +828,27 @@ def test_a_library_that_fails_to_build_warns_once_and_replays_unfused(gated_buil
 # =============================================================================
 
 
+@pytest.fixture(scope="module")
+def chain_library():
+    """chain_library(*shape): long_chain's library for an input of that shape, built
+    once in the suite's kernel cache; the tests of timings start their own cache
+    from a copy of it rather than a compile."""
+    folder = cache.folder()  # the suite's, before a test sets its own
+
+    def library(*shape):
+        graph = dezero.trace(long_chain).lower(randn(*shape))
+        specs = [kernel_spec(g) for g in graph.groups if g.compiled]
+        return cpu.build_library(cpu.library_source(specs), folder)
+    return library
+
+
 @pytest.mark.measures
 def test_each_kernel_is_timed_against_its_numpy_calls_once_and_kept(tmp_path, monkeypatch,
-                                                                    capsys):
+                                                                    capsys, chain_library):
     from dezero.static import debugging
     from dezero.static.backends import measure
     monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
+    copy_cache(chain_library(5), tmp_path)
     x = randn(5)
     plan = dezero.trace(long_chain).lower(x).compile("cpu").wait()
     stored = json.loads(plan.library.path.with_suffix(".json").read_text())
@@ -934,8 +950,10 @@ def timings(kernel_us, numpy_us):
 @pytest.mark.measures
 @pytest.mark.parametrize("kernel_us, numpy_us, compiled", [(2.0, 9.0, True),
                                                            (9.0, 2.0, False)])
-def test_a_group_runs_the_faster_way(tmp_path, monkeypatch, kernel_us, numpy_us, compiled):
+def test_a_group_runs_the_faster_way(tmp_path, monkeypatch, kernel_us, numpy_us, compiled,
+                                     chain_library):
     monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
+    copy_cache(chain_library(5), tmp_path)
     x = randn(5)
     dezero.trace(long_chain).lower(x).compile("cpu").wait()  # the library, in the cache
     stored, = tmp_path.glob("*.json")
@@ -950,12 +968,13 @@ def test_a_group_runs_the_faster_way(tmp_path, monkeypatch, kernel_us, numpy_us,
 @pytest.mark.parametrize("kernel_us, threads", [({1: 50.0, 4: 20.0}, 4),
                                                 ({1: 20.0, 4: 19.0}, 1)])
 def test_a_large_kernel_runs_on_the_threads_measured_faster(tmp_path, monkeypatch, capsys,
-                                                            kernel_us, threads):
+                                                            kernel_us, threads, chain_library):
     # One thread unless all of them are faster by the margin; the decision is pinned
     # here as the suite pins every other (conftest), and kept in the cache.
     from dezero.static import debugging
     from dezero.static.backends import measure
     monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
+    copy_cache(chain_library(300, 200), tmp_path)
     monkeypatch.setattr(measure, "machine_threads", lambda: 4)
     monkeypatch.setattr(measure, "_time_both", lambda library, group: (kernel_us, 90.0))
     monkeypatch.setattr(debugging, "LEVEL", 3)
@@ -974,9 +993,10 @@ def test_a_large_kernel_runs_on_the_threads_measured_faster(tmp_path, monkeypatc
 
 
 def test_a_cache_filled_on_a_larger_machine_asks_for_no_more_threads_than_this_has(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, chain_library):
     from dezero.static.backends import measure
     monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
+    copy_cache(chain_library(300, 200), tmp_path)
     monkeypatch.setattr(measure, "_read", lambda path, groups: {"k0": ({1: 90.0, 64: 9.0},
                                                                        99.0)})
     monkeypatch.setattr(measure, "machine_threads", lambda: 3)
@@ -987,9 +1007,10 @@ def test_a_cache_filled_on_a_larger_machine_asks_for_no_more_threads_than_this_h
 
 
 @pytest.mark.measures
-def test_a_large_kernel_is_timed_on_one_thread_and_on_all(tmp_path, monkeypatch):
+def test_a_large_kernel_is_timed_on_one_thread_and_on_all(tmp_path, monkeypatch, chain_library):
     from dezero.static.backends import measure
     monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
+    copy_cache(chain_library(300, 200), tmp_path)
     monkeypatch.setattr(measure, "machine_threads", lambda: 2)  # two, on any machine
     x = randn(300, 200)
     plan = dezero.trace(long_chain).lower(x).compile("cpu").wait()
@@ -1006,8 +1027,9 @@ def test_a_large_kernel_is_timed_on_one_thread_and_on_all(tmp_path, monkeypatch)
     '{"k0": {"kernel_us": {}, "numpy_us": 2}}', '{"k0": {"kernel_us": {"0": 1}, "numpy_us": 2}}',
     '{"k0": {"kernel_us": {"1": true}, "numpy_us": 2}}', '{"k0": {"kernel_us": {"1": 1}}}'])
 def test_damaged_or_foreign_timings_in_the_cache_are_measured_again(tmp_path, monkeypatch,
-                                                                     text):
+                                                                     text, chain_library):
     monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
+    copy_cache(chain_library(5), tmp_path)
     x = randn(5)
     first = dezero.trace(long_chain).lower(x).compile("cpu").wait()
     stored = first.library.path.with_suffix(".json")

@@ -3,7 +3,7 @@ parameter run as one kernel over a list of arrays, on the CPU one C function tha
 runs each segment's loop in turn; its results equal the interpreter's bit for bit."""
 import numpy as np
 import pytest
-from fusion_helpers import reference_factory
+from fusion_helpers import cpu_factories, reference_factory
 from train_helpers import training_step
 
 import dezero
@@ -61,14 +61,23 @@ def random_inputs(group, seed, strided=False):
     return arrays
 
 
+@pytest.fixture(scope="module")
+def compiled_steps():
+    """name -> (the optimizer's traced spiral step, factory(spec) -> the cpu kernel of
+    its update_kernel), the updates of all the optimizers compiled together."""
+    graphs = {name: traced_step(make)[0] for name, make in OPTIMIZERS.items()}
+    factories = cpu_factories(list(graphs.values()), lambda group: group.segments)
+    return dict(zip(graphs, zip(graphs.values(), factories)))
+
+
 @needs_compiler
 @pytest.mark.parametrize("name", OPTIMIZERS)
 @pytest.mark.parametrize("strided", [False, True])
-def test_the_compiled_kernel_equals_the_interpreter_bit_for_bit(name, strided):
-    graph, _ = traced_step(OPTIMIZERS[name])
+def test_the_compiled_kernel_equals_the_interpreter_bit_for_bit(name, strided,
+                                                                compiled_steps):
+    graph, factory = compiled_steps[name]
     group = update_kernel(graph)
-    plan = graph.compile("cpu").wait()
-    kernel = plan.library.kernel(kernel_spec(group))
+    kernel = factory(kernel_spec(group))
     reference = reference_factory(graph)(kernel_spec(group))  # each node's forward
     for seed in range(3):
         arrays = random_inputs(group, seed, strided)
