@@ -20,7 +20,7 @@ BUDGETS = {
     "dezero/op_record.py": 70,
     "dezero/static/trace.py": 469,
     "dezero/static/tracer.py": 358,
-    "dezero/static/guard.py": 180,
+    "dezero/static/guard.py": 178,
     "dezero/static/ir.py": 296,
     "dezero/static/graph.py": 64,
     "dezero/static/names.py": 44,

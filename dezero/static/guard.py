@@ -80,9 +80,7 @@ class GuardedArray(TracedArray):
             # numpy's promotion among arrays and numpy scalars (a float64 scalar is
             # strong in numpy 2), not as_operand's, which takes it as a Python float.
             other = Variable(other if isinstance(other, GuardedArray) else np.asarray(other))
-        with no_grad():
-            y = _OPERATORS[name](Variable(self), other)
-        return self.tracer.guard(y)
+        return self._recorded(_OPERATORS[name], Variable(self), other)
 
     def _in_place(self, name, other):
         result = self._operator(name, other)
@@ -92,8 +90,7 @@ class GuardedArray(TracedArray):
             if not np.can_cast(result.dtype, self.dtype, "same_kind"):
                 raise TypeError(f"in-place {name}: cannot cast {result.dtype} back to "
                                 f"{self.dtype} (numpy's same_kind rule)")
-            with no_grad():
-                result = self.tracer.guard(F.astype(Variable(result), self.dtype))
+            result = self._recorded(F.astype, Variable(result), self.dtype)
         return self._write_back(result)
 
     def operand_of(self, ref):
@@ -101,14 +98,12 @@ class GuardedArray(TracedArray):
         # float64 it is a Python float to as_operand, taking a float ref's dtype.
         if self.source is None and self.shape == () and self.dtype == np.float64 and \
                 ref.dtype.kind in "fc" and ref.dtype != np.float64:
-            with no_grad():
-                return self.tracer.guard(F.astype(Variable(self), ref.dtype))
+            return self._recorded(F.astype, Variable(self), ref.dtype)
         return self
 
     def __neg__(self):
         self._alive("`-`")
-        with no_grad():
-            return self.tracer.guard(F.neg(Variable(self)))
+        return self._recorded(F.neg, Variable(self))
 
     def __pos__(self):
         return self
@@ -153,6 +148,12 @@ class GuardedArray(TracedArray):
         self._refuse(f".{name}")
 
     # ---- helpers ----------------------------------------------------------------
+    def _recorded(self, function, *args):
+        """function(*args) recorded as ops of the trace (under no_grad, as eager numpy
+        builds no graph), its result a guard."""
+        with no_grad():
+            return self.tracer.guard(function(*args))
+
     def _write_back(self, result):
         # In place, as in eager code: the array itself changes, so every Variable
         # that shares it sees the new value, and so does every name for this guard.
@@ -186,6 +187,7 @@ class GuardedArray(TracedArray):
         self.array[...] = result.array
         self.value = result.value
         return self
+
     def _alive(self, what):
         if self.tracer.finished or self.tracer is not current_tracer():
             raise TraceError(
