@@ -461,10 +461,7 @@ class _Walk:
 
     def _item(self, item, label, inside) -> bool:
         if self.computed_here(item):
-            raise TraceError(
-                f"{label} holds a Variable computed in the traced run: state carried "
-                f"to the next call in a list, tuple or set cannot be replayed\n  fix: keep "
-                f"it as an attribute of a Layer or object (self.h = h), or return it")
+            _refuse_carried(label, "a list, tuple or set")
         return self.visit(item, label, inside)
 
     def _mapping(self, mapping, holder, label, inside, numbers=()) -> bool:
@@ -499,12 +496,16 @@ class _Walk:
         if not self.computed_here(value):
             return holder is not None and (id(holder), name) in self.known
         if holder is None or not isinstance(name, str):
-            raise TraceError(
-                f"{label} holds a Variable computed in the traced run: state carried "
-                f"to the next call in a dict cannot be replayed\n  fix: keep it as an "
-                f"attribute of a Layer or object (self.h = h), or return it")
+            _refuse_carried(label, "a dict")
         self.carried.append((holder, name, value))
         return True
 
     def computed_here(self, value) -> bool:
         return isinstance(value, Variable) and self.computed(value)
+
+
+def _refuse_carried(label, container):
+    raise TraceError(
+        f"{label} holds a Variable computed in the traced run: state carried to the next "
+        f"call in {container} cannot be replayed\n  fix: keep it as an attribute of a "
+        f"Layer or object (self.h = h), or return it")
