@@ -19,7 +19,7 @@ BUDGETS = {
     "dezero/core.py": 355,
     "dezero/op_record.py": 70,
     "dezero/static/trace.py": 469,
-    "dezero/static/tracer.py": 358,
+    "dezero/static/tracer.py": 354,
     "dezero/static/guard.py": 178,
     "dezero/static/ir.py": 296,
     "dezero/static/graph.py": 64,

@@ -464,14 +464,3 @@ def _moved_to_other_device(old, new) -> bool:
         return False
     return bool(np.array_equal(cuda.as_numpy(old), cuda.as_numpy(new)))
 
-
-# =============================================================================
-# restore: put state back (check=True and lower)
-# =============================================================================
-
-
-def restore(states) -> None:
-    """Put back [(variable, data, grad)] without reporting to any tracer."""
-    for var, data, grad in states:
-        var._data = data
-        var.grad = grad
