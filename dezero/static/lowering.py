@@ -15,15 +15,18 @@ walks the node list once and writes down what a replay does, in order:
 
 The interpreter walks the steps, the python backend prints them as source, and the
 cpu and cupy backends print them too, with a kernel call for each compiled group.
+Each backend's compiled graph is a Plan (below), which holds the program: it reads
+the captured state and refuses to run inside a trace.
 
     print(graph.program)   # or lower(graph)
+    plan = graph.compile(); outputs = plan(x, t)   # plan.run((x, t)) takes a sequence
 """
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
 
-from dezero.core import Config, Variable, _wrap_output
+from dezero.core import Config, Variable, _wrap_output, current_tracer
 from dezero.errors import GraphError, TraceError
 from dezero.static.ir import Graph, Group, Node, format_node, stored
 from dezero.static.slots import AttrSlot
@@ -224,6 +227,47 @@ def _with_frees(graph: Graph, steps: list) -> list:
                                for n in inner.names if n in inputs)
         dead += dying.get(id(step), [])
     return out
+
+
+# =============================================================================
+# Plan: what every backend's compiled graph shares (read_state, refuse_while_recording)
+# =============================================================================
+
+
+class Plan:
+    """A graph compiled by a backend from its program. `plan(*inputs)` or
+    `plan.run(inputs)` replays it on arrays or Variables; a subclass supplies `run`,
+    which reads the state, runs the steps, stores and returns."""
+
+    def __init__(self, graph: Graph):
+        self.graph, self.program = graph, lower(graph)
+
+    def __call__(self, *inputs):
+        return self.run(inputs)
+
+    def wait(self, timeout: float | None = None):
+        """Return self: a plan runs as compiled at once (see pending.Pending)."""
+        return self
+
+    def read_state(self):
+        """The arrays of the captured state, in the program's order (with a clear
+        error for a slot that is empty now)."""
+        slots = [s.node.payload for s in self.program.steps if s.kind == "read"]
+        arrays = [slot.read() for slot in slots]
+        for slot, array in zip(slots, arrays):
+            if array is None:
+                raise GraphError(f"graph {self.graph.name} reads the {slot}, which is "
+                                 f"None now; it was set when the graph was traced")
+        return arrays
+
+    def refuse_while_recording(self):
+        if current_tracer() is not None:
+            raise TraceError(f"graph {self.graph.name} was called while a trace was "
+                             f"recording; a replay records nothing\n  fix: call the "
+                             f"traced Python function, whose calls a trace records")
+
+    def run(self, leaves):
+        raise NotImplementedError(f"{type(self).__name__} must define run(leaves)")
 
 
 # =============================================================================

@@ -1,7 +1,7 @@
 """Backends run a StaticGraph: compile(graph, backend) -> a callable plan.
 
 backends/ is the last stage of the pipeline (tracer -> ir -> passes -> backends).
-Each backend is a module with `compile_graph(graph) -> plan`; a plan (plan.py)
+Each backend is a module with `compile_graph(graph) -> plan`; a plan (lowering.Plan)
 replays the graph with `plan(*inputs)` or `plan.run(inputs)`, reading and writing
 the captured state. BACKENDS names them:
 

@@ -4,7 +4,7 @@ Every other backend is tested against it. It runs a kernel step's nodes one by o
 checks each op's result against the type the graph promises and re-raises any
 failure with the printed line of the step that failed.
 
-    outputs = Interpreter(graph)(x, t)   # a plan (plan.py), like every backend's
+    outputs = Interpreter(graph)(x, t)   # a plan (lowering.Plan), like every backend's
     flat = Interpreter(graph).execute([x, t], state_arrays)   # the returned arrays
 """
 from __future__ import annotations
@@ -12,9 +12,8 @@ from __future__ import annotations
 from dezero.core import Variable
 from dezero.errors import GraphError
 from dezero.op_record import as_result_array
-from dezero.static.backends.plan import Plan
 from dezero.static.ir import Graph
-from dezero.static.lowering import store
+from dezero.static.lowering import Plan, store
 
 # =============================================================================
 # Shared by the backends: reraise

@@ -20,10 +20,9 @@ from dezero.core import Variable, _wrap_output
 from dezero.errors import GraphError
 from dezero.op_record import as_result_array
 from dezero.static.backends.interpreter import reraise
-from dezero.static.backends.plan import Plan
 from dezero.static.codegen import kernel_spec
 from dezero.static.ir import Graph, format_attr, format_node
-from dezero.static.lowering import holder, lower
+from dezero.static.lowering import Plan, holder, lower
 from dezero.static.names import identifier, is_source_name, printable, source_literal
 from dezero.static.slots import AttrSlot, GradSlot
 
