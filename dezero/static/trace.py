@@ -5,6 +5,12 @@ its cache on the signature of a call; a miss records one eager run (tracer.py),
 optimises the graph (passes.py) and compiles its replay code (backends/); a hit
 replays that code after checking that the captured state still has its types.
 
+Read static/ in the order a call goes: this module, tracer.py (the recording), ir.py
+(the graph), passes.py (optimising and fusing), lowering.py (the program a replay
+runs) and backends/interpreter.py (the reference that runs it). Beside the path:
+guard.py (what user code sees while recording), reach.py and watch.py (what the
+function reaches besides its arguments), checking.py (check=True).
+
     step = dezero.trace(train_step); step(x, t); step(x, t)  # recorded, replayed
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The tracer: records the Function calls of one eager run into a StaticGraph.
 
-First stage of the pipeline (tracer -> ir -> passes -> backends). While installed
+First stage of the pipeline (tracer -> ir -> passes -> lowering -> backends). While installed
 for its thread with dezero.core.set_tracer, the core reports through the hooks of
 core.TracerHooks every Variable made, every `.data` read and assignment, every read
 of a value into Python, every Function call and every step of backward(); the
