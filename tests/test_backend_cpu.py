@@ -196,6 +196,11 @@ def test_wrong_dtype_or_shape_is_an_error_naming_the_kernel(library):
         kernel(library, "k_full")(x.astype(np.float64), np.float32(1), b)
     with pytest.raises(ValueError, match=r"kernel k_full: input b has shape \(2, 4\)"):
         kernel(library, "k_full")(x, np.float32(1), b[:2])
+    # The arrays reach the kernel as one tuple, whose length the kernel checks.
+    for arrays in ((x, np.float32(1)), (x, np.float32(1), b, b)):
+        with pytest.raises(TypeError, match=f"kernel k_full takes 3 input arrays, "
+                                            f"{len(arrays)} were given"):
+            kernel(library, "k_full")(*arrays)
 
 
 # ---- buffers -----------------------------------------------------------------
@@ -266,7 +271,7 @@ def test_a_kernel_is_its_body_once_inside_one_loop():
     source = cpu.library_source([SPECS["k_full"]])
     assert source.count("tanh(t1 + b)") == 1 and source.count("DEZERO_FOR_EACH_ELEMENT") == 1
     assert source.startswith("// Generated") and '#include "dezero_kernels.h"' in source
-    assert len(source.splitlines()) < 25
+    assert len(source.splitlines()) < 30  # and its entry that takes a tuple of arrays
     assert "#pragma" not in source and "struct" not in source  # both in the header
 
 
