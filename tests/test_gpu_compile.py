@@ -168,7 +168,8 @@ def _reduction_source(spec) -> str:
                                 cupy.ndarray, p.dtype, n, n == 0, True)
     infos = [info(scalar_kind if p.name == "cub_off" else ndarray_kind, p,
                   0 if p.name == "cub_off" else ndim) for p in kernel.in_params]
-    infos += [info(ndarray_kind, p, kept) for p in kernel.out_params]
+    infos += [_kernel._ArgInfo(ndarray_kind, cupy.ndarray, p.dtype, ndim, True, True)
+              if p.raw else info(ndarray_kind, p, kept) for p in kernel.out_params]
     infos += [_kernel._ArgInfo(indexer_kind, _carray.Indexer, None, n, True, True)
               for n in (ndim, kept)]
     infos.append(_kernel._ArgInfo(scalar_kind, _scalar.CScalar, np.dtype(np.int32), 0, True,
@@ -306,9 +307,9 @@ def test_the_test_graphs_have_kernels(graphs):
 
 def test_every_kernel_of_the_test_graphs_compiles_to_ptx(graphs):
     _load_nvrtc()
-    # a group with reductions runs op by op on the GPU unless it is one ReductionKernel
+    # groups with reductions: test_every_reduction_kernel_compiles_to_ptx
     specs = _renamed_apart(graphs, lambda graph: [kernel_spec(g) for g in graph.groups
-                                                  if passes.pays(g, "gpu")])
+                                                  if g.axes is None])
     ptx = compile_to_ptx(cuda_source(specs), "test_graphs")
     assert [s.name for s in specs if f".entry {s.name}(" not in ptx] == []
 
@@ -329,6 +330,7 @@ REDUCTIONS = {
     "min of two axes": (lambda x: F.min(x * 2.0 + 1.0, axis=(0, 2)), [(6, 5, 4)]),
     "sum_to": (lambda gy, x: F.sum_to(gy * x, (1, 12)), [(30, 12), (30, 12)]),
     "one input": (lambda x: F.sum(F.exp(x)), [(300,)]),
+    "a value stored": (lambda x: (F.sum(F.exp(x), axis=1), F.exp(x) * x), [(7, 6, 5)]),
 }
 
 
@@ -354,7 +356,7 @@ def test_every_reduction_kernel_compiles_to_ptx(graphs):
         assert [s.name for s in specs if s.outputs[0].ctype == ctype and
                 f".entry {s.name}(" not in ptx] == []
     assert "int cub_off" in sources["float"] and "(-CUDART_INF_F)" in sources["float"] and \
-        "(CUDART_INF)" in sources["double"]
+        "(CUDART_INF)" in sources["double"] and "_full0[_k] = " in sources["float"]
 
 
 @pytest.mark.slow  # about 300 kernels: 3 s of NVRTC

@@ -256,7 +256,7 @@ def test_reductions_that_cannot_fold_stay_boundaries():
     graph = dezero.trace(lambda x: F.sum(x) * 2).lower(np.arange(6).reshape(2, 3))
     assert not graph.groups
     # on the GPU a kernel with a reduction must be one cupy ReductionKernel
-    # (test_gpu_compile.py): one fold, no second pass, no value of the full shape stored
+    # (test_gpu_compile.py): one fold, no second pass
     graph = dezero.trace(lambda x: F.sum(F.exp(x) * 2.0 - 1.0, axis=1) * 3.0 + 1.0).lower(
         np.ones((4, 5), np.float32))
     assert graph.groups[0].axes == (1,)

@@ -689,11 +689,10 @@ def pays(group: Group, device: str = "cpu") -> bool:
 
 def gpu_misfit(group: Group) -> str | None:
     """Why a group with reductions is no one cupy ReductionKernel, or None: that runs
-    the elementwise work on the full shape as its map, folds one reduction and runs
-    the work on the reduced shape as its post_map. A second reduction, work on the
-    full shape after the reduction (a second pass over each row) and values of the
-    full shape stored for later nodes (a ReductionKernel stores one value per row)
-    do not fit."""
+    the elementwise work on the full shape as its map (storing values of that shape
+    where later nodes read them), folds one reduction and runs the work on the
+    reduced shape as its post_map. A second reduction, or work on the full shape
+    after the reduction (a second pass over each row), does not fit."""
     shape = tuple(group.shape)
     reductions = [n for n in group.nodes if n.record.reduce]
     if len(reductions) > 1:
@@ -705,9 +704,7 @@ def gpu_misfit(group: Group) -> str | None:
                 return f"{node.outputs[0].name} of the full shape {list(shape)} is made " \
                        f"after the reduction (a second pass)"
             after.add(id(node.outputs[0]))
-    full = [v.name for v in group.outputs if v.shape == shape and id(v) not in after]
-    return f"{', '.join(full)} of the full shape {list(shape)} stored for later " \
-           f"nodes" if full else None
+    return None
 
 
 def _carry_groups(graph: Graph, new: Graph, nodes: dict, values: dict):

@@ -298,3 +298,19 @@ def test_a_call_cupy_runs_through_cub_is_refused():
         kernel(cp.ones(256))
     assert kernel(cp.ones(100)).get() == 50  # too few elements for CUB
     assert kernel(cp.ones((256, 3)), axis=0).get().tolist() == [128] * 3  # not at the end
+
+
+def test_reduction_kernel_raw_params_are_indexed_by_the_expressions():
+    """Raw arrays stay out of broadcasting: the map writes each square into a raw
+    output at its C-order position (_J: the reduced index, _i: the kept one)."""
+    kernel = cp.ReductionKernel("T x, raw T w", "T y, raw T sq",
+                                "sq[_J * 3 + _i] = x * x * w[0]", "a + b", "y = a", "0",
+                                "raw_doc_l")
+    x, w, sq = cp.asarray(_rand(5, 3)), cp.asarray([2.0]), cp.empty((5, 3))
+    y = kernel(x, w, cp.empty(3), sq, axis=0)
+    np.testing.assert_allclose(y.get(), (x.get() ** 2 * 2).sum(axis=0), rtol=1e-12)
+    np.testing.assert_array_equal(sq.get(), x.get() * x.get() * 2)
+    with pytest.raises(NotImplementedError, match="Illegal conditions"):
+        kernel(x, w, cp.empty(5), sq, axis=1)  # cupy would move the reduced axis first
+    with pytest.raises(ValueError, match="Output array size is Undecided"):
+        kernel(x, w, axis=0)

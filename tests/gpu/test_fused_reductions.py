@@ -2,9 +2,10 @@
 
 A group of elementwise ops, one reduction (sum, mean, max, min, sum_to) and the ops
 on its result runs as one ReductionKernel (backends/gpu.py): the ops before it as
-map_expr, the ops after it as post_map_expr. Groups that do not fit one (a second
-pass over each row, values of the full shape stored for later nodes, two reductions)
-leave the reduction alone, as passes.gpu_misfit says in the debug output. Every
+map_expr (which also stores the values of the full shape that later nodes read),
+the ops after it as post_map_expr. Groups that do not fit one (a second pass over
+each row, two reductions) leave the reduction alone, as passes.gpu_misfit says in
+the debug output. Every
 replay must match the interpreter (the same graph, op by op on cupy) and eager numpy:
 sums within the tolerance of test_fused.py, since cupy's reduction kernel adds each
 row in its own order (threads of a block, then a tree of their sums), which numpy's
@@ -101,13 +102,10 @@ def test_nan_wins_max_as_in_numpy():
     assert np.isnan(y[2]) and (y[[0, 1, 3]] == 2).all()
 
 
-def test_groups_that_fit_no_reduction_kernel_leave_the_reduction_alone(capsys):
-    """A softmax-like x - max(x) (a second pass over each row) and a loss whose
-    backward reads the values summed (stored for later nodes): the reduction runs
-    alone, the elementwise ops as ElementwiseKernels, and the debug output says why."""
-    def softmax_like(x):
-        return F.exp(x - F.max(x, axis=1, keepdims=True))
-
+def test_values_of_the_full_shape_are_stored_by_the_same_kernel():
+    """Values a later node reads (a loss's differences, which its backward reads; the
+    mask times the gradient, which a matmul reads) are written by the kernel's map at
+    each element's place, whatever axes it reduces."""
     W = Variable(cp.asarray(np.random.default_rng(2).standard_normal((5, 3)), cp.float32))
 
     def squared_error_step(x, t):
@@ -115,20 +113,42 @@ def test_groups_that_fit_no_reduction_kernel_leave_the_reduction_alone(capsys):
         W.cleargrad()
         loss.backward()
         return loss, W.grad
+
+    def middle_axis(x):
+        y = F.exp(x) * 2.0
+        return F.sum(y, axis=1, keepdims=True) + 1.0, y * 1.0  # y stored, for the mul
     rng = np.random.default_rng(3)
     x, t = (cp.asarray(rng.standard_normal(s), cp.float32) for s in ((10, 5), (10, 3)))
-    for fn, args, reason in [
-            (softmax_like, (x,), r"b of the full shape \[10, 5\] is made after the "
-                                 r"reduction \(a second pass\)"),
-            (squared_error_step, (x, t), r"of the full shape \[10, 3\] stored for later "
-                                         r"nodes")]:
+    x3 = cp.asarray(rng.standard_normal((4, 6, 5)), cp.float32)
+    for fn, args in [(squared_error_step, (x, t)), (middle_axis, (x3,)), (middle_axis, (x,))]:
+        graph = dezero.trace(fn).lower(*args)
+        group = next(g for g in graph.groups if g.axes is not None)
+        assert group.compiled and any(v.shape == group.shape for v in group.outputs)
+        for got, want in zip(_tuple(graph.compile()(*args)), _interpreted(graph, *args)):
+            np.testing.assert_allclose(cp.asnumpy(got.data), want, rtol=2e-5, atol=2e-5)
+
+
+def test_groups_that_fit_no_reduction_kernel_leave_the_reduction_alone(capsys):
+    """A softmax-like x - max(x) (a second pass over each row) and two reductions of
+    one value: the reductions run alone, the elementwise ops as ElementwiseKernels,
+    and the debug output says why."""
+    def softmax_like(x):
+        return F.exp(x - F.max(x, axis=1, keepdims=True))
+
+    def two_reductions(x):
+        y = x * x
+        return F.sum(y, axis=1) + F.max(y, axis=1)
+    x = cp.asarray(np.random.default_rng(3).standard_normal((10, 5)), cp.float32)
+    for fn, reason in [(softmax_like, r"b of the full shape \[10, 5\] is made after the "
+                                      r"reduction \(a second pass\)"),
+                       (two_reductions, r"2 reductions \(it folds one\)")]:
         with dezero.static.debug(3):
-            graph = dezero.trace(fn).lower(*args)
+            graph = dezero.trace(fn).lower(x)
         log = capsys.readouterr().err
         assert re.search(r"boundary \w+: f32\[.*\] = (max|sum)\(.*: a reduction whose kernel "
-                         r"is no one cupy ReductionKernel: .*" + reason, log), log
-        assert graph.groups and all(g.axes is None for g in graph.groups)
-        for got, want in zip(_tuple(graph.compile()(*args)), _interpreted(graph, *args)):
+                         r"is no one cupy ReductionKernel: " + reason, log), log
+        assert all(g.axes is None for g in graph.groups)
+        for got, want in zip(_tuple(graph.compile()(x)), _interpreted(graph, x)):
             np.testing.assert_allclose(cp.asnumpy(got.data), want, rtol=2e-5, atol=2e-5)
 
 

@@ -28,41 +28,74 @@ def reduction_params(spec) -> dict:
     fold (the groups passes.gpu_misfit lets through): the pass's statements are the
     body of a function `<name>_map` of the full-level inputs, returning the value it
     folds, and the statements after the fold that of `<name>_post`, which assigns the
-    outputs; both go in the preamble. cupy binds input arrays only in its loop over
-    the reduced elements and output arrays per row, so row-level inputs travel as
-    out_params that post_map reads. Params are in0.., out0.., row0.. (cupy's CUB path
-    renames in0 and out0 by text; a macro of cupy's names its argument `a`)."""
+    row outputs; both go in the preamble. cupy binds input arrays only in its loop
+    over the reduced elements and output arrays per row, so row-level inputs travel
+    as out_params that post_map reads, and full-level outputs as raw out_params that
+    the map writes at the element's position (_flat_index). Params are in0.., out0..,
+    row0.., full0.. (cupy's CUB path renames in0 and out0 by text; a macro of cupy's
+    names its argument `a`)."""
     (element, ((kind, acc, value),), after), = spec.passes
     ctype = spec.outputs[0].ctype
-    levels = spec.levels[:len(spec.inputs)]
-    full = [p for p, level in zip(spec.inputs, levels) if level == "full"]
-    rows = [p for p, level in zip(spec.inputs, levels) if level == "row"]
+    n_in = len(spec.inputs)
+    full = [p for p, level in zip(spec.inputs, spec.levels) if level == "full"]
+    rows = [p for p, level in zip(spec.inputs, spec.levels) if level == "row"]
+    outs = [p for p, level in zip(spec.outputs, spec.levels[n_in:]) if level == "row"]
+    stored = [p for p, level in zip(spec.outputs, spec.levels[n_in:]) if level == "full"]
     ins = [f"{p.dtype} in{k}" for k, p in enumerate(full)]
-    outs = [f"{p.dtype} out{k}" for k, p in enumerate(spec.outputs)]
-    if len(ins) == 1 and len(outs) == 1 and not rows:
+    if len(ins) == 1:
         # cupy runs a ReductionKernel of one input and one output through CUB when it
-        # can, whose two-pass full reductions apply post_map twice: a second (unused)
-        # argument keeps it on its own kernel.
+        # can, whose two-pass full reductions apply post_map twice, and orders the
+        # reduced axes of one input by its strides: a second (unused) argument keeps
+        # it on its own kernel, with the reduced axes in order.
         ins.append("int32 cub_off")
-    outs += [f"{p.dtype} row{k}" for k, p in enumerate(rows)]
-    map_args = ", ".join(f"const {p.ctype} {p.name}" for p in full)
-    post_args = ", ".join([f"const {ctype} {acc}"] + [f"{p.ctype}& {p.name}" for p in
-                                                        spec.outputs] +
+    out_params = [f"{p.dtype} out{k}" for k, p in enumerate(outs)] + \
+        [f"{p.dtype} row{k}" for k, p in enumerate(rows)] + \
+        [f"raw {p.dtype} full{k}" for k, p in enumerate(stored)]
+    map_args = [f"const {p.ctype} {p.name}" for p in full]
+    if stored:
+        map_args += [f"F{k}& _full{k}" for k in range(len(stored))] + ["const ptrdiff_t _k"]
+    post_args = ", ".join([f"const {ctype} {acc}"] + [f"{p.ctype}& {p.name}" for p in outs] +
                           [f"const {p.ctype} {p.name}" for p in rows])
+    template = "template <" + ", ".join(f"class F{k}" for k in range(len(stored))) + ">"
     preamble = "\n".join([
-        spec.comment, f"__device__ {ctype} {spec.name}_map({map_args}) {{",
-        *(f"  {line}" for line in element), f"  return {value};", "}",
-        f"__device__ void {spec.name}_post({post_args}) {{",
+        spec.comment, *([template] if stored else []),
+        f"__device__ {ctype} {spec.name}_map({', '.join(map_args)}) {{",
+        *(f"  {p.ctype} {p.name};" for p in stored), *(f"  {line}" for line in element),
+        *(f"  _full{k}[_k] = {p.name};" for k, p in enumerate(stored)),
+        f"  return {value};", "}", f"__device__ void {spec.name}_post({post_args}) {{",
         *(f"  {line}" for line in (*spec.setup, *after)), "}"]) + "\n"
-    return {"in_params": ", ".join(ins), "out_params": ", ".join(outs),
-            "map_expr": f"{spec.name}_map({', '.join(f'in{k}' for k in range(len(full)))})",
+    map_call = [f"in{k}" for k in range(len(full))]
+    if stored:
+        map_call += [f"full{k}" for k in range(len(stored))] + [_flat_index(spec)]
+    return {"in_params": ", ".join(ins), "out_params": ", ".join(out_params),
+            "map_expr": f"{spec.name}_map({', '.join(map_call)})",
             "reduce_expr": _REDUCE[kind],
             "post_map_expr": f"{spec.name}_post(a, " + ", ".join(
-                [f"out{k}" for k in range(len(spec.outputs))] +
+                [f"out{k}" for k in range(len(outs))] +
                 [f"row{k}" for k in range(len(rows))]) + ")",
             "identity": _IDENTITY[kind].format(inf=_INFINITY[ctype]), "name": spec.name,
-            "reduce_type": ctype,
-            "preamble": preamble}
+            "reduce_type": ctype, "preamble": preamble}
+
+
+def _size(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _flat_index(spec) -> str:
+    """The position in spec.shape (C order) of the element cupy's loop is at, from
+    its _J (the reduced axes' position, in C order over them) and _i (the kept
+    axes')."""
+    shape, axes = spec.shape, spec.axes
+    kept = [d for d in range(len(shape)) if d not in axes]
+    if tuple(axes) == tuple(range(len(axes))):  # reduced axes first: one product
+        return f"(ptrdiff_t)_J * {_size([shape[d] for d in kept])} + _i"
+    terms = []
+    for index, dims in (("_J", axes), ("_i", kept)):
+        inner = 1
+        for d in reversed(dims):
+            terms.append(f"(ptrdiff_t){index} / {inner} % {shape[d]} * {_size(shape[d + 1:])}")
+            inner *= shape[d]
+    return " + ".join(terms)
 
 
 def reduction_source(spec) -> str:
@@ -85,9 +118,9 @@ def reduction_kernel(args: tuple):
 def reduction_launch(spec):
     """kernel(*inputs) of a reduction spec, on the group's inputs (spec.sources puts
     them in spec.inputs' order): it passes the full-level inputs as they are (cupy
-    broadcasts them to spec.shape), outputs made here of the kept axes' shape and
-    each row-level input as a view of that shape, and returns the outputs in their
-    own shapes."""
+    broadcasts them to spec.shape), outputs made here of the kept axes' shape, each
+    row-level input as a view of that shape and the full-level outputs, made here,
+    and returns the outputs in their own shapes."""
     import cupy
     args = reduction_params(spec)
     kernel = reduction_kernel(tuple(args.items()))
@@ -101,12 +134,15 @@ def reduction_launch(spec):
     with_ones = [len(spec.inputs[k].shape) <= len(ones) and
                  np.broadcast_shapes(spec.inputs[k].shape, ones) == ones for k in rows]
     scalar = (0,) if "cub_off" in args["in_params"] else ()
+    stored = [level == "full" for level in spec.levels[n_in:]]
 
     def launch(*arrays):
         arrays = [arrays[i] for i in spec.sources]  # in spec.inputs' order
-        outs = [cupy.empty(kept, p.dtype) for p in spec.outputs]
+        outs = [cupy.empty(spec.shape if s else kept, p.dtype)
+                for p, s in zip(spec.outputs, stored)]
         row_args = [cupy.broadcast_to(arrays[k], ones)[drop] if fits else
                     cupy.broadcast_to(arrays[k], kept) for k, fits in zip(rows, with_ones)]
-        kernel(*(arrays[k] for k in full), *scalar, *outs, *row_args, axis=spec.axes)
+        kernel(*(arrays[k] for k in full), *scalar, *(o for o, s in zip(outs, stored) if not s),
+               *row_args, *(o for o, s in zip(outs, stored) if s), axis=spec.axes)
         return tuple(o.reshape(p.shape) for o, p in zip(outs, spec.outputs))
     return launch

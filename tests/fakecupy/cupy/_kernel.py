@@ -34,16 +34,7 @@ SOURCE = """// cupy test double: an ElementwiseKernel's operation in a loop for 
 #include <cstddef>
 #include <cstdint>
 using namespace std;
-// A raw param: element k in C order of an array at its own shape and strides.
-template <class T> struct _fc_raw {
-  char* p; int nd; const int64_t* shape; const int64_t* strides;
-  T& operator[](ptrdiff_t k) const {
-    int64_t off = 0;
-    for (int d = nd - 1; d >= 0; --d) { off += (k %% shape[d]) * strides[d]; k /= shape[d]; }
-    return *reinterpret_cast<T*>(p + off);
-  }
-};
-%(typedefs)s%(preamble)s
+%(raw)s%(typedefs)s%(preamble)s
 extern "C" void %(name)s(char* const* _fc_ptr, const int64_t* _fc_strides,
                          const int64_t* _fc_shape, int _fc_ndim, int64_t _fc_size,
                          const int64_t* _fc_raw_nd, const int64_t* _fc_raw_dims) {
@@ -60,6 +51,18 @@ extern "C" void %(name)s(char* const* _fc_ptr, const int64_t* _fc_strides,
 %(operation)s;
   }
 }
+"""
+
+
+RAW = """// A raw param: element k in C order of an array at its own shape and strides.
+template <class T> struct _fc_raw {
+  char* p; int nd; const int64_t* shape; const int64_t* strides;
+  T& operator[](ptrdiff_t k) const {
+    int64_t off = 0;
+    for (int d = nd - 1; d >= 0; --d) { off += (k % shape[d]) * strides[d]; k /= shape[d]; }
+    return *reinterpret_cast<T*>(p + off);
+  }
+};
 """
 
 
@@ -223,6 +226,7 @@ class ElementwiseKernel:
                             f"{p.ctype}*>(_fc_ptr[{k}] + _fc_off[{k}]);")
             at = f"{at} + 2 * _fc_raw_nd[{k}]"
         return SOURCE % {
+            "raw": RAW,
             "typedefs": "".join(f"typedef {c} {t};\n" for t, c in sorted(typedefs.items())),
             "preamble": self.preamble, "name": self.name, "nargs": max(self.nargs, 1),
             "refs": "\n".join(refs), "operation": self.operation}

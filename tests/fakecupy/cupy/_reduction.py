@@ -17,7 +17,9 @@ identity, and the first output returned (as cupy's ReductionKernel does, whateve
 the number of outputs). A call that cupy hands to CUB (its default accelerator: one
 input and one output, contiguous, its reduced axes at one end, 128 elements or more
 an output) is refused: CUB adds in another order, and its two-pass full reductions
-apply post_map twice, which the double does not reproduce. Raw params are refused.
+apply post_map twice, which the double does not reproduce. Raw params are arrays
+the expressions index themselves (x[k]: element k in C order), outside broadcasting
+and of any shape (a raw input needs its reduced axes leading, as in cupy).
 """
 import ctypes
 import os
@@ -25,7 +27,7 @@ import os
 import numpy
 
 from cupy import _array
-from cupy._kernel import _load, _params, decide_types
+from cupy._kernel import RAW, _load, _params, decide_types
 
 SOURCE = """// cupy test double: a ReductionKernel's expressions in loops for the host.
 #include <cmath>
@@ -37,13 +39,15 @@ using namespace std;
 #define __device__
 #define CUDART_INF_F INFINITY
 #define CUDART_INF static_cast<double>(INFINITY)
-%(typedefs)s%(preamble)s
+%(raw)s%(typedefs)s%(preamble)s
 #define REDUCE(a, b) (%(reduce_expr)s)
 #define POST_MAP(a) (%(post_map_expr)s)
 typedef %(reduce_type)s _type_reduce;
 extern "C" void %(name)s(char* const* _fc_ptr, const int64_t* _fc_strides,
                          const int64_t* _fc_shape, int _fc_nreduce, int _fc_ndim,
-                         int64_t _fc_in_size, int64_t _fc_out_size, int64_t _fc_n) {
+                         const int64_t* _fc_raw_dims, int64_t _fc_in_size,
+                         int64_t _fc_out_size, int64_t _fc_n) {
+  const int64_t* _fc_rd = _fc_raw_dims;  // each raw array's ndim, shape and strides
 %(scalars)s
   vector<_type_reduce> _fc_part(_fc_n, _type_reduce(%(identity)s));
   for (ptrdiff_t _i = 0; _i < _fc_out_size; ++_i) {
@@ -135,10 +139,6 @@ class ReductionKernel:
         if not name.isidentifier() or not name.isascii():
             raise ValueError(f'Invalid kernel name: "{name}"')
         self.in_params, self.out_params = _params(in_params, True), _params(out_params, False)
-        for p in self.in_params + self.out_params:
-            if p.raw:
-                raise NotImplementedError(f"the cupy test double does not run raw params in "
-                                          f"a ReductionKernel ({p.name})")
         self.nin, self.nout = len(self.in_params), len(self.out_params)
         self.nargs = self.nin + self.nout
         self.map_expr, self.reduce_expr, self.post_map_expr = map_expr, reduce_expr, \
@@ -166,7 +166,8 @@ class ReductionKernel:
         for arg in ins + outs:
             if not isinstance(arg, (_array.ndarray, bool, int, float, complex, numpy.generic)):
                 raise TypeError(f"Unsupported type {type(arg)}")
-        arrays = [a for a in ins if isinstance(a, _array.ndarray)]
+        arrays = [a for p, a in zip(self.in_params, ins)
+                  if isinstance(a, _array.ndarray) and not p.raw]
         if not arrays:
             raise ValueError("Loop size is undecided.")
         try:
@@ -180,9 +181,11 @@ class ReductionKernel:
         out_shape = tuple(1 if d in axes else n for d, n in enumerate(shape)) if keepdims \
             else tuple(shape[d] for d in kept)
         if outs:
-            for o in outs:
-                if o.shape != out_shape:
+            for p, o in zip(self.out_params, outs):
+                if o.shape != out_shape and not p.raw:
                     raise ValueError("Out shape is mismatched")
+        elif any(p.raw for p in self.out_params):
+            raise ValueError("Output array size is Undecided")
         else:
             outs = [_array.ndarray(out_shape, t) for t in out_types]
         out_size = int(numpy.prod(out_shape, dtype=numpy.int64))
@@ -201,57 +204,75 @@ class ReductionKernel:
         if len(ins) == 1 and len(kept) <= 1 and not views[0].flags.c_contiguous:
             # cupy's one-input case: reduced axes in order of decreasing stride
             axes = tuple(sorted(axes, key=lambda d: -abs(views[0].strides[d])))
+        if axes + kept != tuple(range(len(shape))) and any(p.raw for p in self.in_params):
+            raise NotImplementedError("Illegal conditions")
         views = [v.transpose(axes + kept) for v in views]
         in_size = int(numpy.prod([shape[d] for d in axes], dtype=numpy.int64))
         n = _threads_an_element(views, len(out_shape), in_size, out_size)
-        # Outputs as arrays over the reduced axes (stride 0) and the kept ones.
-        targets = [numpy.lib.stride_tricks.as_strided(
+        # Outputs as arrays over the reduced axes (stride 0) and the kept ones; a raw
+        # one as it is.
+        host = [o._a if p.raw else numpy.lib.stride_tricks.as_strided(
             o._a, (*(shape[d] for d in axes), *(shape[d] for d in kept)),
             (0,) * len(axes) + tuple(o._a.strides[d] for d in kept) if keepdims else
-            (0,) * len(axes) + o._a.strides) for o in outs]
-        # Per in param its array (reduced axes first) or its scalar cast to its type,
-        # then the outputs.
+            (0,) * len(axes) + o._a.strides) for p, o in zip(self.out_params, outs)]
+        # Per in param its array (reduced axes first), a raw one as it is, or its
+        # scalar cast to its type.
         loops = iter(views)
-        host = [next(loops) if isinstance(a, _array.ndarray) else numpy.asarray(a, t)
-                for a, t in zip(ins, in_types)]
+        host = [a._a if p.raw else next(loops) if isinstance(a, _array.ndarray) else
+                numpy.asarray(a, t) for p, a, t in zip(self.in_params, ins, in_types)] + host
         is_array = tuple(isinstance(a, _array.ndarray) for a in ins)
-        self._launch(host + targets, is_array, len(axes), typedefs, (in_size, out_size, n))
+        self._launch(host, is_array, len(axes), typedefs, (in_size, out_size, n))
         return outs[0]
 
     def _launch(self, host, is_array, nreduce, typedefs, sizes):
         key = (tuple(sorted(typedefs.items())), is_array)
         if key not in self._libraries:
             self._libraries[key] = _load(self._source(typedefs, is_array), self.name)
-        loops = [a for a, array in zip(host, is_array + (True,) * self.nout) if array]
+        params = self.in_params + self.out_params
+        kinds = is_array + (True,) * self.nout
+        loops = [a for p, a, array in zip(params, host, kinds) if array and not p.raw]
+        raws = [a for p, a in zip(params, host) if p.raw]
         pointers = (ctypes.c_void_p * len(host))(
             *[a.__array_interface__["data"][0] for a in host])
         strides = numpy.array([s for a in loops for s in a.strides] or [0], numpy.int64)
         dims = numpy.array(loops[0].shape or (1,), numpy.int64)
+        raw_dims = numpy.array([n for a in raws for n in (a.ndim, *a.shape, *a.strides)]
+                               or [0], numpy.int64)
         self._libraries[key](pointers, strides.ctypes.data_as(ctypes.c_void_p),
                              dims.ctypes.data_as(ctypes.c_void_p), ctypes.c_int(nreduce),
                              ctypes.c_int(loops[0].ndim),
+                             raw_dims.ctypes.data_as(ctypes.c_void_p),
                              *(ctypes.c_int64(s) for s in sizes))
 
     def _source(self, typedefs, is_array):
         """The C++ for one layout: array inputs bound in the loop over the reduced
-        positions (where cupy binds them: post_map cannot read them), scalars for the
-        whole kernel, outputs before POST_MAP."""
-        inputs, scalars, k = [], [], 0
-        for j, (p, array) in enumerate(zip(self.in_params, is_array)):
-            if array:
+        positions (where cupy binds them: post_map cannot read them), outputs before
+        POST_MAP, scalars and raw arrays (element k in C order) for the whole kernel."""
+        inputs, whole, k = [], [], 0
+        params = self.in_params + self.out_params
+        for j, (p, array) in enumerate(zip(params, is_array + (True,) * self.nout)):
+            const = "const " if p.is_const else ""
+            if p.raw:
+                whole.append(f"  const _fc_raw<{const}{p.ctype}> {p.name}{{_fc_ptr[{j}], "
+                             f"int(_fc_rd[0]), _fc_rd + 1, _fc_rd + 1 + _fc_rd[0]}};\n"
+                             f"  _fc_rd += 1 + 2 * _fc_rd[0];")
+            elif not array:
+                whole.append(f"  const {p.ctype} {p.name} = *reinterpret_cast<const "
+                             f"{p.ctype}*>(_fc_ptr[{j}]);")
+            elif j < self.nin:
                 inputs.append(f"      const {p.ctype} {p.name} = *reinterpret_cast<const "
                               f"{p.ctype}*>(_fc_ptr[{j}] + _fc_off[{k}]);")
                 k += 1
-            else:
-                scalars.append(f"  const {p.ctype} {p.name} = *reinterpret_cast<const "
-                               f"{p.ctype}*>(_fc_ptr[{j}]);")
-        outputs = [f"    {p.ctype} &{p.name} = *reinterpret_cast<{p.ctype}*>("
-                   f"_fc_ptr[{self.nin + m}] + _fc_at[{k + m}]);"
-                   for m, p in enumerate(self.out_params)]
+        outputs = []
+        for m, p in enumerate(self.out_params):
+            if not p.raw:
+                outputs.append(f"    {p.ctype} &{p.name} = *reinterpret_cast<{p.ctype}*>("
+                               f"_fc_ptr[{self.nin + m}] + _fc_at[{k + len(outputs)}]);")
         return SOURCE % {
+            "raw": RAW,
             "typedefs": "".join(f"typedef {c} {t};\n" for t, c in sorted(typedefs.items())),
             "preamble": self.preamble, "reduce_expr": self.reduce_expr,
             "post_map_expr": self.post_map_expr, "reduce_type": self.reduce_type,
-            "name": self.name, "scalars": "\n".join(scalars), "identity": self.identity,
-            "nargs": k + self.nout, "inputs": "\n".join(inputs),
+            "name": self.name, "scalars": "\n".join(whole), "identity": self.identity,
+            "nargs": max(k + len(outputs), 1), "inputs": "\n".join(inputs),
             "map_expr": self.map_expr, "outputs": "\n".join(outputs)}
