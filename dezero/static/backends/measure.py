@@ -1,9 +1,10 @@
 """Compiled or not, and on how many threads, by measurement: each kernel of a loaded
 library is timed against the numpy statements that the replay code runs for its group
 when it is not compiled (pycode.group_function), a few calls each taking turns, on the
-same arrays of its inputs' types; a kernel of THREADS_MIN elements or more on one
-thread and on all the machine's. A group runs as numpy statements where they are
-clearly faster, a kernel on all threads where that is clearly faster than one. The
+same arrays of its inputs' types; a kernel on one thread and on all the machine's,
+whatever its size (how many elements pay for waking the other threads depends on the
+machine, its load and the kernel's work). A group runs as numpy statements where they
+are clearly faster, a kernel on all threads where that is clearly faster than one. The
 times are kept beside the library in the kernel cache (<library>.json), so a later
 process decides alike without timing again, and DEZERO_DEBUG=3 prints each decision
 with the times.
@@ -29,9 +30,6 @@ CALLS = 20         # timed calls each way at most (3 at least), the best counts
 BUDGET_S = 0.05    # ... unless a group's calls took this long already
 clock = time.perf_counter
 MARGIN = 1.1       # the faster way must be this much faster to be chosen
-# A kernel on fewer elements runs on one thread, untimed on more: it takes a few
-# microseconds, about what waking the other threads costs.
-THREADS_MIN = 1 << 14
 
 
 def machine_threads() -> int:
@@ -75,12 +73,10 @@ def decide(library, graph) -> list:
 
 def _time_both(library, step) -> tuple:
     """({threads: kernel}, numpy statements) best microseconds a call, on the same
-    arrays in [0.5, 1): the kernel on one thread, and on machine_threads() for
-    THREADS_MIN elements or more."""
+    arrays in [0.5, 1): the kernel on one thread and on machine_threads()."""
     group, rng = step.group, np.random.default_rng(0)
     arrays = [np.asarray(rng.random(v.shape) * 0.5 + 0.5, v.dtype) for v in group.inputs]
-    spec, many = library.specs[group.name], machine_threads()
-    counts = [1, many] if many > 1 and np.prod(group.shape) >= THREADS_MIN else [1]
+    spec, counts = library.specs[group.name], sorted({1, machine_threads()})
     ways = [library.kernel(spec, threads=n) for n in counts] + [pycode.group_function(step)]
     best = fastest([lambda fn=fn: fn(*arrays) for fn in ways])
     return dict(zip(counts, best)), best[-1]
