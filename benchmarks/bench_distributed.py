@@ -2,20 +2,22 @@
 1, 2 and 4 ranks (mpiexec, one thread per rank), each rank on its own batch of
 --batch samples (weak scaling: the global batch grows with the ranks).
 
-Prints per rank count: samples per second of the whole job, milliseconds per
-step, milliseconds per step of the same step without the exchange (every rank
-computing on its own, on the shared cores: the ceiling an exchange that cost
-nothing would reach), milliseconds of the step in the allreduce (the gradients'
-exchange, including the wait for the slowest rank), the same exchange timed alone
-with every rank ready, and weak-scaling efficiency, samples/s at R ranks over R
-times samples/s at one.
+Three forms of the step take turns: "hook" averages the gradients with
+dist.AllreduceGrads, "sharded" updates with dist.ShardedOptimizer (each rank
+its block of the parameters), "none" exchanges nothing (every rank computing on
+its own, on the shared cores: the ceiling an exchange that cost nothing would
+reach; at one rank, training without dezero.distributed). Prints for each: ms
+per step, samples per second of the whole job, ms of the step in MPI's
+exchanges (waiting for the slowest rank included), the exchanges timed alone
+with every rank ready (packing included), and the speedup and weak-scaling
+efficiency over one process training without dezero.distributed.
 Run by hand from the repository root:
 
     python benchmarks/bench_distributed.py [--ranks 1 2 4] [--rounds 5] [--eager]
 
 It starts `mpiexec -n R python -m mpi4py benchmarks/bench_distributed.py --worker`
 for each R (the mpich wheel of `pip install 'dezero[distributed]'` brings
-mpiexec). Each rank count is timed in rounds of --steps steps; the fastest round
+mpiexec). Each form is timed in rounds of --steps steps; the fastest round
 counts. Results: see benchmarks/README.md.
 """
 import argparse
@@ -56,9 +58,9 @@ def worker(args):
         model(x[:1])
         comm.broadcast_params(model)
         optimizer = optimizers.Adam()
-        if exchange and args.sharded:
+        if exchange == "sharded":
             optimizer = dist.ShardedOptimizer(optimizer, comm)
-        elif exchange:
+        elif exchange == "hook":
             optimizer.add_hook(dist.AllreduceGrads(comm))
         optimizer.setup(model)
 
@@ -71,57 +73,69 @@ def worker(args):
 
         return (step if args.eager else dezero.trace(step)), model
 
-    # The step as trained, and the same step with no exchange (each rank alone, on
+    # The step with either exchange, and the same step with none (each rank alone, on
     # cores shared with the others): the most that R ranks could reach with an
-    # exchange that cost nothing.
-    step, model = training_step(exchange=True)
-    no_exchange_step, _ = training_step(exchange=False)
+    # exchange that cost nothing; at one rank, training without dezero.distributed.
+    steps = {kind: training_step(kind) for kind in KINDS}
 
-    exchange = [0.0]  # seconds spent in the exchanges
+    exchange = [0.0]  # seconds spent in MPI's exchanges
     mpi_exchange = comm._mpi_exchange
 
-    def timed(*args):
+    def timed(*args, **kwargs):
         start = time.perf_counter()
-        mpi_exchange(*args)
+        mpi_exchange(*args, **kwargs)
         exchange[0] += time.perf_counter() - start
 
     comm._mpi_exchange = timed
 
     def round_time(step):
         comm.barrier()
+        exchange[0] = 0.0
         start = time.perf_counter()
         for _ in range(args.steps):
             step(x, t)
         comm.barrier()
-        return comm.mpi.bcast(time.perf_counter() - start) / args.steps  # rank 0's clock
+        seconds = comm.mpi.bcast(time.perf_counter() - start)  # rank 0's clock
+        return seconds / args.steps, exchange[0] / args.steps
 
     for _ in range(args.warmup):  # the traces, their kernels' compilation, the caches
-        step(x, t)
-        no_exchange_step(x, t)
-    # The fastest round of each (others' load slows some rounds), the two steps taking
-    # turns so that both meet the same load.
-    best, best_no_exchange = (float("inf"), 0.0), float("inf")
+        for step, _ in steps.values():
+            step(x, t)
+    # The fastest round of each (others' load slows some rounds), the steps taking
+    # turns so that all meet the same load.
+    best = {kind: (float("inf"), 0.0) for kind in KINDS}
     for _ in range(args.rounds):
-        exchange[0] = 0.0
-        seconds = round_time(step)
-        best = min(best, (seconds, exchange[0] / args.steps))
-        best_no_exchange = min(best_no_exchange, round_time(no_exchange_step))
-    exchanges = comm.mpi.gather(best[1], root=0)  # None off rank 0
-    alone = exchange_alone(comm, [p.grad.data for p in model.params()], args.rounds)
+        for kind, (step, _) in steps.items():
+            best[kind] = min(best[kind], round_time(step))
+    result = {"ranks": comm.size}
+    for kind in KINDS:
+        exchanges = comm.mpi.gather(best[kind][1], root=0)  # None off rank 0
+        result[kind] = {"step_s": best[kind][0],
+                        "exchange_s": float(np.mean(exchanges)) if comm.rank == 0 else 0}
+    grads = [p.grad.data for p in steps["hook"][1].params()]
+    comm._mpi_exchange = mpi_exchange
+    result["hook"]["alone_s"] = exchange_alone(comm, args.rounds, lambda: comm._reduce_arrays(
+        grads, "mean"))
+    result["sharded"]["alone_s"] = exchange_alone(comm, args.rounds, lambda: comm._allgather(
+        [comm._reduce_scatter(grads, "mean")], [g.shape for g in grads]))
     if comm.rank == 0:
-        print(json.dumps({"ranks": comm.size, "step_s": best[0], "alone_s": alone,
-                          "allreduce_s": float(np.mean(exchanges)),
-                          "no_exchange_s": best_no_exchange}))
+        print(json.dumps(result))
 
 
-def exchange_alone(comm, grads, rounds):
-    """Seconds of the gradients' allreduce with every rank ready (after a barrier):
-    the exchange itself, without waiting for a slower rank (best of rounds)."""
+# The steps timed: gradients averaged by AllreduceGrads, the update sharded by
+# ShardedOptimizer, no exchange.
+KINDS = ("hook", "sharded", "none")
+
+
+def exchange_alone(comm, rounds, exchange):
+    """Seconds of an exchange of the gradients with every rank ready (after a
+    barrier): the exchange itself, packing included, without waiting for a slower
+    rank (best of rounds)."""
     best = float("inf")
     for _ in range(rounds * 4):
         comm.barrier()
         start = time.perf_counter()
-        comm._reduce_arrays(grads, "mean")
+        exchange()
         best = min(best, comm.mpi.bcast(time.perf_counter() - start))
     return best
 
@@ -138,7 +152,6 @@ def launch(ranks, args):
                "--batch", str(args.batch), "--steps", str(args.steps),
                "--warmup", str(args.warmup), "--rounds", str(args.rounds)]
     command += ["--eager"] if args.eager else []
-    command += ["--sharded"] if args.sharded else []
     env = {**os.environ, **ONE_THREAD, "PYTHONPATH": str(ROOT)}
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     if run.returncode != 0:
@@ -154,8 +167,6 @@ def main():
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds (best kept)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--eager", action="store_true", help="eager steps, not traced")
-    parser.add_argument("--sharded", action="store_true",
-                        help="dist.ShardedOptimizer instead of the AllreduceGrads hook")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -167,19 +178,22 @@ def main():
     if load > 0.5:  # the ranks then share the cores with others, and wait for each other
         print(f"the machine is busy (load average {load:.1f} before the run): the "
               f"figures measure that load as much as the steps")
-    print(f"{'ranks':>5} {'samples/s':>10} {'ms/step':>8} {'no exchange':>12} "
-          f"{'allreduce ms':>13} {'alone ms':>9} {'vs 1 rank':>10} {'efficiency':>10}")
-    base = None
+    print(f"{'ranks':>5} {'step':>8} {'ms/step':>8} {'samples/s':>10} {'exchange ms':>12} "
+          f"{'alone ms':>9} {'vs 1 process':>13} {'efficiency':>10}")
+    one_process = None
     for ranks in args.ranks:
         result = launch(ranks, args)
-        rate = ranks * args.batch / result["step_s"]
-        base = base or (rate if ranks == 1 else None)
-        speedup = f"{rate / base:.2f}x" if base else "-"
-        efficiency = f"{rate / (ranks * base):.0%}" if base else "-"
-        print(f"{ranks:>5} {rate:>10.0f} {result['step_s'] * 1e3:>8.2f} "
-              f"{result['no_exchange_s'] * 1e3:>12.2f} "
-              f"{result['allreduce_s'] * 1e3:>13.2f} {result['alone_s'] * 1e3:>9.2f} "
-              f"{speedup:>10} {efficiency:>10}")
+        if ranks == 1:  # training without dezero.distributed
+            one_process = args.batch / result["none"]["step_s"]
+        for kind in KINDS:
+            row = result[kind]
+            rate = ranks * args.batch / row["step_s"]
+            exchanged = "-" if kind == "none" else f"{row['exchange_s'] * 1e3:.2f}"
+            alone = "-" if kind == "none" else f"{row['alone_s'] * 1e3:.2f}"
+            speedup = f"{rate / one_process:.2f}x" if one_process else "-"
+            efficiency = f"{rate / (ranks * one_process):.0%}" if one_process else "-"
+            print(f"{ranks:>5} {kind:>8} {row['step_s'] * 1e3:>8.2f} {rate:>10.0f} "
+                  f"{exchanged:>12} {alone:>9} {speedup:>13} {efficiency:>10}")
 
 
 if __name__ == "__main__":
