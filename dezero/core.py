@@ -488,9 +488,10 @@ class Function:
                 (Pow: sqrt for c = 0.5, else pow)
       cpp_type  the C++ type cpp yields where it is not the inputs' type ("bool"
                 for a comparison); the kernel casts it to the result's type
-      reduce    "sum", "max" or "min": the op reduces its one input over some axes
-                (its `axis` attr, or what its result's shape sums away), so a
-                kernel can fold it into its loop; not inherited past forward
+      reduce    "sum", "max", "min" or "pick" (the entry at a label): the op
+                reduces its first input over some axes (its `axis` attr, or what
+                its result's shape sums away), so a kernel can fold it into its
+                loop; not inherited past forward
       random    the op draws random numbers (never folded or deduplicated)
       collective  the op exchanges data with other processes (an allreduce): every
                 process must run it, in the same order, so no pass folds, merges,
@@ -517,13 +518,16 @@ class Function:
                 dtype, the steps forward's numpy calls in its order (so the values
                 are the same bits). On the CPU the passes split such a node into its
                 steps where all of them can join a kernel (passes.split_parts)
+      labels    the parameter holding integer class labels, one a row (t): cpp
+                (or a "pick" reduce) compares it with `_r`, the column, so the op
+                joins only a CPU kernel over the rows of a 2-d value
       fresh_result  forward returns a new array that shares memory with nothing
                 (x @ W): a kernel reading it last may write its result into it
     Subclasses store their constructor arguments under the same names, so that
     `type(f)(**f.attrs)` rebuilds an equivalent op.
     """
 
-    cpp = cpp_type = reduce = None
+    cpp = cpp_type = reduce = labels = None
     random = False
     collective = False
     commutative = False

@@ -1022,9 +1022,21 @@ def _check_class_ids(op, t, classes, of="classes"):
                          f"{classes} {of}; ids must be in 0..{classes - 1}")
 
 
+def _cross_entropy_parts(shapes, attrs):
+    # SoftmaxCrossEntropy.forward's steps: the loss's pick of each row's label is a
+    # fold over the row (pick_labels), so one kernel computes loss and probabilities.
+    n = shapes[0][0] if shapes[0] else 1
+    return _row_parts(1) + [
+        ("p", "div", ("e", "s"), {}), ("g", "pick_labels", ("d", "t"), {}),
+        ("l", "log", ("s",), {}), ("q", "sub", ("g", "l"), {}),
+        ("u", "sum", ("q",), {"axis": None, "keepdims": False}), ("v", "neg", ("u",), {}),
+        ("loss", "mul", ("v", 1 / n if n else float("nan")), {})], ("loss", "p")
+
+
 class SoftmaxCrossEntropy(Function):
     """Mean over the batch of -log softmax(x)[i, t[i]]; x: (N, C), t: (N,) integers.
     Outputs the loss and softmax(x), the probabilities its backward reads."""
+    parts = staticmethod(_cross_entropy_parts)
 
     def forward(self, x, t):
         _check_labels(self.op_name, x, t)
@@ -1061,6 +1073,9 @@ class SoftmaxCrossEntropyGrad(Function):
     """gx = (p - one_hot(t)) * c: softmax_cross_entropy's gradient from its
     probabilities p, labels t and scale c (the loss's gradient over N), in one op
     rather than a one-hot matrix, a subtraction and a product."""
+    # In a kernel over rows (the forward's), `_r` is the column: p - 1 where t picks.
+    cpp = "({p} - ({t} == _r ? 1 : 0)) * {c}"
+    labels = "t"
 
     def forward(self, p, t, c):
         xp = cuda.get_array_module(p)
@@ -1075,6 +1090,24 @@ class SoftmaxCrossEntropyGrad(Function):
         n, classes = p.shape
         t_onehot = OneHot(classes, p.dtype.name, None)(reshape(t, (n,)))
         return ggx * c, None, sum_to(ggx * (p - t_onehot), c.shape)
+
+
+class PickLabels(Function):
+    """y[i, 0] = x[i, t[i]]: each row's entry at its label (x: (N, C), t: (N,)
+    integers); a step of softmax_cross_entropy's forward (Function.parts), which a
+    kernel folds over each row like a reduction."""
+    reduce = "pick"
+    labels = "t"
+
+    def forward(self, x, t):
+        _check_class_ids(self.op_name, t, x.shape[1])
+        return x[cuda.get_array_module(x).arange(len(x)), t.ravel()][:, None]
+
+    def backward(self, gy):
+        x, t = self.inputs
+        n, classes = x.shape
+        hot = OneHot(classes, x.dtype.name, None)(reshape(t, (n,)))
+        return hot * reshape(gy, (n, 1)), None
 
 
 def softmax_cross_entropy(x, t):

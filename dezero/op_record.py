@@ -57,6 +57,7 @@ class OpRecord:
     neutral_attrs: dict | None  # simplify: attrs that leave the input unchanged
     epilogue: object      # split_epilogues: (input shapes) -> (op, shape), or None
     parts: object         # split_parts: (input shapes, attrs) -> primitive steps, or None
+    labels: str | None    # the parameter of class labels a row kernel reads per row
     fresh_result: bool    # forward returns an array it shares with nothing else
     random: bool
     collective: bool
@@ -64,8 +65,9 @@ class OpRecord:
 
     @property
     def elementwise(self) -> bool:
-        """One value out per value in, broadcasting: the op has a C++ expression."""
-        return self.cpp is not None
+        """One value out per value in, broadcasting: the op has a C++ expression (and
+        no labels, which it would read per row)."""
+        return self.cpp is not None and self.labels is None
 
     def function(self, attrs: dict):
         """A Function instance with these attrs. They are set directly rather than
@@ -87,7 +89,7 @@ def _record(cls) -> OpRecord:
             p.name for p in init if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
     facts = {name: own_fact(cls, name) for name in ("cpp", "cpp_type", "reduce", "py",
                                                     "neutral", "neutral_attrs", "epilogue",
-                                                    "parts")}
+                                                    "parts", "labels")}
     return OpRecord(cls.op_name, cls, tuple(p.name for p in forward), counts, attr_names,
                     random=bool(cls.random), collective=bool(cls.collective),
                     commutative=bool(cls.commutative),

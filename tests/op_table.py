@@ -185,6 +185,8 @@ EXTRA_CALLS = {
     # Labels checked already: the one_hot a second derivative of softmax_cross_entropy
     # computes.
     "one_hot": lambda: F.OneHot(3, "float64", None)(_labels()),
+    # A step of softmax_cross_entropy in traced graphs (test_trace_softmax_kernels.py).
+    "pick_labels": lambda: F.PickLabels()(_x(4, 3), _labels()),
     "mean_squared_error": lambda: F.mean_squared_error(_x(2, 3), _x(2, 3, seed=1)),
     "probabilities": lambda: F.binary_cross_entropy(
         Variable(np.random.default_rng(0).uniform(0.1, 0.9, (2, 3))), np.ones((2, 3))),

@@ -291,7 +291,7 @@ def test_a_traced_step_has_one_allreduce_node_between_backward_and_the_update(co
     assert allreduce.attrs == {"comm": "world", "op": "mean"}
     assert len(allreduce.inputs) == len(allreduce.outputs) == 4  # every gradient at once
     lines = [line for line in str(graph).splitlines() if "allreduce(" in line]
-    assert len(lines) == 1 and lines[0].strip().startswith("w: f32[3,8], y: f32[8]")
+    assert len(lines) == 1 and lines[0].strip().startswith("bg: f32[3,8], bh: f32[8]")
     # matmuls of backward before it, the optimizer's updates after it
     at = ops.index(allreduce)
     assert any(n.op == "matmul" for n in ops[:at])

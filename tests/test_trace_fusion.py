@@ -67,29 +67,29 @@ def test_the_tanh_chain_is_one_kernel():
 
 def test_a_sigmoid_mlp_sgd_steps_updates_are_one_horizontal_kernel_that_pays():
     graph, _ = traced_step(lambda: optimizers.SGD(0.1), classification_calls())
-    # the bias add with the sigmoid; the backward of the sigmoid (gy * y * (1 - y))
-    # with the sum of it for b's gradient (the loss's gradient is one op,
-    # softmax_cross_entropy_grad); then the update (lr * grad, param - that) of every
-    # parameter in one kernel
-    assert kernel_sizes(graph) == [2, 4, 8]
+    # the bias add with the sigmoid; the second bias add with the loss (its softmax,
+    # the pick of each label, the mean) and the loss's gradient; the backward of the
+    # sigmoid (gy * y * (1 - y)) with the sum of it for b's gradient; then the update
+    # (lr * grad, param - that) of every parameter in one kernel
+    assert kernel_sizes(graph) == [2, 13, 4, 8]
     # only y leaves the forward's kernel: 1 - y is computed in the backward's
     assert [v.name for v in graph.groups[0].outputs] == ["e"]
-    update = graph.groups[2]
+    update = graph.groups[3]
     assert [s.shape for s in update.segments] == [(4, 10), (10,), (10, 3), (3,)]
-    assert [s.name for s in update.segments] == ["k2_0", "k2_1", "k2_2", "k2_3"]
+    assert [s.name for s in update.segments] == ["k3_0", "k3_1", "k3_2", "k3_3"]
     assert update.shape == (40 + 10 + 30 + 3,) and update.compiled  # 8 ops: it pays
-    # 2 ops on small arrays run as numpy calls; the 4 with a reduction pay
-    assert [g.compiled for g in graph.groups[:2]] == [False, True]
-    assert "  # kernel k2: horizontal, 4 x 2 ops over [4,10], [10], [10,3], [3]\n" \
-           "    # k2_0: f32[4,10] -> y\n" in str(graph)
+    # 2 ops on small arrays run as numpy calls; the 13 and the 4 with a reduction pay
+    assert [g.compiled for g in graph.groups[:3]] == [False, True, True]
+    assert "  # kernel k3: horizontal, 4 x 2 ops over [4,10], [10], [10,3], [3]\n" \
+           "    # k3_0: f32[4,10] -> bh\n" in str(graph)
 
 
 def test_an_adam_step_has_one_scalar_kernel_and_one_horizontal_update_kernel():
     graph, _ = traced_step(lambda: optimizers.Adam(0.01), classification_calls())
-    assert kernel_sizes(graph) == [2, 4, 12, 48]
-    scalars = graph.groups[2]  # the step count and the bias-corrected step size
+    assert kernel_sizes(graph) == [2, 13, 4, 12, 48]
+    scalars = graph.groups[3]  # the step count and the bias-corrected step size
     assert scalars.shape == () and len(scalars.outputs) == 2 and not scalars.segments
-    update = graph.groups[3]
+    update = graph.groups[4]
     assert len(update.segments) == 4 and len(update.outputs) == 12
     for segment in update.segments:  # m, v and the parameter are written back
         assert len(segment.nodes) == 12 and len(segment.outputs) == 3
@@ -97,33 +97,33 @@ def test_an_adam_step_has_one_scalar_kernel_and_one_horizontal_update_kernel():
 
 def test_the_adam_update_of_one_parameter_is_one_readable_segment():
     graph, _ = traced_step(lambda: optimizers.Adam(0.01), classification_calls())
-    spec = kernel_spec(graph.groups[3])
-    assert [s.name for s in spec.segments] == ["k3_0", "k3_1", "k3_2", "k3_3"]
-    assert spec.body == "// kernel k3: horizontal over k3_0, k3_1, k3_2, k3_3\n"
+    spec = kernel_spec(graph.groups[4])
+    assert [s.name for s in spec.segments] == ["k4_0", "k4_1", "k4_2", "k4_3"]
+    assert spec.body == "// kernel k4: horizontal over k4_0, k4_1, k4_2, k4_3\n"
     first = spec.segments[0]
     # the gradient u, the slots m and v (named by where they live), 1 - beta1, 1 - beta2,
     # the step size, eps and the parameter
     assert [p.name for p in first.inputs] == [
-        "u", "optimizer_ms_l0_W", "bj", "optimizer_vs_l0_W", "bk", "bi",
+        "be", "optimizer_ms_l0_W", "bs", "optimizer_vs_l0_W", "bt", "br",
         "optimizer_eps", "model_l0_W"]
-    assert [p.name for p in first.outputs] == ["bn", "br", "bw"]  # new m, v and W
+    assert [p.name for p in first.outputs] == ["bw", "ca", "cf"]  # new m, v and W
     assert first.body == (
-        "// kernel k3_0: sub, mul, add, mul, sub, mul, add, mul, sqrt, add, div, sub\n"
-        "const float bl = u - optimizer_ms_l0_W;\n"
-        "const float bm = bj * bl;\n"
-        "const float bn_ = optimizer_ms_l0_W + bm;\n"
-        "const float bo = u * u;\n"
-        "const float bp = bo - optimizer_vs_l0_W;\n"
-        "const float bq = bk * bp;\n"
-        "const float br_ = optimizer_vs_l0_W + bq;\n"
-        "const float bs = bi * bn_;\n"
-        "const float bt = sqrt(br_);\n"
-        "const float bu = bt + optimizer_eps;\n"
-        "const float bv = bs / bu;\n"
-        "const float bw_ = model_l0_W - bv;\n"
-        "bn = bn_;\n"
-        "br = br_;\n"
-        "bw = bw_;\n")
+        "// kernel k4_0: sub, mul, add, mul, sub, mul, add, mul, sqrt, add, div, sub\n"
+        "const float bu = be - optimizer_ms_l0_W;\n"
+        "const float bv = bs * bu;\n"
+        "const float bw_ = optimizer_ms_l0_W + bv;\n"
+        "const float bx = be * be;\n"
+        "const float by = bx - optimizer_vs_l0_W;\n"
+        "const float bz = bt * by;\n"
+        "const float ca_ = optimizer_vs_l0_W + bz;\n"
+        "const float cb = br * bw_;\n"
+        "const float cc = sqrt(ca_);\n"
+        "const float cd = cc + optimizer_eps;\n"
+        "const float ce = cb / cd;\n"
+        "const float cf_ = model_l0_W - ce;\n"
+        "bw = bw_;\n"
+        "ca = ca_;\n"
+        "cf = cf_;\n")
     # the kernel's params: every segment's, each once (the 4 shared scalars too)
     assert [p.name for p in spec.inputs][:8] == [p.name for p in first.inputs]
     assert len(spec.inputs) == 8 + 3 * 4 and [p.name for p in spec.outputs] == [
@@ -219,20 +219,22 @@ def test_groups_are_consecutive_typed_and_checked():
         spots = [at[id(n)] for n in group.nodes]
         assert group.name == f"k{k}" and spots == list(range(spots[0], spots[0] + len(spots)))
         for part in group.segments or [group]:
-            shapes = {part.shape} | (row_shapes(part.shape, part.axes) if part.axes else set())
+            shapes = {part.shape} | (row_shapes(part.shape, part.axes) | {()}  # a total
+                                     if part.axes else set())
             assert all(n.outputs[0].shape in shapes for n in part.nodes)
-            for v in part.inputs:
-                assert np.broadcast_shapes(v.shape, part.shape) == part.shape
+            for v in part.inputs:  # labels (integers) are read one a row
+                assert v.dtype.kind == "i" or \
+                    np.broadcast_shapes(v.shape, part.shape) == part.shape
     graph.check()
     broken = graph.with_nodes(graph.nodes)
     first = graph.groups[0]
     broken.groups = [Group("k0", first.nodes[::-1], first.inputs, first.outputs, first.shape)]
     with pytest.raises(GraphError, match="kernel k0 is not a run of consecutive nodes"):
         broken.check()
-    update = graph.groups[3]  # segments out of order: not the group's nodes
-    broken.groups = [Group("k3", update.nodes, update.inputs, update.outputs, update.shape,
+    update = graph.groups[4]  # segments out of order: not the group's nodes
+    broken.groups = [Group("k4", update.nodes, update.inputs, update.outputs, update.shape,
                            segments=update.segments[::-1])]
-    with pytest.raises(GraphError, match=r"kernel k3 is not a run of consecutive nodes of "
+    with pytest.raises(GraphError, match=r"kernel k4 is not a run of consecutive nodes of "
                                          r"the graph with results of shape \(3,\) or"):
         broken.check()
 

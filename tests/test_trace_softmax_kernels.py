@@ -93,3 +93,86 @@ def test_on_the_gpu_or_where_a_step_cannot_join_a_kernel_the_op_stays_whole(monk
     monkeypatch.setattr(sys.modules["dezero.static.trace"], "optimize", as_if_on_the_gpu)
     graph = dezero.trace(lambda x: F.softmax(x) * 2.0).lower(np.ones((4, 3), np.float32))
     assert [n.op for n in graph.nodes if n.kind == "op"] == ["softmax", "mul"]
+
+
+# =============================================================================
+# softmax_cross_entropy: loss and gradient in one kernel
+# =============================================================================
+
+
+def losses(x, b, t, z, u, e, s):
+    """Three losses and their gradients in one graph (one library): scores scaled and
+    shifted by a bias (a matmul epilogue's add), float64 scores with int32 labels of
+    shape (N, 1) and some -inf scores, and an empty batch (NaN, as numpy's mean)."""
+    results = []
+    for scores, labels, leaf in ((x * 0.5 + b, t, x), (z, u, z), (e, s, e)):
+        loss = F.softmax_cross_entropy(scores, labels)
+        loss.backward()
+        results += [loss, leaf.grad]
+    return results
+
+
+def loss_inputs(rng):
+    x = (rng.standard_normal((33, 10)) * 4).astype(np.float32)
+    x[5] = np.finfo(np.float32).max / 4  # huge scores: the max is subtracted first
+    z = rng.standard_normal((20, 4)) * 3
+    z[2, 1:] = -np.inf                   # their probability is 0; the label's is 1
+    u = rng.integers(0, 4, (20, 1)).astype(np.int32)
+    u[2] = 0
+    return (x, rng.standard_normal(10).astype(np.float32), rng.integers(0, 10, 33), z, u,
+            np.zeros((0, 5), np.float32), np.zeros(0, np.int64))
+
+
+@needs_compiler
+def test_the_loss_and_its_gradient_run_as_one_kernel():
+    args = loss_inputs(np.random.default_rng(1))
+
+    def leaves(args):
+        return [Variable(a) if a.dtype.kind == "f" and a.ndim == 2 else a for a in args]
+
+    with np.errstate(invalid="ignore"):
+        graph = dezero.trace(losses).lower(*leaves(args))
+    ops = [n.op for n in graph.nodes if n.kind == "op"]
+    assert "softmax_cross_entropy" not in ops and ops.count("softmax_cross_entropy_grad") == 3
+    steps = kernel_steps(graph)
+    assert [s.kind for s in steps] == ["kernel"] * 3  # each loss: forward and backward
+    first = [n.op for n in graph.groups[0].nodes]
+    assert first[:3] == ["mul", "add", "max"] and first[-2:] == ["softmax_cross_entropy_grad",
+                                                                 "mul"]  # * 0.5 of x's
+    plan = graph.compile("cpu").wait()
+    with np.errstate(invalid="ignore"):
+        got, want = plan(*leaves(args)), graph.interpret(*leaves(args))
+        eager = losses(*leaves(args))
+    for g, w, e in zip(got, want, eager):
+        assert g.shape == w.shape == e.shape and g.dtype == w.dtype == e.dtype
+        np.testing.assert_array_equal(w.data, e.data)  # forward's numpy calls, in order
+        close(g.data, w.data, g.dtype)
+    assert np.isnan(got[4].data) and got[5].shape == (0, 5)
+    # the gradient against its closed form: (softmax - one_hot) / N
+    z, u = args[3], args[4].ravel()
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    p[np.arange(20), u] -= 1
+    np.testing.assert_allclose(got[3].data, p / 20, rtol=1e-13, atol=1e-16)
+    # a label out of range at a replay: an error, as forward's
+    bad = list(args)
+    bad[2] = bad[2].copy()
+    bad[2][7] = 10
+    with pytest.raises(IndexError, match="out of range"):
+        plan(*leaves(bad))
+    with pytest.raises(IndexError, match="out of range"):
+        graph.interpret(*leaves(bad))
+
+
+def test_pick_labels_takes_each_rows_entry_and_differentiates():
+    x = np.random.default_rng(2).standard_normal((4, 3))
+    t = np.array([2, 0, 1, 2])
+    y = F.PickLabels()(Variable(x), t)
+    np.testing.assert_array_equal(y.data, x[np.arange(4), t][:, None])
+    xv = Variable(x)
+    F.sum(F.PickLabels()(xv, t) * np.arange(1.0, 5.0)[:, None]).backward()
+    want = np.zeros_like(x)
+    want[np.arange(4), t] = np.arange(1.0, 5.0)
+    np.testing.assert_array_equal(xv.grad.data, want)
+    with pytest.raises(IndexError, match="pick_labels: id 3 is out of range for 3 classes"):
+        F.PickLabels()(Variable(x), np.array([0, 1, 3, 0]))

@@ -435,8 +435,8 @@ class Graph:
         for group in self.groups:
             spots = [at.get(id(n)) for n in group.nodes]
             parts = group.segments or [group]
-            shapes = {group.shape} | (set() if group.axes is None else
-                                      row_shapes(group.shape, group.axes))
+            shapes = {group.shape} | (set() if group.axes is None else  # () of a total
+                                      row_shapes(group.shape, group.axes) | {()})
             if None in spots or spots != list(range(spots[0], spots[0] + len(spots))) or \
                     [n for s in parts for n in s.nodes] != group.nodes or \
                     any(v.shape != s.shape and v.shape not in shapes

@@ -20,7 +20,7 @@ import numpy as np
 
 from dezero import cuda
 from dezero.errors import GraphError
-from dezero.op_record import as_result_array
+from dezero.op_record import RECORDS, as_result_array
 from dezero.static import debugging, horizontal
 from dezero.static.ir import (
     Graph,
@@ -227,13 +227,15 @@ def split_parts(graph: Graph) -> Graph:
     step can join a kernel (fusion_refusal): fuse then makes them one reduction
     kernel with the elementwise ops around them. On the GPU the op runs alone."""
     used = {v.name for n in graph.nodes for v in n.outputs}
-    nodes = []
+    nodes, consts = [], []  # a graph's constants come before its ops
     for node in graph.nodes:
         split = _split(node, used) if graph.device == "cpu" and node.kind == "op" and \
             node.record.parts is not None else None
-        nodes += split or [node]
+        consts += [n for n in split or () if n.kind == "const"]
+        nodes += [n for n in split if n.kind == "op"] if split else [node]
+    head = sum(n.kind in ("input", "state", "const") for n in nodes)
     debugging.log(3, f"split_parts {graph.name}: {len(nodes) - len(graph.nodes)} more nodes")
-    return graph.with_nodes(nodes)
+    return graph.with_nodes(nodes[:head] + consts + nodes[head:])
 
 
 def _split(node: Node, used: set) -> list | None:
@@ -257,8 +259,9 @@ def _split(node: Node, used: set) -> list | None:
                 values[i] = Value(fresh("c"), (), dtype)
                 nodes.append(Node("const", outputs=[values[i]], payload=np.asarray(i, dtype)))
         shapes = [values[i].shape for i in inputs]
-        shape = tuple(np.broadcast_shapes(*shapes)) if "axis" not in attrs else \
-            _reduced_shape(shapes[0], attrs["axis"], attrs["keepdims"])
+        shape = _reduced_shape(shapes[0], attrs["axis"], attrs["keepdims"]) \
+            if "axis" in attrs else (shapes[0][0], 1) if RECORDS[op].reduce == "pick" \
+            else tuple(np.broadcast_shapes(*shapes))
         out = named.get(name) or Value(fresh(name), shape, dtype)
         part = Node("op", op, [values[i] for i in inputs], attrs, [out])
         if out.shape != shape or fusion_refusal(part) is not None:
@@ -316,18 +319,24 @@ def fusion_refusal(node: Node, device: str = "cpu") -> str | None:
         return "a random op (each replay draws afresh)"
     if record.collective:
         return "a collective (it exchanges data with other processes)"
+    labels = node.inputs[record.params.index(record.labels)] if record.labels else None
+    if labels is not None and (device == "gpu" or len(node.inputs[0].shape) != 2 or
+                               labels.dtype.name not in ("int32", "int64")):
+        return ("labels compared with the column: only in a CPU kernel over the rows of a "
+                "2-d value, with int32 or int64 labels")
     if record.reduce and node.outputs[0].shape not in row_shapes(node.inputs[0].shape,
                                                                  reduced_axes(node)):
         return "a reduction to a shape that keeps some reduced axes and drops others"
     if record.reduce and record.reduce != "sum" and any(
             node.inputs[0].shape[d] == 0 for d in reduced_axes(node)):
         return f"a {record.reduce} of no elements (numpy raises)"
-    if not record.elementwise and not record.reduce:
+    if record.cpp is None and not record.reduce:
         return "not elementwise (no cpp on its class)"
     if len(node.outputs) != 1:
         return f"{len(node.outputs)} results"
     dtype = node.outputs[0].dtype
-    if dtype.name not in KERNEL_DTYPES or any(v.dtype != dtype for v in node.inputs):
+    if dtype.name not in KERNEL_DTYPES or any(v.dtype != dtype for v in node.inputs
+                                              if v is not labels):
         return (f"dtypes {', '.join(v.dtype.name for v in node.inputs)} -> {dtype.name} "
                 f"(a kernel computes in one of {', '.join(KERNEL_DTYPES)})")
     for key, value in sorted(node.attrs.items()) if not record.reduce else ():
@@ -370,21 +379,33 @@ def _reads_as_row(shape: tuple, full: tuple, axes: tuple) -> bool:
                              for d, n in enumerate(full))
 
 
-def _joined(space: tuple, node: Node, values: list, update: bool) -> tuple | None:
+def _joined(space: tuple, node: Node, values: list, update: bool,
+            device: str = "cpu") -> tuple | None:
     """The (shape, axes) of a group after `node`, reading `values` of it, joins it, or
     None where it cannot. A group without reductions has one shape; a reduction of
     values of that shape joins and sets its axes; then an elementwise node joins with
     the full shape or a row shape (that of a reduction's result), unless it is part
     of an `update` on the row shape (of a bias, after its gradient's sum), which the
-    horizontal rule runs with the other parameters' updates."""
+    horizontal rule runs with the other parameters' updates. On the CPU a sum of all
+    of a row value (a loss's mean over the batch) joins as the kernel's total, after
+    its rows, and elementwise nodes on totals after it. An op comparing labels with
+    the column joins only a kernel over the rows of 2-d values."""
     shape, axes = space
     out = node.outputs[0].shape
+    rows = set() if axes is None else row_shapes(shape, axes)
+    total = out == () and () not in rows and device == "cpu"
     if node.record.reduce:
+        if values[0].shape != shape:
+            return space if total and node.record.reduce == "sum" and \
+                values[0].shape in rows else None
         mine = reduced_axes(node)
-        return (shape, mine) if values[0].shape == shape and axes in (None, mine) else None
+        return (shape, mine) if axes in (None, mine) else None
+    if node.record.labels and (len(shape) != 2 or axes != (1,)):
+        return None
     if axes is None:
         return space if out == shape and all(v.shape == shape for v in values) else None
-    rows = row_shapes(shape, axes)
+    if total:
+        return space if all(v.shape == () for v in values) else None
     if out == shape:
         fits = all(v.shape == shape or v.shape in rows and _reads_as_row(v.shape, shape, axes)
                    for v in values)
@@ -499,7 +520,7 @@ def _fuse(graph: Graph, small: dict) -> Graph:
             u = find(u)
             spaces[u] = _joined(space[u], node, [w for w, k in zip(node.inputs, units)
                                                  if k is not None and find(k) == u],
-                                id(node) in updates)
+                                id(node) in updates, graph.device)
             if phase_of[u] != phase:
                 log(f"{node.outputs[0].name} starts apart from {v.name}: a collective "
                     f"lies between them")
@@ -519,6 +540,9 @@ def _fuse(graph: Graph, small: dict) -> Graph:
             log(f"{node.outputs[0].name} " + ("joins one of its inputs' kernels: merging "
                 "them all" if chosen else "starts a kernel: joining its inputs'") +
                 " would make a path leave the kernel and come back, or mix reductions")
+        if not chosen and reason is None and node.record.labels and not node.record.reduce:
+            reason = "labels compared with the column: only in a kernel over rows"
+            log(f"boundary {format_node(node)}: {reason}")
         if not chosen:
             chosen = [len(parent)]
             parent.append(chosen[0])

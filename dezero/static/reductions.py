@@ -40,6 +40,8 @@ class ReductionSpec:
     pairwise: bool   # sums in numpy's order: pairwise (the reduced axes innermost)
     comment: str
     segments: tuple = ()  # never horizontal (see codegen.KernelSpec)
+    totals: tuple = ()  # (accumulator, row value): sums over all rows, after them
+    finish: tuple = ()  # statements on the totals (level "total": one value)
 
     def key(self) -> str:
         return hashlib.sha256(repr(self).encode()).hexdigest()
@@ -54,6 +56,10 @@ class ReductionSpec:
             lines += [f"  {line}" for line in element]
             lines += [f"  {a} = {kind}({a}, {v});" for kind, a, v in folds]
             lines += list(after)
+        if self.totals:
+            lines.append("// after all rows:")
+            lines += [f"{a} = sum of {v} over the rows;" for a, v in self.totals]
+            lines += list(self.finish)
         return "\n".join(lines) + "\n"
 
 
@@ -64,35 +70,46 @@ def reduction_spec(group: Group, names: dict, expression, param) -> ReductionSpe
     shape, axes = tuple(group.shape), tuple(group.axes)
     ctype = param(group.nodes[0].outputs[0], "").ctype
     inside = {id(v) for n in group.nodes for v in n.outputs}
-    full = {id(v): not n.record.reduce and v.shape == shape for n in group.nodes
-            for v in n.outputs}
-    # An input read per element and per row is passed twice, once for each.
+    # A value is per element ("full"), per row, or a total over all rows (after them).
+    level: dict = {}
+    for node in group.nodes:
+        reads = [level[id(v)] for v in node.inputs if id(v) in level]
+        level[id(node.outputs[0])] = (
+            ("row" if node.inputs[0].shape == shape else "total") if node.record.reduce
+            else "full" if node.outputs[0].shape == shape else
+            "total" if "total" in reads else "row")
+    full = {i: lv == "full" for i, lv in level.items()}
+    # An input read per element and per row is passed twice, once for each; labels
+    # (Function.labels) are read per row, and compared with the column.
     by_level: dict = {}
     for node in group.nodes:
-        level = "full" if full[id(node.outputs[0])] or node.record.reduce else "row"
-        for v in node.inputs:
+        mine = level[id(node.outputs[0])]
+        for j, v in enumerate(node.inputs):
             if id(v) not in inside:
-                by_level.setdefault((level, id(v)), v)
+                by_level.setdefault(
+                    ("label" if node.record.params[j] == node.record.labels else
+                     "full" if mine == "full" or node.record.reduce else mine, id(v)), v)
     position = {id(v): i for i, v in enumerate(group.inputs)}
     keys = sorted(by_level, key=lambda key: (position[key[1]], key[0]))
     local = {id(v): names[("local", id(v))] for n in group.nodes for v in n.outputs}
-    reads = {"full": dict(local), "row": dict(local)}
-    for k, (level, i) in enumerate(keys):
-        twice = (("full" if level == "row" else "row"), i) in by_level
-        reads[level][i] = f"_row{k}" if twice and level == "row" else names[i]
+    reads = {"full": dict(local), "row": dict(local), "total": dict(local)}
+    for k, (lv, i) in enumerate(keys):
+        twice = lv == "row" and ("full", i) in by_level
+        for read in ("full", "row") if lv == "label" else (lv,):
+            reads[read][i] = f"_row{k}" if twice else names[i]
+    rows = [n for n in group.nodes if n.record.reduce and level[id(n.outputs[0])] == "row"]
     # stage: the pass that computes a full value (after the reductions it reads);
     # for a row value, the number of passes after which it is known.
     stage: dict = {id(v): 0 for v in group.inputs}
     for node in group.nodes:
         before = max([stage[id(v)] for v in node.inputs if id(v) in inside] + [0])
         stage[id(node.outputs[0])] = before + 1 if node.record.reduce else before
-    count = max([stage[id(n.inputs[0])] + 1 for n in group.nodes if n.record.reduce] +
+    count = max([stage[id(n.inputs[0])] + 1 for n in rows] +
                 [stage[id(v)] + 1 for v in group.outputs if full[id(v)]])
     passes = [([], [], []) for _ in range(count)]
-    setup = []
+    setup, totals, finish = [], [], []
     for p in range(count):  # the full values a pass needs, each pass computing its own
-        wanted = {id(n.inputs[0]) for n in group.nodes
-                  if n.record.reduce and stage[id(n.inputs[0])] == p}
+        wanted = {id(n.inputs[0]) for n in rows if stage[id(n.inputs[0])] == p}
         wanted |= {id(v) for v in group.outputs if full[id(v)] and stage[id(v)] == p}
         for node in reversed(group.nodes):
             if id(node.outputs[0]) in wanted:
@@ -105,28 +122,37 @@ def reduction_spec(group: Group, names: dict, expression, param) -> ReductionSpe
                             if full[id(v)] and stage[id(v)] == p)
     for node in group.nodes:
         value = node.outputs[0]
-        if node.record.reduce:
-            passes[stage[id(value)] - 1][1].append(
-                (node.record.reduce, f"_acc_{local[id(value)]}", reads["full"][id(node.inputs[0])]))
-            passes[stage[id(value)] - 1][2].append(
-                f"const {ctype} {local[id(value)]} = _acc_{local[id(value)]};")
+        mine, acc = level[id(value)], f"_acc_{local[id(value)]}"
+        if mine == "total":
+            if node.record.reduce:
+                totals.append((acc, reads["row"][id(node.inputs[0])]))
+            text = acc if node.record.reduce else expression(node, reads["total"])
+            finish.append(f"const {ctype} {local[id(value)]} = {text};")
+        elif node.record.reduce:
+            v = reads["full"][id(node.inputs[0])]
+            if node.record.reduce == "pick":  # the entry at the row's label
+                v = f"{reads['full'][id(node.inputs[1])]} == _r ? {v} : {acc}"
+            passes[stage[id(value)] - 1][1].append((node.record.reduce, acc, v))
+            passes[stage[id(value)] - 1][2].append(f"const {ctype} {local[id(value)]} = {acc};")
         elif not full[id(value)]:
             text = expression(node, reads["row"])
             (passes[stage[id(value)] - 1][2] if stage[id(value)] else setup).append(
                 f"const {ctype} {local[id(value)]} = {text};")
     passes[-1][2].extend(f"{names[id(v)]} = {local[id(v)]};" for v in group.outputs
-                         if not full[id(v)])
+                         if level[id(v)] == "row")
+    finish += [f"{names[id(v)]} = {local[id(v)]};" for v in group.outputs
+               if level[id(v)] == "total"]
     kept = [d for d in range(len(shape)) if d not in axes and shape[d] != 1]
     wide = [d for d in axes if shape[d] != 1]
-    inputs = tuple(param(by_level[(level, i)], reads[level][i] if level == "row" else names[i])
-                   for level, i in keys)
+    inputs = tuple(param(by_level[(lv, i)], reads[lv][i] if lv == "row" else names[i])
+                   for lv, i in keys)
     return ReductionSpec(
         group.name, inputs, tuple(position[i] for _, i in keys),
         tuple(param(v, names[id(v)]) for v in group.outputs),
-        tuple(level for level, _ in keys) + tuple(
-            "full" if full[id(v)] else "row" for v in group.outputs),
+        tuple(lv for lv, _ in keys) + tuple(level[id(v)] for v in group.outputs),
         shape, axes, tuple(setup), tuple((tuple(e), tuple(f), tuple(a)) for e, f, a in passes),
         not kept or not wide or max(kept) < min(wide),
-        f"// kernel {group.name}: " + ", ".join(n.op for n in group.nodes))
+        f"// kernel {group.name}: " + ", ".join(n.op for n in group.nodes),
+        totals=tuple(totals), finish=tuple(finish))
 
 

@@ -20,8 +20,9 @@ def _size(shape) -> int:
 
 
 _FOLDS = {"sum": "{a} += {v};", "max": "{a} = ({v} > {a} || {v} != {v}) ? {v} : {a};",
-          "min": "{a} = ({v} < {a} || {v} != {v}) ? {v} : {a};"}
-_START = {"sum": "0", "max": "-INFINITY", "min": "INFINITY"}  # NaN wins max and min
+          "min": "{a} = ({v} < {a} || {v} != {v}) ? {v} : {a};",
+          "pick": "{a} = {v};"}  # v: the row's label == _r ? the value : a
+_START = {"sum": "0", "max": "-INFINITY", "min": "INFINITY", "pick": "0"}  # NaN wins max, min
 
 
 def columns(spec) -> bool:
@@ -30,7 +31,8 @@ def columns(spec) -> bool:
     the reduced positions is then the outer one, over blocks of kept positions that
     the inner loop runs through at unit stride, as numpy does; full outputs are laid
     out reduced axes first."""
-    return not spec.pairwise and len(spec.passes) == 1 and not spec.setup
+    return not spec.pairwise and len(spec.passes) == 1 and not spec.setup and \
+        not spec.totals and "label" not in spec.levels
 
 
 def reduction_source(spec) -> str:
@@ -39,7 +41,7 @@ def reduction_source(spec) -> str:
     the kept axes, R positions of the reduced ones), (K,) views of row-level ones,
     and fresh C-contiguous outputs of those shapes; rows run on OpenMP's threads."""
     ins, outs, n_in = spec.inputs, spec.outputs, len(spec.inputs)
-    ctype = (ins or outs)[0].ctype
+    ctype = outs[0].ctype
     rows = _size([n for d, n in enumerate(spec.shape) if d not in spec.axes])
     width = _size([spec.shape[d] for d in spec.axes])
     params = ", ".join(f"Object* _a{k}" for k in range(n_in + len(outs)))
@@ -49,23 +51,29 @@ def reduction_source(spec) -> str:
         f"// over shape {list(spec.shape)}, reducing axes {list(spec.axes)}",
         f'extern "C" int {spec.name}({params}, int _threads) {{',
         f"  constexpr npy_intp _K = {rows}, _R = {width};"]
-    for j in range(n_in + len(outs)):
-        const = "const " if j < n_in else ""
-        lines.append(f"  {const}{ctype}* const _p{j} = ({const}{ctype}*)((Array*)_a{j})->data;")
-        if j < n_in:
+    for j, p in enumerate(ins + outs):
+        const, t = "const " if j < n_in else "", p.ctype
+        lines.append(f"  {const}{t}* const _p{j} = ({const}{t}*)((Array*)_a{j})->data;")
+        if j < n_in and spec.levels[j] != "total":
             lines.append(f"  const npy_intp _k{j} = ((Array*)_a{j})->strides[0] / "
-                         f"(npy_intp)sizeof({ctype})" + (f", _r{j} = ((Array*)_a{j})->strides[1] "
-                         f"/ (npy_intp)sizeof({ctype})" if spec.levels[j] == "full" else "") + ";")
+                         f"(npy_intp)sizeof({t})" + (f", _r{j} = ((Array*)_a{j})->strides[1] "
+                         f"/ (npy_intp)sizeof({t})" if spec.levels[j] == "full" else "") + ";")
     if columns(spec):
         return "\n".join(lines + _column_loops(spec, ctype))
     buffers = max([sum(kind == "sum" for kind, _, _ in folds) for _, folds, _ in spec.passes]
                   + [0]) if spec.pairwise else 0
+    labels = [p.name for p, level in zip(ins, spec.levels) if level == "label"]
+    lines += ["  int _bad = 0;  // a label out of range"] if labels else []
+    lines += [f"  std::vector<{ctype}> _tot{m}(_K);" for m in range(len(spec.totals))]
     lines += ["  _Pragma(\"omp parallel num_threads(_threads) if (_threads > 1 && _K > 1 && "
               "threads_ok)\")",
               "  {", *(f"  std::vector<{ctype}> _buf{m}(_R);" for m in range(buffers)),
               "  _Pragma(\"omp for\")", "  for (npy_intp _k = 0; _k < _K; ++_k) {"]
-    lines += [f"    const {ctype} {p.name} = _p{j}[_k * _k{j}];" for j, p in enumerate(ins)
-              if spec.levels[j] == "row"]
+    lines += [f"    const {p.ctype} {p.name} = _p{j}[_k * _k{j}];" for j, p in enumerate(ins)
+              if spec.levels[j] in ("row", "label")]
+    for t in labels:
+        lines += [f"    if ({t} < 0 || {t} >= _R) {{", "      _Pragma(\"omp atomic write\")",
+                  "      _bad = 1;", "    }"]
     lines += [f"    {ctype} {p.name};" for j, p in enumerate(outs)
               if spec.levels[n_in + j] == "row"]
     lines += [f"    {line}" for line in spec.setup]
@@ -93,9 +101,20 @@ def reduction_source(spec) -> str:
                 lines.append(f"    {a} += pairwise_sum(_buf{m}.data(), _R);")
                 m += 1
         lines += [f"    {line}" for line in after]
+    lines += [f"    _tot{m}[_k] = {v};" for m, (_, v) in enumerate(spec.totals)]
     lines += [f"    _p{n_in + j}[_k] = {p.name};" for j, p in enumerate(outs)
               if spec.levels[n_in + j] == "row"]
-    lines += ["  }", "  }", "  return 0;", "}", ""]
+    lines += ["  }", "  }"]
+    for m, (a, _) in enumerate(spec.totals):  # numpy adds its pairwise sum to 0
+        lines += [f"  {ctype} {a} = 0;", f"  {a} += pairwise_sum(_tot{m}.data(), _K);"]
+    lines += [f"  const {ctype} {p.name} = _p{j}[0];" for j, p in enumerate(ins)
+              if spec.levels[j] == "total"]
+    lines += [f"  {ctype} {p.name};" for j, p in enumerate(outs)
+              if spec.levels[n_in + j] == "total"]
+    lines += [f"  {line}" for line in spec.finish]
+    lines += [f"  _p{n_in + j}[0] = {p.name};" for j, p in enumerate(outs)
+              if spec.levels[n_in + j] == "total"]
+    lines += [f"  return {'_bad' if labels else 0};", "}", ""]
     return "\n".join(lines)
 
 
@@ -151,8 +170,8 @@ def reduction_call(spec, fn, threads: int):
     targets = []
     for p, level in zip(spec.inputs, spec.levels):
         fits = len(p.shape) <= len(ones) and np.broadcast_shapes(p.shape, ones) == ones
-        targets.append(shape if level == "full" else ones if fits else
-                       tuple(n for d, n in enumerate(shape) if d not in axes))
+        targets.append(shape if level == "full" else () if level == "total" else ones if fits
+                       else tuple(n for d, n in enumerate(shape) if d not in axes))
     n_in = len(spec.inputs)
 
     def view(k, x):
@@ -164,13 +183,17 @@ def reduction_call(spec, fn, threads: int):
                                 f"was compiled for {p.dtype}; retrace with inputs of that dtype")
             x = x.astype(np.dtype(p.dtype).newbyteorder("="))
         x = np.broadcast_to(x, targets[k])
-        return x.transpose(order).reshape(rows, width) if level == "full" else x.reshape(rows)
+        if level == "full":
+            return x.transpose(order).reshape(rows, width)
+        return x.reshape(1 if level == "total" else rows)
 
     def run_reduction(*arrays):
         xs = [view(k, arrays[i]) for k, i in enumerate(spec.sources)]
-        outs = [np.empty(full_out if level == "full" else rows, p.dtype)
-                for p, level in zip(spec.outputs, spec.levels[n_in:])]
-        fn(*xs, *outs, threads)
+        outs = [np.empty(full_out if level == "full" else 1 if level == "total" else rows,
+                         p.dtype) for p, level in zip(spec.outputs, spec.levels[n_in:])]
+        if fn(*xs, *outs, threads):
+            raise IndexError(f"kernel {spec.name} ({spec.comment.split(': ', 1)[1]}): a "
+                             f"label is out of range; labels are class ids in 0..{width - 1}")
         return tuple(o.reshape(moved).transpose(back) if level == "full" else o.reshape(p.shape)
                      for o, p, level in zip(outs, spec.outputs, spec.levels[n_in:]))
     run_reduction.__name__ = run_reduction.__qualname__ = f"kernel_{spec.name}"
