@@ -42,6 +42,7 @@ class ReductionSpec:
     segments: tuple = ()  # never horizontal (see codegen.KernelSpec)
     totals: tuple = ()  # (accumulator, row value): sums over all rows, after them
     finish: tuple = ()  # statements on the totals (level "total": one value)
+    kept: int = 0       # row buffers _keep0, _keep1 ...: full values passes share
 
     def key(self) -> str:
         return hashlib.sha256(repr(self).encode()).hexdigest()
@@ -79,8 +80,9 @@ def reduction_spec(group: Group, names: dict, expression, param) -> ReductionSpe
             else "full" if node.outputs[0].shape == shape else
             "total" if "total" in reads else "row")
     full = {i: lv == "full" for i, lv in level.items()}
-    # An input read per element and per row is passed twice, once for each; labels
-    # (Function.labels) are read per row, and compared with the column.
+    # An input read at two levels (per element, per row, for the totals) is passed
+    # once for each, its later names _row3, _total4 ...; labels (Function.labels) are
+    # read per row, and compared with the column.
     by_level: dict = {}
     for node in group.nodes:
         mine = level[id(node.outputs[0])]
@@ -94,9 +96,9 @@ def reduction_spec(group: Group, names: dict, expression, param) -> ReductionSpe
     local = {id(v): names[("local", id(v))] for n in group.nodes for v in n.outputs}
     reads = {"full": dict(local), "row": dict(local), "total": dict(local)}
     for k, (lv, i) in enumerate(keys):
-        twice = lv == "row" and ("full", i) in by_level
+        name = f"_{lv}{k}" if k and keys[k - 1][1] == i else names[i]
         for read in ("full", "row") if lv == "label" else (lv,):
-            reads[read][i] = f"_row{k}" if twice else names[i]
+            reads[read][i] = name
     rows = [n for n in group.nodes if n.record.reduce and level[id(n.outputs[0])] == "row"]
     # stage: the pass that computes a full value (after the reductions it reads);
     # for a row value, the number of passes after which it is known.
@@ -108,16 +110,25 @@ def reduction_spec(group: Group, names: dict, expression, param) -> ReductionSpe
                 [stage[id(v)] + 1 for v in group.outputs if full[id(v)]])
     passes = [([], [], []) for _ in range(count)]
     setup, totals, finish = [], [], []
-    for p in range(count):  # the full values a pass needs, each pass computing its own
+    # The full values a pass needs: computed there, or kept in a row buffer (_keep)
+    # by the earlier pass that computed them (softmax's exp is computed once).
+    made: dict = {}  # id(value) -> [the pass that computed it, its buffer or None]
+    for p in range(count):
         wanted = {id(n.inputs[0]) for n in rows if stage[id(n.inputs[0])] == p}
         wanted |= {id(v) for v in group.outputs if full[id(v)] and stage[id(v)] == p}
         for node in reversed(group.nodes):
-            if id(node.outputs[0]) in wanted:
+            if id(node.outputs[0]) in wanted and id(node.outputs[0]) not in made:
                 wanted |= {id(v) for v in node.inputs if full.get(id(v))}
         for node in group.nodes:
-            if id(node.outputs[0]) in wanted and not node.record.reduce:
-                passes[p][0].append(f"const {ctype} {local[id(node.outputs[0])]} = "
-                                    f"{expression(node, reads['full'])};")
+            i = id(node.outputs[0])
+            if i not in wanted or node.record.reduce:
+                continue
+            if i in made and made[i][1] is None:
+                made[i][1] = f"_keep{sum(m[1] is not None for m in made.values())}"
+                passes[made[i][0]][0].append(f"{made[i][1]}[_r] = {local[i]};")
+            text = f"{made[i][1]}[_r]" if i in made else expression(node, reads["full"])
+            passes[p][0].append(f"const {ctype} {local[i]} = {text};")
+            made.setdefault(i, [p, None])
         passes[p][0].extend(f"{names[id(v)]} = {local[id(v)]};" for v in group.outputs
                             if full[id(v)] and stage[id(v)] == p)
     for node in group.nodes:
@@ -144,8 +155,8 @@ def reduction_spec(group: Group, names: dict, expression, param) -> ReductionSpe
                if level[id(v)] == "total"]
     kept = [d for d in range(len(shape)) if d not in axes and shape[d] != 1]
     wide = [d for d in axes if shape[d] != 1]
-    inputs = tuple(param(by_level[(lv, i)], reads[lv][i] if lv == "row" else names[i])
-                   for lv, i in keys)
+    inputs = tuple(param(by_level[key], reads["full" if key[0] == "label" else key[0]][key[1]])
+                   for key in keys)
     return ReductionSpec(
         group.name, inputs, tuple(position[i] for _, i in keys),
         tuple(param(v, names[id(v)]) for v in group.outputs),
@@ -153,6 +164,7 @@ def reduction_spec(group: Group, names: dict, expression, param) -> ReductionSpe
         shape, axes, tuple(setup), tuple((tuple(e), tuple(f), tuple(a)) for e, f, a in passes),
         not kept or not wide or max(kept) < min(wide),
         f"// kernel {group.name}: " + ", ".join(n.op for n in group.nodes),
-        totals=tuple(totals), finish=tuple(finish))
+        totals=tuple(totals), finish=tuple(finish),
+        kept=sum(m[1] is not None for m in made.values()))
 
 

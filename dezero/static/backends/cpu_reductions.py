@@ -25,6 +25,12 @@ _FOLDS = {"sum": "{a} += {v};", "max": "{a} = ({v} > {a} || {v} != {v}) ? {v} : 
 _START = {"sum": "0", "max": "-INFINITY", "min": "INFINITY", "pick": "0"}  # NaN wins max, min
 
 
+def once(spec, j: int) -> bool:
+    """Whether input j is read once, before the loops: a scalar, or read by the
+    statements on the totals."""
+    return spec.inputs[j].shape == () or spec.levels[j] == "total"
+
+
 def columns(spec) -> bool:
     """Whether a kernel runs by columns: one pass with nothing before it, and kept
     axes inside reduced ones (a bias's gradient, summed over the batch). Its loop over
@@ -54,10 +60,12 @@ def reduction_source(spec) -> str:
     for j, p in enumerate(ins + outs):
         const, t = "const " if j < n_in else "", p.ctype
         lines.append(f"  {const}{t}* const _p{j} = ({const}{t}*)((Array*)_a{j})->data;")
-        if j < n_in and spec.levels[j] != "total":
+        if j < n_in and not once(spec, j):
             lines.append(f"  const npy_intp _k{j} = ((Array*)_a{j})->strides[0] / "
                          f"(npy_intp)sizeof({t})" + (f", _r{j} = ((Array*)_a{j})->strides[1] "
                          f"/ (npy_intp)sizeof({t})" if spec.levels[j] == "full" else "") + ";")
+    lines += [f"  const {p.ctype} {p.name} = _p{j}[0];" for j, p in enumerate(ins)
+              if once(spec, j)]
     if columns(spec):
         return "\n".join(lines + _column_loops(spec, ctype))
     buffers = max([sum(kind == "sum" for kind, _, _ in folds) for _, folds, _ in spec.passes]
@@ -68,9 +76,10 @@ def reduction_source(spec) -> str:
     lines += ["  _Pragma(\"omp parallel num_threads(_threads) if (_threads > 1 && _K > 1 && "
               "threads_ok)\")",
               "  {", *(f"  std::vector<{ctype}> _buf{m}(_R);" for m in range(buffers)),
+              *(f"  std::vector<{ctype}> _keep{m}(_R);" for m in range(spec.kept)),
               "  _Pragma(\"omp for\")", "  for (npy_intp _k = 0; _k < _K; ++_k) {"]
     lines += [f"    const {p.ctype} {p.name} = _p{j}[_k * _k{j}];" for j, p in enumerate(ins)
-              if spec.levels[j] in ("row", "label")]
+              if spec.levels[j] in ("row", "label") and not once(spec, j)]
     for t in labels:
         lines += [f"    if ({t} < 0 || {t} >= _R) {{", "      _Pragma(\"omp atomic write\")",
                   "      _bad = 1;", "    }"]
@@ -81,7 +90,7 @@ def reduction_source(spec) -> str:
         lines += [f"    {ctype} {a} = {_START[kind]};" for kind, a, _ in folds]
         lines.append("    for (npy_intp _r = 0; _r < _R; ++_r) {")
         lines += [f"      const {ctype} {p.name} = _p{j}[_k * _k{j} + _r * _r{j}];"
-                  for j, p in enumerate(ins) if spec.levels[j] == "full"]
+                  for j, p in enumerate(ins) if spec.levels[j] == "full" and not once(spec, j)]
         stored = [(j, p) for j, p in enumerate(outs) if spec.levels[n_in + j] == "full"
                   and f"{p.name} = " in "\n".join(element)]
         lines += [f"      {ctype} {p.name};" for _, p in stored]
@@ -107,8 +116,6 @@ def reduction_source(spec) -> str:
     lines += ["  }", "  }"]
     for m, (a, _) in enumerate(spec.totals):  # numpy adds its pairwise sum to 0
         lines += [f"  {ctype} {a} = 0;", f"  {a} += pairwise_sum(_tot{m}.data(), _K);"]
-    lines += [f"  const {ctype} {p.name} = _p{j}[0];" for j, p in enumerate(ins)
-              if spec.levels[j] == "total"]
     lines += [f"  {ctype} {p.name};" for j, p in enumerate(outs)
               if spec.levels[n_in + j] == "total"]
     lines += [f"  {line}" for line in spec.finish]
@@ -132,7 +139,7 @@ def _column_loops(spec, ctype) -> list:
     lines += ["    for (npy_intp _r = 0; _r < _R; ++_r) {", "      _Pragma(\"omp simd\")",
               "      for (npy_intp _k = _kb; _k < _end; ++_k) {"]
     lines += [f"        const {ctype} {p.name} = _p{j}[_k * _k{j} + _r * _r{j}];"
-              for j, p in enumerate(ins) if spec.levels[j] == "full"]
+              for j, p in enumerate(ins) if spec.levels[j] == "full" and not once(spec, j)]
     lines += [f"        {ctype} {p.name};" for _, p in stored]
     lines += [f"        {line}" for line in element]
     lines += ["        " + _FOLDS[kind].format(a=f"_col{a}[_k - _kb]", v=v)
@@ -140,7 +147,7 @@ def _column_loops(spec, ctype) -> list:
     lines += [f"        _p{n_in + j}[_r * _K + _k] = {p.name};" for j, p in stored]
     lines += ["      }", "    }", "    for (npy_intp _k = _kb; _k < _end; ++_k) {"]
     lines += [f"      const {ctype} {p.name} = _p{j}[_k * _k{j}];" for j, p in enumerate(ins)
-              if spec.levels[j] == "row"]
+              if spec.levels[j] == "row" and not once(spec, j)]
     lines += [f"      {ctype} {p.name};" for j, p in enumerate(outs)
               if spec.levels[n_in + j] == "row"]
     lines += [f"      const {ctype} {a} = _col{a}[_k - _kb];" for _, a, _ in folds]
@@ -165,6 +172,7 @@ def reduction_call(spec, fn, threads: int):
     else:
         order_out, full_out = order, (rows, width)
     moved = tuple(shape[d] for d in order_out)
+    plain = order == sorted(order)  # no axis moves: views need no transpose
     back = tuple(int(d) for d in np.argsort(order_out))
     ones = tuple(1 if d in axes else n for d, n in enumerate(shape))
     targets = []
@@ -182,10 +190,13 @@ def reduction_call(spec, fn, threads: int):
                 raise TypeError(f"kernel {spec.name}: input {p.name} is {x.dtype}, the kernel "
                                 f"was compiled for {p.dtype}; retrace with inputs of that dtype")
             x = x.astype(np.dtype(p.dtype).newbyteorder("="))
-        x = np.broadcast_to(x, targets[k])
+        if p.shape == () or level == "total":
+            return x.reshape(1)
+        if x.shape != targets[k]:
+            x = np.broadcast_to(x, targets[k])
         if level == "full":
-            return x.transpose(order).reshape(rows, width)
-        return x.reshape(1 if level == "total" else rows)
+            return (x if plain else x.transpose(order)).reshape(rows, width)
+        return x.reshape(rows)
 
     def run_reduction(*arrays):
         xs = [view(k, arrays[i]) for k, i in enumerate(spec.sources)]
@@ -194,7 +205,8 @@ def reduction_call(spec, fn, threads: int):
         if fn(*xs, *outs, threads):
             raise IndexError(f"kernel {spec.name} ({spec.comment.split(': ', 1)[1]}): a "
                              f"label is out of range; labels are class ids in 0..{width - 1}")
-        return tuple(o.reshape(moved).transpose(back) if level == "full" else o.reshape(p.shape)
+        return tuple((o.reshape(moved) if plain and order_out == order else
+                      o.reshape(moved).transpose(back)) if level == "full" else o.reshape(p.shape)
                      for o, p, level in zip(outs, spec.outputs, spec.levels[n_in:]))
     run_reduction.__name__ = run_reduction.__qualname__ = f"kernel_{spec.name}"
     run_reduction.threads = threads
