@@ -10,7 +10,7 @@ import time
 def interleaved_best(fns, seconds, rounds, clock=time.perf_counter):
     """Best time per call (seconds, by `clock`) of each function: each is first
     called enough times to fill its share of `seconds`, then all take turns for
-    `rounds` rounds of that many calls."""
+    `rounds` rounds of that many calls, each round beginning one function later."""
     counts = []
     for fn in fns:
         fn()
@@ -20,8 +20,12 @@ def interleaved_best(fns, seconds, rounds, clock=time.perf_counter):
             n += 1
         counts.append(max(n, 1))
     best = [float("inf")] * len(fns)
-    for _ in range(rounds):
-        for i, (fn, n) in enumerate(zip(fns, counts)):
+    for r in range(rounds):
+        # Each round starts one function later, so that none always runs right after
+        # the same one (what one leaves behind, threads still busy or a cache filled
+        # with its own data, slows the next).
+        for i in [*range(r % len(fns), len(fns)), *range(r % len(fns))]:
+            fn, n = fns[i], counts[i]
             start = clock()
             for _ in range(n):
                 fn()
