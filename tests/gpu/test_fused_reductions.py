@@ -162,3 +162,46 @@ def test_a_kernel_of_one_input_stays_off_cupys_cub_path():
     assert float(traced(x).data) == pytest.approx(float(cp.exp(x).sum()), rel=1e-12)
     assert "// in_params:     float64 in0, int32 cub_off\n" in \
         traced.graph.compile().kernel_source
+
+
+def test_a_regression_step_sums_in_its_kernels_and_trains_as_eager_numpy():
+    """Book step 44's regression (sigmoid MLP, mean squared error written out, SGD):
+    the loss's square and sum run in one kernel (with the start of its backward, which
+    is why the output bias's gradient, a second reduction of it, runs alone), the
+    hidden bias's gradient in the sigmoid backward's kernel."""
+    from dezero import optimizers
+    from dezero.models import MLP
+    rng = np.random.default_rng(0)
+    x = rng.random((100, 1)).astype(np.float32)
+    t = (np.sin(2 * np.pi * x) + rng.random((100, 1))).astype(np.float32)
+    models = []
+    for _ in range(2):
+        np.random.seed(0)
+        model = MLP((10, 1))
+        model(x[:1])  # make the lazily sized weights
+        models.append(model)
+    cpu, gpu = models
+    gpu.to_gpu()
+
+    def step_of(model):
+        optimizer = optimizers.SGD(0.2).setup(model)
+
+        def step(x, t):
+            loss = F.sum((model(x) - t) ** 2) / len(x)
+            model.cleargrads()
+            loss.backward()
+            optimizer.update()
+            return loss
+        return step
+    cpu_step, gpu_step = step_of(cpu), dezero.trace(step_of(gpu))
+    for _ in range(5):
+        loss_cpu = cpu_step(x, t)
+        loss_gpu = gpu_step(cp.asarray(x), cp.asarray(t))
+        np.testing.assert_allclose(cp.asnumpy(loss_gpu.data), loss_cpu.data, rtol=1e-4)
+    for p_cpu, p_gpu in zip(cpu.params(), gpu.params()):
+        np.testing.assert_allclose(cp.asnumpy(p_gpu.data), p_cpu.data, rtol=1e-4, atol=1e-6)
+    reductions = [[n.op for n in g.nodes if n.record.reduce] for g in gpu_step.graph.groups
+                  if g.axes is not None]
+    assert sorted(reductions) == [["sum"], ["sum_to"]]
+    source = gpu_step.graph.compile().source
+    assert len(re.findall(r"= _k\d+\(", source)) == len(gpu_step.graph.groups)
