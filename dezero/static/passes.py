@@ -432,13 +432,20 @@ def fuse(graph: Graph) -> Graph:
     while True:
         fused = _fuse(graph, small)
         more = {id(n): _why_apart(g, graph.device) for g in fused.groups
-                if g.axes is not None and not g.compiled for n in g.nodes if n.record.reduce}
+                if g.axes is not None and not g.compiled for n in _set_apart(g, graph.device)}
         if not more:
             return fused
         small |= more
         debugging.log(3, f"fuse {graph.name}: again, each reduction of a kernel " + (
-            "that is no one cupy ReductionKernel" if graph.device == "gpu" else
-            "too small to pay") + " a boundary")
+            "that is no one cupy ReductionKernel (but the first of several)" if graph.device
+            == "gpu" else "too small to pay") + " a boundary")
+
+
+def _set_apart(group: Group, device: str) -> list:
+    """The reductions of a kernel that does not run compiled, which fuse makes
+    boundaries: all, but on the GPU the first of several (alone it may fit)."""
+    reductions = [n for n in group.nodes if n.record.reduce]
+    return reductions[device == "gpu" and len(reductions) > 1:]
 
 
 def _why_apart(group: Group, device: str) -> str:
