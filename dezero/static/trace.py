@@ -476,6 +476,9 @@ class TracedFunction:
 
     # ---- recording -------------------------------------------------------------
     def _record(self, key, leaves, args, kwargs, reason, restore_state=False):
+        """Run the function once under a Tracer and make its graph: (the eager result,
+        the optimised graph), its compiled entry cached where it may replay."""
+        # 1. The run, recorded: arguments become inputs (guards for arrays).
         labels = []
         self._signature(args, kwargs, labels)
         leaf_labels = [label for label, part in zip(labels, key)
@@ -498,6 +501,8 @@ class TracedFunction:
         finally:
             core.set_tracer(previous)
             layers.set_observer(observer)
+        # 2. What the function reached besides its arguments: the structure to guard,
+        # attributes carrying values to the next call, Python state it changed.
         structure, attr_writes, transient, places = survey(
             self.fn, args, kwargs, {id(c.var) for c in tracer.captures}, tracer.computed,
             {(id(h), n) for h, n in self._carried}, tracer.const_sources)
@@ -522,6 +527,8 @@ class TracedFunction:
                  if not any(h is h2 and n == n2 for h2, n2 in self._carried)]
         self._carried += found
         new = [f"{type(h).__name__}.{n}" for h, n in found]
+        # 3. The graph, optimised and compiled; kept unless the run was not one that
+        # repeats (it initialised state, found carried values, changed Python state).
         graph = recorded_graph = tracer.finish(result, attr_writes, places)
         result = unguarded(result)
         recorded = time.perf_counter()
@@ -564,6 +571,7 @@ class TracedFunction:
                          f"recorded in {(recorded - start) * 1e3:.1f} ms, prepared in "
                          f"{(time.perf_counter() - recorded) * 1e3:.1f} ms"
                          + "".join(f"; not kept: {why}" for why in not_kept))
+        # 4. Nothing the run computed may stay held where no replay would update it.
         ops = tracer.ops
         # The recording's own references to the run's Variables go (a guard kept past
         # the recording leads to the tracer, so the tracer lets go of them too).
