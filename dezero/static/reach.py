@@ -437,7 +437,8 @@ class _Walk:
             if callable(obj) and isinstance(getattr(obj, "fn", None), types.FunctionType):
                 self.add_function(obj.fn)
             return False
-        self._methods(type(obj))
+        for klass in type(obj).__mro__:  # the user's classes: methods, class attributes
+            self.visit(klass, klass.__name__, False)
         # dezero's objects (a layer, a DataLoader's iteration) and the user's: not
         # other libraries' internals (a WeakKeyDictionary's flags).
         users = is_user_module(sys.modules.get(type(obj).__module__))
@@ -453,11 +454,6 @@ class _Walk:
         self.functions.append(f)
         if quiet or self.quiet:
             self.quiet_functions.add(id(f))
-
-    def _methods(self, cls):
-        # The user's classes: their methods, and class attributes that may hold layers.
-        for klass in cls.__mro__:
-            self.visit(klass, klass.__name__, False)
 
     def _item(self, item, label, inside) -> bool:
         if self.computed_here(item):
