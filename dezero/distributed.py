@@ -567,6 +567,8 @@ class ShardedOptimizer:
         optimizer.target = _Pieces()  # the optimizer itself updates this rank's pieces
 
     def __getattr__(self, name):  # the optimizer's hyperparameters, t, lr ...
+        if name.startswith("__") or "optimizer" not in self.__dict__:
+            raise AttributeError(name)  # (copy and pickle ask before __init__ ran)
         return getattr(self.__dict__["optimizer"], name)
 
     def __setattr__(self, name, value):

@@ -543,3 +543,27 @@ def test_a_sharded_update_leaves_a_parameter_without_a_gradient_alone(comm):
     np.testing.assert_array_equal(runs[1][-1], 1.0)
     for a, b in zip(*runs):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_rank_whose_block_is_empty_still_counts_the_update(comm, monkeypatch):
+    # One element for two ranks: rank 1's block is empty, yet Adam's step count must
+    # advance with rank 0's, and the parameter comes back from rank 0's block.
+    monkeypatch.setattr(comm, "size", 2)
+    monkeypatch.setattr(comm, "rank", 1)
+    sent = []
+
+    def exchange(flat, what, op, root, out=None):
+        sent.append((what, flat.size))
+        if what == "allgather":
+            flat[:1] = 5.0  # rank 0's new value
+
+    monkeypatch.setattr(comm, "_mpi_exchange", exchange)
+    w = dezero.Parameter(np.array([1.0], np.float32), name="w")
+    model = dezero.Layer()
+    model.w = w
+    optimizer = dist.ShardedOptimizer(optimizers.Adam(), comm).setup(model)
+    w.grad = Variable(np.array([0.5], np.float32))
+    optimizer.update()
+    assert sent == [("reduce_scatter", 2), ("allgather", 2)]
+    assert optimizer.t == 1 and optimizer.pieces == {}
+    np.testing.assert_array_equal(w.data, [5.0])
