@@ -206,3 +206,18 @@ def test_a_regression_step_sums_in_its_kernels_and_trains_as_eager_numpy():
     assert sorted(reductions) == [["sum"], ["sum_to"]]
     source = gpu_step.graph.compile().source
     assert len(re.findall(r"= _k\d+\(", source)) == len(gpu_step.graph.groups)
+
+
+def test_a_graph_fused_on_the_cpu_and_moved_runs_its_fitting_kernels_as_reduction_kernels():
+    """to_gpu() decides again which kernels run compiled: a CPU kernel of one pass
+    is one ReductionKernel there, one of three passes (a softmax-like) runs op by op."""
+    def f(x, t):
+        return F.sum((x - t) ** 2, axis=1) * 0.5, F.exp(x - F.max(x, axis=1, keepdims=True))
+    rng = np.random.default_rng(4)
+    x, t = (rng.standard_normal((300, 64)).astype(np.float32) for _ in range(2))
+    graph = dezero.trace(f).lower(x, t).to_gpu()
+    assert [(g.axes, g.compiled) for g in graph.groups] == [((1,), True), ((1,), False)]
+    assert graph.compile().kernel_source.count("cupy.ReductionKernel") == 1
+    x, t = cp.asarray(x), cp.asarray(t)
+    for got, want in zip(graph.compile()(x, t), _interpreted(graph, x, t)):
+        np.testing.assert_allclose(cp.asnumpy(got.data), want, rtol=2e-5, atol=2e-5)
