@@ -32,7 +32,7 @@ BUDGETS = {
     "dezero/static/randomness.py": 116,
     "dezero/static/watch.py": 106,
     "dezero/static/drawing.py": 55,
-    "dezero/static/checking.py": 112,
+    "dezero/static/checking.py": 111,
     "dezero/static/debugging.py": 24,
     "dezero/static/codegen.py": 133,
     "dezero/static/reductions.py": 128,

@@ -53,10 +53,9 @@ def check_replay(name, tracer, recorded, entry, leaves, result, random_state,
             if not with_grad:
                 continue  # carried state: compared above
             pairs.append((data, var._data, f"state {node}"))
-            if grad is not None and var.grad is not None:
-                pairs.append((grad._data, var.grad._data, f"state {node}.grad"))
-            elif (grad is None) != (var.grad is None):
-                pairs.append((grad, var.grad, f"state {node}.grad"))
+            if grad is not None or var.grad is not None:  # one None: a difference
+                pairs.append((getattr(grad, "_data", None), getattr(var.grad, "_data", None),
+                              f"state {node}.grad"))
         for holder, attr, var in attr_writes:
             pairs.append((var._data, getattr(holder, attr).data,
                           f"attribute {type(holder).__name__}.{attr}"))
