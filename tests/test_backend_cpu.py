@@ -892,6 +892,37 @@ def test_the_numpy_side_timed_is_the_replay_codes_statements_for_the_group():
         np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+@pytest.mark.parametrize("optimizer", ["SGD", "Adam"])
+def test_the_numpy_statements_of_every_kind_of_kernel_compute_what_it_does(optimizer):
+    # The spiral step's kernels: a reduction with its prologue (the bias gradient), a
+    # horizontal one (the updates), one on 0-d arrays (Adam's rate), vertical ones;
+    # each one's numpy statements run on its inputs as measure.py gives them.
+    from train_helpers import training_step
+
+    from dezero import models, optimizers
+    from dezero.static.backends import pycode
+    from dezero.static.lowering import lower
+    x, t = dezero.datasets.get_spiral(train=True)
+    model = models.MLP((10, 3), activation=F.sigmoid)
+    step = training_step(model, getattr(optimizers, optimizer)().setup(model), traced=True)
+    step(x[:30], t[:30])
+    plan = step.graph.compile("cpu").wait()
+    holder = {name: library for library in plan.libraries for name in library.specs}
+    steps = [s for s in lower(step.graph).steps if s.kind == "kernel" and s.group.name in holder]
+    kinds = {"horizontal" if s.group.segments else "reduction" if s.group.axes is not None
+             else "0-d" if s.group.shape == () else "vertical" for s in steps}
+    assert kinds >= {"horizontal", "reduction"} | ({"0-d"} if optimizer == "Adam" else set())
+    rng = np.random.default_rng(0)
+    for s in steps:
+        arrays = [np.asarray(rng.random(v.shape) * 0.5 + 0.5, v.dtype) for v in s.group.inputs]
+        library = holder[s.group.name]
+        compiled = library.kernel(library.specs[s.group.name])(*arrays)
+        statements = pycode.group_function(s)(*arrays)
+        assert len(statements) == len(s.group.outputs)
+        for got, want in zip(compiled, statements, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=s.group.name)
+
+
 def test_fastest_takes_turns_and_keeps_each_ones_best_call(monkeypatch):
     from dezero.static.backends import measure
     now, calls = [0.0], []
