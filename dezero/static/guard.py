@@ -23,6 +23,7 @@ from dezero import cuda
 from dezero.core import TracedArray, Variable, current_tracer, no_grad
 from dezero.errors import TraceError, where
 from dezero.static.ir import type_str
+from dezero.static.lowering import container, rebuilt
 
 # =============================================================================
 # GuardedArray: shape and dtype readable, arithmetic recorded, numbers refused
@@ -248,11 +249,7 @@ def with_leaves(args, kwargs, static_positions, static_names, leaves):
     def walk(obj):
         if isinstance(obj, (Variable, *cuda.array_types)):
             return next(leaves)
-        if type(obj) in (tuple, list):
-            return type(obj)(walk(o) for o in obj)
-        if type(obj) is dict:
-            return {k: walk(v) for k, v in obj.items()}
-        return obj
+        return mapped(obj, walk)
 
     args = [a if i in static_positions else walk(a) for i, a in enumerate(args)]
     kwargs = {k: kwargs[k] if k in static_names else walk(kwargs[k]) for k in sorted(kwargs)}
@@ -266,8 +263,13 @@ def unguarded(obj, behind=None):
         if behind is not None and isinstance(obj.source, Variable):
             behind.append(obj.source)
         return obj.array
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(unguarded(o, behind) for o in obj)
-    if isinstance(obj, dict):
-        return {k: unguarded(v, behind) for k, v in obj.items()}
-    return obj
+    return mapped(obj, lambda item: unguarded(item, behind))  # finish() refuses the rest
+
+
+def mapped(obj, fn):
+    """A container like obj (lowering.container's kinds) of fn(item) for its items;
+    anything else as it is."""
+    kind, extra = container(obj) or (None, None)
+    if kind == "dict":
+        return rebuilt(kind, extra, {k: fn(v) for k, v in obj.items()})
+    return rebuilt(kind, extra, [fn(o) for o in obj]) if kind else obj

@@ -23,7 +23,7 @@ the captured state and refuses to run inside a trace.
 """
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field
 
 from dezero.core import Config, Variable, _wrap_output, current_tracer
@@ -342,9 +342,29 @@ def build_outputs(tree, flat):
         return replayed_output(flat[tree[1]])
     if kind == "array":
         return flat[tree[1]]
-    if kind in ("tuple", "list"):
-        items = [build_outputs(t, flat) for t in tree[1]]
-        return tuple(items) if kind == "tuple" else items
     if kind == "dict":
-        return {key: build_outputs(t, flat) for key, t in tree[1]}
+        return rebuilt(kind, tree[2:], {key: build_outputs(t, flat) for key, t in tree[1]})
+    if kind in ("tuple", "list"):
+        return rebuilt(kind, tree[2:], [build_outputs(t, flat) for t in tree[1]])
     return tree[1]  # "static": a Python value returned as is
+
+
+def container(obj):
+    """(kind, extra) of a container whose items trace: a tuple, list or dict (its
+    name, []), a namedtuple or OrderedDict (kind, [its type]), a defaultdict ("dict",
+    [defaultdict, its factory]); None for anything else, other subclasses of these
+    too: their constructors say nothing of how to rebuild them."""
+    cls = type(obj)
+    if cls in (tuple, list, dict):
+        return cls.__name__, []
+    if cls in (OrderedDict, defaultdict):
+        return "dict", [cls] + ([obj.default_factory] if cls is defaultdict else [])
+    return ("tuple", [cls]) if issubclass(cls, tuple) and hasattr(cls, "_fields") else None
+
+
+def rebuilt(kind, extra, items):
+    """The container container() described as (kind, extra) around items, a list
+    (a dict for kind "dict")."""
+    if kind == "tuple":
+        return extra[0](*items) if extra else tuple(items)
+    return extra[0](*extra[1:], items) if extra else items

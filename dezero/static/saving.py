@@ -39,7 +39,11 @@ TREE rebuilds what the function returned from the flat outputs:
 ["var", i] a Variable of output i, ["array", i] the array itself, ["tuple", [TREE..]],
 ["list", [TREE..]], ["dict", [[key, TREE]..]], ["static", value] a Python value
 returned as it is (None, a bool, int, float or str, encoded as attributes are).
-graph.out_tree holds the same lists, its static values decoded.
+graph.out_tree holds the same lists, its static values decoded; in memory a tuple's
+or dict's list may end with its type (a namedtuple, an OrderedDict; a defaultdict
+and its factory), to return what the function did. A file names no Python type, so
+such a graph does not save (GraphFileError): returning a plain tuple or dict in its
+place, different from what the function returned, would be a silent change.
 
 Attribute values: JSON null/bool/int/str/list as themselves; a float as itself, or
 {"$float": "inf" | "-inf" | "nan"}; {"$tuple": [...]}, {"$slice": [start, stop, step]},
@@ -300,6 +304,11 @@ def _paths(path):
 
 def save(graph: Graph, path: str) -> None:
     """Write `path` (.json added if missing) and the .npz beside it."""
+    typed = _types_in(graph.out_tree)
+    if typed:
+        raise GraphFileError(f"cannot save graph {graph.name}: it returns a {typed[0]}, which a "
+                             f"graph file (data, never a Python type) cannot\n  fix: return "
+                             f"tuple(...) or dict(...) of it from the traced function")
     json_path, npz_path = _paths(os.fspath(path))
     arrays, nodes = {}, []
     for node in graph.nodes:
@@ -552,6 +561,14 @@ def _read_tree(tree, at, n_outputs):
         return [kind, [[at[1][i][0].expect(k, isinstance(k, str), "text"),
                         _read_tree(t, at[1][i][1], n_outputs)] for i, (k, t) in enumerate(pairs)]]
     return [kind, read_attr(part, at[1])]  # "static": a value encoded as an attribute
+
+
+def _types_in(tree):
+    """The names of the Python types an output tree rebuilds (lowering.container)."""
+    if tree[0] not in ("tuple", "list", "dict"):
+        return []
+    subtrees = [t[1] if tree[0] == "dict" else t for t in tree[1]]
+    return [t.__name__ for t in tree[2:3]] + [n for t in subtrees for n in _types_in(t)]
 
 
 def _own_attributes(nodes):

@@ -35,6 +35,7 @@ from dezero.static.codegen import kernel_spec
 from dezero.static.graph import StaticGraph
 from dezero.static.guard import overlap, root, unguarded, with_leaves
 from dezero.static.ir import type_str
+from dezero.static.lowering import container
 from dezero.static.passes import optimize
 from dezero.static.reach import Structure, python_writes, survey
 from dezero.static.slots import GradSlot
@@ -70,9 +71,10 @@ def flatten(obj, leaves, key, labels, label="", static=False):
     elif isinstance(obj, cuda.array_types):
         key.append(_array_key(obj, False, None))
         leaves.append(obj)
-    elif type(obj) in (tuple, list, dict):
-        key.append((type(obj), tuple(obj) if type(obj) is dict else len(obj)))
-        for k, item in obj.items() if type(obj) is dict else enumerate(obj):
+    elif container(obj):
+        key.append((type(obj), tuple(obj) if isinstance(obj, dict) else len(obj),
+                    getattr(obj, "default_factory", None)))
+        for k, item in obj.items() if isinstance(obj, dict) else enumerate(obj):
             flatten(item, leaves, key, labels, f"{label}_{k}")
     else:
         key.append(static_key(obj, label))

@@ -22,6 +22,7 @@ from dezero.errors import TraceError, user_frame, where
 from dezero.static.graph import StaticGraph
 from dezero.static.guard import GuardedArray, overlap
 from dezero.static.ir import Node, Value
+from dezero.static.lowering import container
 from dezero.static.names import dotted, identifier, letter_name, printable
 from dezero.static.randomness import RandomWatch
 from dezero.static.slots import AttrSlot, DataSlot, GradSlot
@@ -358,16 +359,16 @@ class Tracer(TracerHooks):
                 f"{self.name} returns an array that no recorded Function produced; "
                 f"replays would return it frozen\n  fix: return the Variable, or "
                 f"compute the array with dezero functions")
-        if isinstance(obj, (tuple, list)):
-            kind = "tuple" if isinstance(obj, tuple) else "list"
-            return [kind, [self._flatten_output(o, outputs) for o in obj]]
-        if isinstance(obj, dict):
-            return ["dict", [[k, self._flatten_output(v, outputs)] for k, v in obj.items()]]
+        kind, extra = container(obj) or (None, None)
+        if kind == "dict":
+            return [kind, [[k, self._flatten_output(v, outputs)] for k, v in obj.items()], *extra]
+        if kind:
+            return [kind, [self._flatten_output(o, outputs) for o in obj], *extra]
         if obj is None or isinstance(obj, (bool, int, float, str)):
             return ["static", obj]
-        raise TraceError(f"{self.name} returns a {type(obj).__name__}; a traced function "
-                         f"may return Variables, arrays, Python scalars and tuples, lists "
-                         f"or dicts of them")
+        raise TraceError(f"{self.name} returns a {type(obj).__name__} ({where()}); a replay can "
+                         f"rebuild Python scalars, tuples, lists, dicts, namedtuples, Ordered"
+                         f"Dicts and defaultdicts\n  fix: return those (a namedtuple for fields)")
 
     def _grad_writes(self):
         """(target, source or None) for each .grad that backward() left changed."""
