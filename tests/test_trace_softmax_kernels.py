@@ -12,6 +12,7 @@ import dezero.functions as F
 from dezero import Variable
 from dezero.static import passes
 from dezero.static.backends import cpu
+from dezero.static.ir import Node, Value
 
 needs_compiler = pytest.mark.skipif(cpu.missing_reason() is not None,
                                     reason=str(cpu.missing_reason()))
@@ -176,3 +177,28 @@ def test_pick_labels_takes_each_rows_entry_and_differentiates():
     np.testing.assert_array_equal(xv.grad.data, want)
     with pytest.raises(IndexError, match="pick_labels: id 3 is out of range for 3 classes"):
         F.PickLabels()(Variable(x), np.array([0, 1, 3, 0]))
+
+
+@needs_compiler
+def test_a_loss_over_one_class_replays_as_eager_code():
+    # a (N, 1) score has rows of one element: the label's pick reduces no axis of
+    # length > 1 and stays out of kernels (it made a kernel with no reduced axis, which
+    # could not take its (N,) labels)
+    def loss_and_grad(x, t):
+        loss = F.softmax_cross_entropy(x * 2.0, t)
+        loss.backward()
+        return loss, x.grad
+
+    rng = np.random.default_rng(5)
+    x, t = rng.standard_normal((16, 1)), np.zeros(16, np.int64)
+    graph = dezero.trace(loss_and_grad).lower(Variable(x), t)
+    assert all(g.axes != () for g in graph.groups)
+    f64, i64 = np.dtype(np.float64), np.dtype(np.int64)
+    pick = Node("op", "pick_labels", [Value("x", (16, 1), f64), Value("t", (16,), i64)], {},
+                [Value("y", (16, 1), f64)])
+    assert "no axis" in passes.fusion_refusal(pick)
+    x = rng.standard_normal((16, 1))
+    got = graph.compile("cpu").wait()(Variable(x), t)
+    for g, e in zip(got, loss_and_grad(Variable(x), t)):
+        assert g.shape == e.shape
+        close(g.data, e.data, np.float64)

@@ -324,11 +324,12 @@ def fusion_refusal(node: Node, device: str = "cpu") -> str | None:
                                labels.dtype.name not in ("int32", "int64")):
         return ("labels compared with the column: only in a CPU kernel over the rows of a "
                 "2-d value, with int32 or int64 labels")
-    if record.reduce and node.outputs[0].shape not in row_shapes(node.inputs[0].shape,
-                                                                 reduced_axes(node)):
+    axes = reduced_axes(node) if record.reduce else None
+    if axes == ():  # pick_labels of one class: a kernel would have no rows to fold
+        return "a reduction of no axis of length > 1 (its rows are its elements)"
+    if axes and node.outputs[0].shape not in row_shapes(node.inputs[0].shape, axes):
         return "a reduction to a shape that keeps some reduced axes and drops others"
-    if record.reduce and record.reduce != "sum" and any(
-            node.inputs[0].shape[d] == 0 for d in reduced_axes(node)):
+    if axes and record.reduce != "sum" and any(node.inputs[0].shape[d] == 0 for d in axes):
         return f"a {record.reduce} of no elements (numpy raises)"
     if record.cpp is None and not record.reduce:
         return "not elementwise (no cpp on its class)"
