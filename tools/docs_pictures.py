@@ -4,9 +4,10 @@ Each picture is a small example, so that it is legible at the width of a page
 (tests/test_docs.py checks the width of every picture a page shows): the dynamic
 and static graphs of one layer (index), of a loop (define-by-run), of a linear
 regression's training step (trace mode, define-and-run), of a user op fused
-into a kernel, and of an MLP's SGD updates before and after horizontal fusion
-(fusion and kernels). The demo's full-size spiral pictures stay in
-docs/define-and-run/pictures/ (python -m dezero demo --out ...), linked, not shown.
+into a kernel, of an MLP's SGD updates before and after horizontal fusion and of
+a batch's loss and gradient before and after they fuse (fusion and kernels). The
+demo's full-size spiral pictures stay in docs/define-and-run/pictures/ (python -m
+dezero demo --out ...), linked, not shown.
 Needs Graphviz's `dot` (or graphviz-pure).
 
     python tools/docs_pictures.py
@@ -24,6 +25,7 @@ import dezero  # noqa: E402
 import dezero.functions as F  # noqa: E402
 import dezero.layers as L  # noqa: E402
 from dezero import Function, Variable, cuda, optimizers, utils  # noqa: E402
+from dezero.static import passes  # noqa: E402
 
 OUT = ROOT / "docs" / "pictures"
 
@@ -95,6 +97,7 @@ def pictures():
         return F.sum(Swish()(x + b) * 2.0)
     yield "swish_fused", dezero.trace(with_swish).lower(x, b[:3]).to_dot()
     yield from updates(xs)
+    yield from losses(rng)
 
 
 def updates(x):
@@ -124,6 +127,27 @@ def updates(x):
     yield "updates_apart", _fit(tail.to_dot())
     tail.groups = [update]
     yield "updates_horizontal", _fit(tail.to_dot())
+
+
+def losses(rng):
+    """A batch's softmax_cross_entropy and its gradient after a bias add: the op
+    whole (as on the GPU, where the passes leave it so), then split into its steps
+    and fused into one reduction kernel (on the CPU)."""
+    def loss_step(y, b, t):
+        loss = F.softmax_cross_entropy(y + b, t)
+        loss.backward()
+        return loss, y.grad
+    args = (Variable(rng.standard_normal((4, 3)).astype(np.float32)),
+            np.zeros(3, np.float32), rng.integers(0, 3, 4))
+    trace_module = sys.modules["dezero.static.trace"]  # dezero.static.trace: the function
+    whole = tuple(p for p in passes.PIPELINE if p is not passes.split_parts)
+    trace_module.optimize = lambda graph: passes.optimize(graph, whole)
+    try:
+        unsplit = dezero.trace(loss_step).lower(*args)
+    finally:
+        trace_module.optimize = passes.optimize
+    yield "loss_whole", unsplit.to_dot()
+    yield "loss_fused", dezero.trace(loss_step).lower(*args).to_dot()
 
 
 def _fit(dot):

@@ -222,10 +222,11 @@ def split_epilogues(graph: Graph) -> Graph:
 
 
 def split_parts(graph: Graph) -> Graph:
-    """On the CPU, an op whose class states its `parts` (softmax, log_softmax) becomes
-    those steps, which compute what its forward does in the same order, where every
-    step can join a kernel (fusion_refusal): fuse then makes them one reduction
-    kernel with the elementwise ops around them. On the GPU the op runs alone."""
+    """On the CPU, an op whose class states its `parts` (softmax, log_softmax,
+    softmax_cross_entropy) becomes those steps, which compute what its forward does
+    in the same order, where every step can join a kernel (fusion_refusal): fuse then
+    makes them one reduction kernel with the elementwise ops around them. On the GPU
+    (a ReductionKernel folds once) the op runs alone."""
     used = {v.name for n in graph.nodes for v in n.outputs}
     nodes, consts = [], []  # a graph's constants come before its ops
     for node in graph.nodes:

@@ -87,7 +87,10 @@ unfused.plot(to_file="graphs/09_static.svg")
 #
 # The fusion pass groups connected elementwise nodes whose results share one
 # shape into **kernels**; inputs may broadcast (Adam's step size is a scalar).
-# Matmuls, `linear`, softmax and `sum_to` are boundaries. Adam's whole update of
+# Matmuls and `linear` are boundaries. On the CPU the loss is split into the steps
+# of its forward (a max, `exp` and its sum, the pick of each row's label, the mean
+# over the batch), which join the bias add before them and the loss's gradient
+# after them in one kernel. Adam's whole update of
 # one parameter (both moments and the new weight) is a chain of twelve ops, and
 # the four parameters' chains, the same twelve ops on arrays of four shapes with
 # no path between them, are merged into one **horizontal** kernel, a segment per
@@ -107,8 +110,10 @@ graph.plot(to_file="graphs/09_fused.svg")
 # body is handed to `cupy.ElementwiseKernel`. On the CPU the backend wraps a body
 # in a loop and compiles it only where that pays: a kernel call costs about two
 # microseconds, a numpy call on a small array less than one, so a two-op group on
-# 300 × 10 numbers stays as numpy calls. A group that ends in a reduction (the
-# sigmoid's backward with the sum that is b's gradient) is one loop over rows.
+# 300 × 10 numbers stays as numpy calls. A group with a reduction (the sigmoid's
+# backward with the sum that is b's gradient) is one loop over rows; the loss's
+# makes three passes over each row (the max; the sum of `exp` and each label's
+# entry; the gradient), then adds up the rows' losses.
 
 # %%
 plan = graph.compile("cpu").wait()        # the default backend on the CPU; a library
