@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import venv
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -236,10 +237,23 @@ def check_output(number, stdout):
             f"step {number}: {pattern!r} gave {value}, expected it in [{low}, {high}]")
 
 
+@pytest.fixture(scope="module")
+def step_runs(request, tmp_path_factory):
+    """path -> the future run_step of each step this session tests, each in a working
+    directory of its own, as many at once as the machine has cores (in the tests'
+    order): the suite waits for one interpreter at a time no longer."""
+    paths = [item.callspec.params["path"] for item in request.session.items
+             if item.parent is request.node and item.originalname == "test_step"]
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        yield {path: pool.submit(run_step, path, tmp_path_factory.mktemp(path.stem))
+               for path in paths}
+        pool.shutdown(cancel_futures=True)  # those not started, after a stop at a failure
+
+
 @pytest.mark.parametrize("path", STEP_FILES, ids=[p.stem for p in STEP_FILES])
-def test_step(path, tmp_path):
+def test_step(path, step_runs):
     number = int(path.stem[len("step"):])
-    result = run_step(path, tmp_path)
+    result = step_runs[path].result()
     assert result.returncode == 0, (
         f"{path.name} exited with {result.returncode}\n{result.stdout}\n{result.stderr}")
     assert "Traceback" not in result.stderr, result.stderr
