@@ -2,6 +2,8 @@
 their group's nodes through their forwards as the interpreter would, and the cpu
 backend's compiled kernels of several graphs built together."""
 import dataclasses
+import os
+from unittest import mock
 
 from dezero.op_record import as_result_array
 from dezero.static.backends import cpu, pycode
@@ -42,11 +44,21 @@ def reference_factory(graph, made=None):
     return factory
 
 
+def split_for_the_cores(specs) -> list:
+    """cpu.split's libraries, as many as the machine has cores (of about as many loops
+    each), rather than of at most cpu.LOOPS_PER_LIBRARY loops: they compile side by
+    side, none after the others."""
+    with mock.patch.object(cpu, "LOOPS_PER_LIBRARY", 1):
+        loops = len(cpu.split(specs))
+    with mock.patch.object(cpu, "LOOPS_PER_LIBRARY", max(1, -(-loops // (os.cpu_count() or 1)))):
+        return cpu.split(specs)
+
+
 def cpu_factories(graphs, chosen=lambda group: group.compiled) -> list:
     """For each graph, factory(spec) -> the cpu kernel of its group's spec, the chosen
     groups (by default those that run compiled) of all graphs built as one set of
-    libraries, side by side as the cpu backend builds a large graph's: the cases of a
-    parametrised test pay one compile rather than one each. Graph i's kernel k0 is
+    libraries, side by side (split_for_the_cores): the cases of a parametrised test
+    pay one compile rather than one each. Graph i's kernel k0 is
     g<i>_k0 in the libraries (and so are a horizontal kernel's segments), since every
     graph names its kernels alike."""
     def renamed(spec, i):
@@ -55,10 +67,10 @@ def cpu_factories(graphs, chosen=lambda group: group.compiled) -> list:
     compiled = [{s.name: renamed(s, i) for s in (kernel_spec(g) for g in graph.groups
                                                  if chosen(g))}
                 for i, graph in enumerate(graphs)]
-    parts = cpu.split([s for specs in compiled for s in specs.values()])
+    parts = split_for_the_cores([s for specs in compiled for s in specs.values()])
     sources = [cpu.library_source(part) for part in parts]
     libraries = [cpu.KernelLibrary(part, source, path) for part, source, path in
-                 zip(parts, sources, cpu.build_libraries(sources))]
+                 zip(parts, sources, cpu.build_libraries(sources) if sources else [])]
     holder = {name: library for library in libraries for name in library.specs}
 
     def factory(i):
