@@ -340,9 +340,10 @@ class Variable:
         self._move(cuda.as_cupy)
 
     def _move(self, convert):
-        # The gradient too: an update after the move reads it with the data.
-        if self._data is not None:
-            self.data = convert(self._data)
+        # The gradient too: an update after the move reads it with the data. An
+        # array already there stays (no write, which a trace would have to record).
+        if self._data is not None and (moved := convert(self._data)) is not self._data:
+            self.data = moved
         if self.grad is not None:
             self.grad._move(convert)
 

@@ -86,6 +86,28 @@ def test_training_steps_on_gpu_match_cpu_eager_and_traced():
             np.testing.assert_allclose(cp.asnumpy(p.data), p_cpu.data, rtol=1e-4, atol=1e-6)
 
 
+def test_a_model_moved_before_its_weights_exist_trains_traced_from_the_first_call():
+    # the book's order: model.to_gpu() before the first batch; the lazily sized
+    # weights are made on the GPU in the recorded call, where each layer moved its
+    # bias again (already a cupy array), a write the trace refused, a layer per call
+    x, t = dezero.datasets.get_spiral(train=True)
+    models = [MLP((16, 3)), MLP((16, 3))]
+    for model in models:
+        model.to_gpu()
+    eager = _step_fn(models[0], optimizers.SGD().setup(models[0]))
+    traced = dezero.trace(_step_fn(models[1], optimizers.SGD().setup(models[1])))
+    for i in range(3):
+        xg, tg = cp.asarray(x[30 * i:30 * i + 30]), cp.asarray(t[30 * i:30 * i + 30])
+        cp.random.seed(0)  # the same weights, drawn on the GPU in the first calls
+        want = eager(xg, tg)
+        cp.random.seed(0)
+        np.testing.assert_allclose(cp.asnumpy(traced(xg, tg).data), cp.asnumpy(want.data),
+                                   rtol=1e-6)
+    for a, b in zip(models[0].params(), models[1].params()):
+        np.testing.assert_allclose(cp.asnumpy(b.data), cp.asnumpy(a.data), rtol=1e-6,
+                                   atol=1e-7)
+
+
 def test_dataloader_moves_batches_to_the_gpu():
     loader = dezero.DataLoader(dezero.datasets.Spiral(), batch_size=30, gpu=True)
     x, t = next(iter(loader))
