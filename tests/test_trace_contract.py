@@ -1014,3 +1014,30 @@ def test_a_list_a_model_appends_to_in_forward_raises_naming_it():
     traced(np.ones((2, 3), np.float32))
     with pytest.raises(TraceError, match=r"model\.sizes changed \(1 -> 2 items\)"):
         traced(np.ones((2, 3), np.float32))
+
+
+@pytest.mark.parametrize("mutation", ["list.append", "list item", "list.pop", "dict new key"])
+@pytest.mark.parametrize("nested", [False, True], ids=["argument", "inside an argument"])
+def test_a_container_argument_the_step_changes_raises_at_once(mutation, nested):
+    # The step runs on a copy of a container argument, so even the first call would
+    # lose the change (eager: log grows at every call).
+    log, mutate = _mutations()[mutation]
+    arg = {"log": log} if nested else log
+
+    def step(x, arg):
+        mutate(arg["log"] if nested else arg, len(x))
+        return F.exp(x)
+
+    traced = dezero.trace(step)
+    with pytest.raises(TraceError, match=r"changes its argument arg(\['log'\])? .*test_trace_"
+                                         r"contract.py:\d+, `traced\(np.ones\(3\), arg\)`"
+                                         r"[\s\S]*fix: "):
+        traced(np.ones(3), arg)
+
+
+def test_a_container_argument_only_read_replays():
+    scales = [np.float64(2.0)]
+    traced = dezero.trace(lambda x, scales: F.exp(x) * scales[0])
+    for _ in range(3):
+        np.testing.assert_array_equal(traced(np.ones(3), scales).data, np.exp(np.ones(3)) * 2.0)
+    assert traced.entries == 1 and scales == [2.0]

@@ -27,13 +27,13 @@ import numpy as np
 
 from dezero import core, cuda, layers
 from dezero.core import Config, Variable
-from dezero.errors import TraceError
+from dezero.errors import TraceError, where
 from dezero.static import debugging
 from dezero.static.backends.cpu_reductions import reduction_source
 from dezero.static.checking import check_replay, put_back, source_text
 from dezero.static.codegen import kernel_spec
 from dezero.static.graph import StaticGraph
-from dezero.static.guard import overlap, root, unguarded, with_leaves
+from dezero.static.guard import changed, held, overlap, root, unguarded, with_leaves
 from dezero.static.ir import type_str
 from dezero.static.lowering import container
 from dezero.static.passes import optimize
@@ -491,6 +491,7 @@ class TracedFunction:
         seen = [tracer.add_input(label, leaf) for label, leaf in zip(leaf_labels, leaves)]
         call_args, call_kwargs = with_leaves(args, kwargs, self._static_positions,
                                              self.static_argnames, seen)
+        copies = held(call_args, call_kwargs, self._names)
         random_state = np.random.get_state() if (self.check or restore_state) else None
         before = survey(self.fn, args, kwargs, set(), lambda v: False, set())[0]
         watch = Watch(tracer.computed)
@@ -503,6 +504,14 @@ class TracedFunction:
         finally:
             core.set_tracer(previous)
             layers.set_observer(observer)
+        lost = changed(copies)
+        if lost:  # the caller's containers never saw it: even this call differs from eager
+            raise TraceError(
+                f"{self.name} changes its argument {', '.join(lost)} ({where()}); "
+                f"a traced function runs on copies of its container arguments and a replay "
+                f"runs no Python, so the change would reach neither the caller nor later "
+                f"calls\n  fix: return what you add and change the container outside the "
+                f"traced function, or keep a number that changes in a Variable")
         # 2. What the function reached besides its arguments: the structure to guard,
         # attributes carrying values to the next call, Python state it changed.
         structure, attr_writes, transient, places = survey(
