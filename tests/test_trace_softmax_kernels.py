@@ -180,25 +180,36 @@ def test_pick_labels_takes_each_rows_entry_and_differentiates():
 
 
 @needs_compiler
-def test_a_loss_over_one_class_replays_as_eager_code():
+def test_losses_over_one_class_or_with_labels_of_odd_shapes_replay_as_eager_code():
     # a (N, 1) score has rows of one element: the label's pick reduces no axis of
-    # length > 1 and stays out of kernels (it made a kernel with no reduced axis, which
-    # could not take its (N,) labels)
-    def loss_and_grad(x, t):
-        loss = F.softmax_cross_entropy(x * 2.0, t)
-        loss.backward()
-        return loss, x.grad
+    # length > 1 (it made a kernel with no reduced axis, which could not take its (N,)
+    # labels); labels of shape (1, N) or (N, 1, 1), which forward ravels, do not view as
+    # one per row. Such losses stay out of kernels: before, the graph's kernels were not
+    # built at all
+    def losses(x, t, z, u, w):
+        results = []
+        for scores, labels in ((x, t), (z, u), (z, w)):
+            loss = F.softmax_cross_entropy(scores * 2.0, labels)
+            loss.backward()
+            results += [loss, scores.grad]
+        return results
+
+    def inputs(rng):
+        return (Variable(rng.standard_normal((16, 1))), np.zeros(16, np.int64),
+                Variable(rng.standard_normal((6, 6))), rng.integers(0, 6, (1, 6)),
+                rng.integers(0, 6, (6, 1, 1)))
 
     rng = np.random.default_rng(5)
-    x, t = rng.standard_normal((16, 1)), np.zeros(16, np.int64)
-    graph = dezero.trace(loss_and_grad).lower(Variable(x), t)
+    graph = dezero.trace(losses).lower(*inputs(rng))
     assert all(g.axes != () for g in graph.groups)
     f64, i64 = np.dtype(np.float64), np.dtype(np.int64)
     pick = Node("op", "pick_labels", [Value("x", (16, 1), f64), Value("t", (16,), i64)], {},
                 [Value("y", (16, 1), f64)])
     assert "no axis" in passes.fusion_refusal(pick)
-    x = rng.standard_normal((16, 1))
-    got = graph.compile("cpu").wait()(Variable(x), t)
-    for g, e in zip(got, loss_and_grad(Variable(x), t)):
+    pick = Node("op", "pick_labels", [Value("x", (6, 6), f64), Value("t", (1, 6), i64)], {},
+                [Value("y", (6, 1), f64)])
+    assert "(N,) or (N, 1)" in passes.fusion_refusal(pick)
+    got = graph.compile("cpu").wait()(*inputs(np.random.default_rng(6)))
+    for g, e in zip(got, losses(*inputs(np.random.default_rng(6))), strict=True):
         assert g.shape == e.shape
         close(g.data, e.data, np.float64)

@@ -322,9 +322,10 @@ def fusion_refusal(node: Node, device: str = "cpu") -> str | None:
         return "a collective (it exchanges data with other processes)"
     labels = node.inputs[record.params.index(record.labels)] if record.labels else None
     if labels is not None and (device == "gpu" or len(node.inputs[0].shape) != 2 or
-                               labels.dtype.name not in ("int32", "int64")):
+                               labels.dtype.name not in ("int32", "int64") or
+                               labels.shape[1:] not in ((), (1,))):
         return ("labels compared with the column: only in a CPU kernel over the rows of a "
-                "2-d value, with int32 or int64 labels")
+                "2-d value, with int32 or int64 labels of shape (N,) or (N, 1)")
     axes = reduced_axes(node) if record.reduce else None
     if axes == ():  # pick_labels of one class: a kernel would have no rows to fold
         return "a reduction of no axis of length > 1 (its rows are its elements)"
