@@ -118,6 +118,12 @@ class Communicator:
         self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
         local.Free()
         self._nccl = None  # made on the first exchange of cupy arrays
+        # Ranks all on one machine exchange host arrays through a window of memory
+        # they share (see _SharedExchange), unless DEZERO_MPI_SHARED_MEMORY=0.
+        self._shared = None
+        if (self.size > 1 and self.local_size == self.size
+                and os.environ.get("DEZERO_MPI_SHARED_MEMORY", "1") != "0"):
+            self._shared = _SharedExchange(mpi_comm)
         _COMMUNICATORS[name] = self
 
     def __repr__(self):
@@ -200,26 +206,31 @@ class Communicator:
             by_dtype.setdefault((a.dtype, cuda.get_array_module(a)), []).append(i)
         for (dtype, xp), positions in by_dtype.items():
             _check_reducible(dtype, op, arrays[positions[0]].shape, "allreduce")
-            flat = xp.empty(sum(arrays[i].size for i in positions), dtype)
-            views = self._pack([arrays[i] for i in positions], flat, op)
+            group = [arrays[i] for i in positions]
+            total = sum(a.size for a in group)
+            if self._shared is not None and xp is np:  # packed straight into the window
+                flat, out = self._shared.slot(dtype, total), np.empty(total, dtype)
+                self._pack(group, flat, op)
+                self._exchange(flat, "allreduce", op, out=out)
+                views = _places(group, out)
+            else:
+                flat = xp.empty(total, dtype)
+                views = self._pack(group, flat, op)
+                self._exchange(flat, "allreduce", op)  # also alone: the same path at any size
             for i, view in zip(positions, views):
                 results[i] = view
-            self._exchange(flat, "allreduce", op)  # also alone: the same path at any size
         return results
 
     def _pack(self, arrays, flat, op):
         """Copy arrays end to end into flat; return their places in it, shaped as they
         are. A mean divides each array by the number of ranks as it is packed, so the
         exchange's sum is the mean: no second pass over the buffer."""
-        views, start = [], 0
-        for a in arrays:
-            view = flat[start:start + a.size].reshape(a.shape)
-            start += a.size
+        views = _places(arrays, flat)
+        for a, view in zip(arrays, views):
             if op == "mean" and self.size > 1:
                 cuda.get_array_module(a).divide(a, a.dtype.type(self.size), out=view)
             else:
                 view[...] = a
-            views.append(view)
         return views
 
     def _block(self, total):
@@ -239,7 +250,9 @@ class Communicator:
         xp = cuda.get_array_module(a)
         total = sum(x.size for x in arrays)
         block, start, stop = self._block(total)
-        flat = xp.empty(block * self.size, a.dtype)
+        shared = self._shared is not None and xp is np  # packed straight into the window
+        flat = (self._shared.slot(a.dtype, block * self.size) if shared
+                else xp.empty(block * self.size, a.dtype))
         self._pack(arrays, flat, op)
         if self.size == 1:  # the block is the whole: nothing to exchange
             return flat
@@ -293,7 +306,9 @@ class Communicator:
 
     def _mpi_exchange(self, flat, what, op, root, out=None):
         from mpi4py import MPI
-        if what == "broadcast":
+        if self._shared is not None and what != "broadcast":
+            self._shared.exchange(flat, what, op, out)
+        elif what == "broadcast":
             self.mpi.Bcast(flat, root=root)
         elif what == "allgather":
             self.mpi.Allgather(MPI.IN_PLACE, flat)
@@ -332,6 +347,107 @@ class Communicator:
                 unique_id = self.mpi.bcast(nccl.get_unique_id() if self.rank == 0 else None)
                 self._nccl = nccl.NcclCommunicator(self.size, unique_id, self.rank)
         return self._nccl or None
+
+
+class _SharedExchange:
+    """Exchanges of numpy arrays between ranks that share one machine, through an MPI
+    window of memory all of them map (MPI-3 shared memory): each rank packs its array
+    into its own slot, then reduces its block of every slot (in rank order) into the
+    result area, and every rank copies the whole result out. That is one pass of
+    packing, one of reduction and one copy out per rank; MPI's own allreduce moves the
+    data through its shared-memory queues in more passes. The window is kept from one
+    exchange to the next and grown when an exchange needs more. Communicator makes one
+    where every rank runs on one machine, unless DEZERO_MPI_SHARED_MEMORY=0.
+
+    Window layout, regions of `capacity` bytes: the result area, then rank r's slot.
+    A rank reads the result while another may already write its slot of the next
+    exchange, which the separate regions allow; two barriers per exchange order the
+    rest. A rank that raises aborts the job (init's excepthook), so no barrier waits
+    for it forever."""
+
+    # No __dict__: a traced step's survey of the Python state it changes passes this
+    # by. The exchange changes it as much in a replay as in the recorded run.
+    __slots__ = ("mpi", "window", "capacity", "memory", "rank", "size", "exchanges")
+
+    def __init__(self, mpi_comm):
+        self.mpi, self.window, self.capacity = mpi_comm, None, 0
+        self.rank, self.size = mpi_comm.Get_rank(), mpi_comm.Get_size()
+        self.exchanges = 0  # how many went through the window (tests read it)
+
+    def _regions(self, nbytes):
+        """The result area and every rank's slot, as byte arrays of at least nbytes."""
+        from mpi4py import MPI
+        if nbytes > self.capacity:  # every rank grows alike: they exchange equal sizes
+            if self.window is not None:
+                self.window.Unlock_all()
+                self.window.Free()
+            self.capacity = -(-max(nbytes, 2 * self.capacity) // 64) * 64  # aligned rows
+            mine = self.capacity * (1 + self.size) if self.rank == 0 else 0
+            self.window = MPI.Win.Allocate_shared(mine, 1, comm=self.mpi)
+            memory, _ = self.window.Shared_query(0)
+            self.memory = np.frombuffer(memory, np.uint8).reshape(1 + self.size,
+                                                                  self.capacity)
+            self.window.Lock_all(MPI.MODE_NOCHECK)  # held for the window's lifetime
+        return self.memory[:, :nbytes]
+
+    def slot(self, dtype, size):
+        """This rank's slot, as a flat array of size elements: an array packed here
+        is exchanged without being copied in first."""
+        nbytes = size * np.dtype(dtype).itemsize
+        return self._regions(nbytes)[1 + self.rank].view(dtype)
+
+    def _synchronize(self):
+        # The memory model of a shared window: make this rank's stores visible, wait
+        # for all ranks, then see theirs.
+        self.window.Sync()
+        self.mpi.Barrier()
+        self.window.Sync()
+
+    def exchange(self, flat, what, op, out=None):
+        """As Communicator._exchange, for a numpy array flat (an allreduce writes its
+        result into out where given; flat may be this rank's slot). Writes before the first
+        barrier go to the slots only, and the last reads of an allreduce come from the
+        result area: so a rank may begin the next exchange while another still reads.
+        The other exchanges end reading the slots, so they end with a barrier."""
+        if flat.size == 0:
+            return
+        views = self._regions(flat.nbytes).view(flat.dtype)
+        result, slots = views[0], views[1:]
+        if what == "allgather":  # this rank's block, in place in the slots end to end
+            joined = self.memory[1:].reshape(-1)[:flat.nbytes].view(flat.dtype)
+            block = flat.size // self.size
+            joined[self.rank * block:(self.rank + 1) * block] = \
+                flat[self.rank * block:(self.rank + 1) * block]
+            self._synchronize()
+            flat[...] = joined
+            self.mpi.Barrier()
+            self.exchanges += 1
+            return
+        if flat.__array_interface__["data"][0] != slots[self.rank].__array_interface__["data"][0]:
+            slots[self.rank] = flat  # (not packed in the slot already)
+        self._synchronize()
+        block = flat.size // self.size if what == "reduce_scatter" else -(-flat.size // self.size)
+        start, stop = min(flat.size, self.rank * block), min(flat.size, (self.rank + 1) * block)
+        reduce = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum}[op]
+        mine = result[start:stop] if what == "allreduce" else out
+        reduce(slots[0, start:stop], slots[1, start:stop], out=mine)  # in rank order
+        for slot in slots[2:]:
+            reduce(mine, slot[start:stop], out=mine)
+        if what == "allreduce":
+            self._synchronize()
+            (flat if out is None else out)[...] = result
+        else:
+            self.mpi.Barrier()  # every rank done reading the slots
+        self.exchanges += 1
+
+
+def _places(arrays, flat):
+    """The places of arrays in flat when they are joined end to end, shaped as they are."""
+    views, start = [], 0
+    for a in arrays:
+        views.append(flat[start:start + a.size].reshape(a.shape))
+        start += a.size
+    return views
 
 
 _REDUCE_OPS = {"sum", "mean", "max", "min"}

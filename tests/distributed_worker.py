@@ -105,6 +105,8 @@ def train(out):
             results[f"{mode}_nodes"] = np.array([ops.count(op) for op in (
                 "allreduce", "reduce_scatter", "allgather")])
     results["nccl"] = np.array(bool(comm._nccl))  # the exchanges went through NCCL
+    # how many exchanges went through the window the ranks share (None: plain MPI)
+    results["shared_exchanges"] = np.array(comm._shared.exchanges if comm._shared else -1)
     if comm.rank == 0:
         np.savez(out, **results)
 

@@ -567,3 +567,75 @@ def test_a_rank_whose_block_is_empty_still_counts_the_update(comm, monkeypatch):
     assert sent == [("reduce_scatter", 2), ("allgather", 2)]
     assert optimizer.t == 1 and optimizer.pieces == {}
     np.testing.assert_array_equal(w.data, [5.0])
+
+
+# =============================================================================
+# The exchange through shared memory, its ranks played by threads
+# =============================================================================
+
+
+def shared_exchanges(size, capacity):
+    """`size` exchangers over one memory, as the ranks of one machine hold them, with
+    a threading barrier for MPI's."""
+    import threading
+    barrier = threading.Barrier(size, timeout=10)
+    memory = np.zeros((1 + size, capacity), np.uint8)
+
+    class Threaded(dist._SharedExchange):
+        def _synchronize(self):
+            barrier.wait()
+
+    ranks = []
+    for rank in range(size):
+        ex = Threaded.__new__(Threaded)
+        ex.rank, ex.size, ex.capacity, ex.memory, ex.exchanges = rank, size, capacity, memory, 0
+        ex.mpi = type("Mpi", (), {"Barrier": staticmethod(barrier.wait)})()
+        ranks.append(ex)
+    return ranks
+
+
+def on_all_ranks(ranks, run):
+    """run(rank's exchanger) on a thread per rank; their results in rank order."""
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(len(ranks)) as pool:
+        return [f.result() for f in [pool.submit(run, ex) for ex in ranks]]
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+@pytest.mark.parametrize("n", [1, 5, 12, 37])
+def test_shared_memory_exchanges_give_every_rank_the_reduction(size, n):
+    ranks = shared_exchanges(size, 64 * 8)
+    xs = [np.random.default_rng(r).integers(-50, 50, n).astype(np.float64) for r in range(size)]
+    for op, expected in (("sum", np.sum(xs, 0)), ("max", np.max(xs, 0)),
+                         ("min", np.min(xs, 0))):
+        def allreduce(ex, op=op):
+            flat = xs[ex.rank].copy()
+            ex.exchange(flat, "allreduce", op)
+            return flat
+        for y in on_all_ranks(ranks, allreduce):
+            np.testing.assert_array_equal(y, expected, err_msg=op)
+    # An allreduce into out, of an array packed into the rank's slot: the slot is not
+    # copied over, and flat is left alone.
+    def into_out(ex):
+        flat, out = ex.slot(np.int32, n), np.empty(n, np.int32)
+        flat[...] = ex.rank + 1
+        ex.exchange(flat, "allreduce", "sum", out=out)
+        return out
+    for y in on_all_ranks(ranks, into_out):
+        np.testing.assert_array_equal(y, np.full(n, size * (size + 1) // 2))
+    # reduce_scatter and allgather: blocks of len(flat) / size
+    padded = -(-n // size) * size
+    whole = np.sum([np.resize(x, padded) for x in xs], 0)
+
+    def scatter_then_gather(ex):
+        block = padded // size
+        mine = np.empty(block)
+        ex.exchange(np.resize(xs[ex.rank], padded), "reduce_scatter", "sum", out=mine)
+        np.testing.assert_array_equal(mine, whole[ex.rank * block:(ex.rank + 1) * block])
+        flat = np.zeros(padded)
+        flat[ex.rank * block:(ex.rank + 1) * block] = mine
+        ex.exchange(flat, "allgather", "sum")
+        return flat
+    for y in on_all_ranks(ranks, scatter_then_gather):
+        np.testing.assert_array_equal(y, whole)
+    assert [ex.exchanges for ex in ranks] == [6] * size
