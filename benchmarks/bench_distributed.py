@@ -2,12 +2,14 @@
 1, 2 and 4 ranks (mpiexec, one thread per rank), each rank on its own batch of
 --batch samples (weak scaling: the global batch grows with the ranks).
 
-Three forms of the step take turns: "hook" averages the gradients with
-dist.AllreduceGrads, "sharded" updates with dist.ShardedOptimizer (each rank
+Four forms of the step take turns: "hook" averages the gradients with
+dist.AllreduceGrads (ranks on one machine exchange through memory they share),
+"hook-mpi" does the same through MPI's allreduce (as DEZERO_MPI_SHARED_MEMORY=0
+does), "sharded" updates with dist.ShardedOptimizer (each rank
 its block of the parameters), "none" exchanges nothing (every rank computing on
 its own, on the shared cores: the ceiling an exchange that cost nothing would
 reach; at one rank, training without dezero.distributed). Prints for each: ms
-per step, samples per second of the whole job, ms of the step in MPI's
+per step, samples per second of the whole job, ms of the step in the
 exchanges (waiting for the slowest rank included), the exchanges timed alone
 with every rank ready (packing included), and the speedup and weak-scaling
 efficiency over one process training without dezero.distributed.
@@ -60,7 +62,7 @@ def worker(args):
         optimizer = optimizers.Adam()
         if exchange == "sharded":
             optimizer = dist.ShardedOptimizer(optimizer, comm)
-        elif exchange == "hook":
+        elif exchange in ("hook", "hook-mpi"):
             optimizer.add_hook(dist.AllreduceGrads(comm))
         optimizer.setup(model)
 
@@ -78,7 +80,7 @@ def worker(args):
     # exchange that cost nothing; at one rank, training without dezero.distributed.
     steps = {kind: training_step(kind) for kind in KINDS}
 
-    exchange = [0.0]  # seconds spent in MPI's exchanges
+    exchange = [0.0]  # seconds spent in the exchanges
     mpi_exchange = comm._mpi_exchange
 
     def timed(*args, **kwargs):
@@ -87,6 +89,11 @@ def worker(args):
         exchange[0] += time.perf_counter() - start
 
     comm._mpi_exchange = timed
+
+    shared = comm._shared  # the exchange through shared memory (None: plain MPI)
+
+    def plain_mpi(kind):
+        comm._shared = None if kind == "hook-mpi" else shared
 
     def round_time(step):
         comm.barrier()
@@ -99,14 +106,17 @@ def worker(args):
         return seconds / args.steps, exchange[0] / args.steps
 
     for _ in range(args.warmup):  # the traces, their kernels' compilation, the caches
-        for step, _ in steps.values():
+        for kind, (step, _) in steps.items():
+            plain_mpi(kind)
             step(x, t)
     # The fastest round of each (others' load slows some rounds), the steps taking
     # turns so that all meet the same load.
     best = {kind: (float("inf"), 0.0) for kind in KINDS}
     for _ in range(args.rounds):
         for kind, (step, _) in steps.items():
+            plain_mpi(kind)
             best[kind] = min(best[kind], round_time(step))
+    plain_mpi("hook")
     result = {"ranks": comm.size}
     for kind in KINDS:
         exchanges = comm.mpi.gather(best[kind][1], root=0)  # None off rank 0
@@ -116,15 +126,20 @@ def worker(args):
     comm._mpi_exchange = mpi_exchange
     result["hook"]["alone_s"] = exchange_alone(comm, args.rounds, lambda: comm._reduce_arrays(
         grads, "mean"))
+    plain_mpi("hook-mpi")
+    result["hook-mpi"]["alone_s"] = exchange_alone(comm, args.rounds, lambda: comm._reduce_arrays(
+        grads, "mean"))
+    plain_mpi("hook")
     result["sharded"]["alone_s"] = exchange_alone(comm, args.rounds, lambda: comm._allgather(
         [comm._reduce_scatter(grads, "mean")], [g.shape for g in grads]))
     if comm.rank == 0:
         print(json.dumps(result))
 
 
-# The steps timed: gradients averaged by AllreduceGrads, the update sharded by
-# ShardedOptimizer, no exchange.
-KINDS = ("hook", "sharded", "none")
+# The steps timed: gradients averaged by AllreduceGrads (through the memory the ranks
+# share, and through MPI's allreduce), the update sharded by ShardedOptimizer, no
+# exchange.
+KINDS = ("hook", "hook-mpi", "sharded", "none")
 
 
 def exchange_alone(comm, rounds, exchange):
