@@ -208,8 +208,9 @@ class Communicator:
             _check_reducible(dtype, op, arrays[positions[0]].shape, "allreduce")
             group = [arrays[i] for i in positions]
             total = sum(a.size for a in group)
-            if self._shared is not None and xp is np:  # packed straight into the window
-                flat, out = self._shared.slot(dtype, total), np.empty(total, dtype)
+            slot = self._shared.slot(dtype, total) if self._shared and xp is np else None
+            if slot is not None:  # packed straight into the window
+                flat, out = slot, np.empty(total, dtype)
                 self._pack(group, flat, op)
                 self._exchange(flat, "allreduce", op, out=out)
                 views = _places(group, out)
@@ -250,9 +251,9 @@ class Communicator:
         xp = cuda.get_array_module(a)
         total = sum(x.size for x in arrays)
         block, start, stop = self._block(total)
-        shared = self._shared is not None and xp is np  # packed straight into the window
-        flat = (self._shared.slot(a.dtype, block * self.size) if shared
-                else xp.empty(block * self.size, a.dtype))
+        slot = self._shared.slot(a.dtype, block * self.size) if self._shared and xp is np \
+            else None  # packed straight into the window where it holds them
+        flat = xp.empty(block * self.size, a.dtype) if slot is None else slot
         self._pack(arrays, flat, op)
         if self.size == 1:  # the block is the whole: nothing to exchange
             return flat
@@ -306,9 +307,9 @@ class Communicator:
 
     def _mpi_exchange(self, flat, what, op, root, out=None):
         from mpi4py import MPI
-        if self._shared is not None and what != "broadcast":
-            self._shared.exchange(flat, what, op, out)
-        elif what == "broadcast":
+        if what != "broadcast" and self._shared and self._shared.exchange(flat, what, op, out):
+            return  # through the memory the ranks share
+        if what == "broadcast":
             self.mpi.Bcast(flat, root=root)
         elif what == "allgather":
             self.mpi.Allgather(MPI.IN_PLACE, flat)
@@ -375,26 +376,31 @@ class _SharedExchange:
         self.exchanges = 0  # how many went through the window (tests read it)
 
     def _regions(self, nbytes):
-        """The result area and every rank's slot, as byte arrays of at least nbytes."""
+        """The result area and every rank's slot, as byte arrays of at least nbytes;
+        None where a window that large would not fit in the machine's shared memory
+        (that exchange then goes through MPI)."""
         from mpi4py import MPI
         if nbytes > self.capacity:  # every rank grows alike: they exchange equal sizes
+            capacity = -(-nbytes // 64) * 64  # rows aligned for any dtype
+            if not self.mpi.bcast(_shared_memory_holds(capacity * (1 + self.size))
+                                  if self.rank == 0 else None):
+                return None
             if self.window is not None:
                 self.window.Unlock_all()
                 self.window.Free()
-            self.capacity = -(-max(nbytes, 2 * self.capacity) // 64) * 64  # aligned rows
-            mine = self.capacity * (1 + self.size) if self.rank == 0 else 0
+            self.capacity = capacity
+            mine = capacity * (1 + self.size) if self.rank == 0 else 0
             self.window = MPI.Win.Allocate_shared(mine, 1, comm=self.mpi)
             memory, _ = self.window.Shared_query(0)
-            self.memory = np.frombuffer(memory, np.uint8).reshape(1 + self.size,
-                                                                  self.capacity)
+            self.memory = np.frombuffer(memory, np.uint8).reshape(1 + self.size, capacity)
             self.window.Lock_all(MPI.MODE_NOCHECK)  # held for the window's lifetime
         return self.memory[:, :nbytes]
 
     def slot(self, dtype, size):
-        """This rank's slot, as a flat array of size elements: an array packed here
-        is exchanged without being copied in first."""
-        nbytes = size * np.dtype(dtype).itemsize
-        return self._regions(nbytes)[1 + self.rank].view(dtype)
+        """This rank's slot, as a flat array of size elements (None where the window
+        cannot hold it): an array packed here is exchanged without being copied in."""
+        regions = self._regions(size * np.dtype(dtype).itemsize)
+        return None if regions is None else regions[1 + self.rank].view(dtype)
 
     def _synchronize(self):
         # The memory model of a shared window: make this rank's stores visible, wait
@@ -405,13 +411,17 @@ class _SharedExchange:
 
     def exchange(self, flat, what, op, out=None):
         """As Communicator._exchange, for a numpy array flat (an allreduce writes its
-        result into out where given; flat may be this rank's slot). Writes before the first
+        result into out where given; flat may be this rank's slot); False where the
+        window cannot hold flat, exchanging nothing. Writes before the first
         barrier go to the slots only, and the last reads of an allreduce come from the
         result area: so a rank may begin the next exchange while another still reads.
         The other exchanges end reading the slots, so they end with a barrier."""
         if flat.size == 0:
-            return
-        views = self._regions(flat.nbytes).view(flat.dtype)
+            return True
+        regions = self._regions(flat.nbytes)
+        if regions is None:
+            return False
+        views = regions.view(flat.dtype)
         result, slots = views[0], views[1:]
         if what == "allgather":  # this rank's block, in place in the slots end to end
             joined = self.memory[1:].reshape(-1)[:flat.nbytes].view(flat.dtype)
@@ -422,7 +432,7 @@ class _SharedExchange:
             flat[...] = joined
             self.mpi.Barrier()
             self.exchanges += 1
-            return
+            return True
         if flat.__array_interface__["data"][0] != slots[self.rank].__array_interface__["data"][0]:
             slots[self.rank] = flat  # (not packed in the slot already)
         self._synchronize()
@@ -439,6 +449,18 @@ class _SharedExchange:
         else:
             self.mpi.Barrier()  # every rank done reading the slots
         self.exchanges += 1
+        return True
+
+
+def _shared_memory_holds(nbytes):
+    """Whether a shared window of nbytes leaves half of the machine's shared memory
+    (/dev/shm, where MPICH maps it) free: a window on a full one would crash the rank
+    that touches it (SIGBUS) rather than fail."""
+    try:
+        disk = os.statvfs("/dev/shm")
+    except (OSError, AttributeError):  # no /dev/shm here: MPI maps it elsewhere
+        return True
+    return nbytes <= disk.f_bavail * disk.f_frsize // 2
 
 
 def _places(arrays, flat):

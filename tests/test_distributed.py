@@ -589,7 +589,8 @@ def shared_exchanges(size, capacity):
     for rank in range(size):
         ex = Threaded.__new__(Threaded)
         ex.rank, ex.size, ex.capacity, ex.memory, ex.exchanges = rank, size, capacity, memory, 0
-        ex.mpi = type("Mpi", (), {"Barrier": staticmethod(barrier.wait)})()
+        ex.mpi = type("Mpi", (), {"Barrier": staticmethod(barrier.wait),
+                                  "bcast": staticmethod(lambda value: bool(value))})()
         ranks.append(ex)
     return ranks
 
@@ -639,3 +640,15 @@ def test_shared_memory_exchanges_give_every_rank_the_reduction(size, n):
     for y in on_all_ranks(ranks, scatter_then_gather):
         np.testing.assert_array_equal(y, whole)
     assert [ex.exchanges for ex in ranks] == [6] * size
+
+
+def test_an_exchange_too_large_for_the_shared_memory_goes_through_mpi(comm, monkeypatch):
+    assert dist._shared_memory_holds(1) and not dist._shared_memory_holds(2 ** 62)
+    monkeypatch.setattr(dist, "_shared_memory_holds", lambda nbytes: False)
+    ex = shared_exchanges(2, 0)[0]  # an empty window, to be grown
+    assert ex.slot(np.float32, 10) is None
+    x = np.arange(10.0)
+    assert ex.exchange(x, "allreduce", "sum") is False and ex.exchanges == 0
+    monkeypatch.setattr(comm, "_shared", ex)
+    np.testing.assert_array_equal(comm.allreduce(x), x)  # MPI's, in a world of one
+    assert ex.exchanges == 0 and ex.capacity == 0
