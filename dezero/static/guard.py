@@ -256,32 +256,6 @@ def with_leaves(args, kwargs, static_positions, static_names, leaves):
     return args, kwargs
 
 
-def held(args, kwargs, names):
-    """Each mutable container in the arguments with a label and what it holds, to
-    tell after the run whether the function changed it (changed())."""
-    found = []
-
-    def walk(obj, label):
-        if container(obj):
-            items = list(obj.items() if isinstance(obj, dict) else enumerate(obj))
-            if not isinstance(obj, tuple):
-                found.append((obj, label, [v for _, v in items], len(obj)))
-            for k, v in items:
-                walk(v, f"{label}[{k!r}]")
-
-    for i, a in enumerate(args):
-        walk(a, names[i] if i < len(names) else f"arg{i}")
-    for k, v in kwargs.items():
-        walk(v, k)
-    return found
-
-
-def changed(found) -> list:
-    """The labels of the containers of held() whose items are no longer the same."""
-    return [label for obj, label, items, n in found if len(obj) != n or any(
-        a is not b for a, b in zip(obj.values() if isinstance(obj, dict) else obj, items))]
-
-
 def unguarded(obj, behind=None):
     """obj with each GuardedArray replaced by its array (what eager code returns);
     the list `behind`, if given, receives the Variable each guard is .data of."""

@@ -176,6 +176,30 @@ def python_writes(before: Structure) -> list[tuple[str, str]]:
     return found
 
 
+def held(args, kwargs, names) -> list:
+    """Each list, dict or other mutable container in the arguments (the copies the
+    traced function gets), with a label and a snapshot of its items, for changed()."""
+    found = []
+
+    def walk(obj, label):
+        if isinstance(obj, (list, dict)):
+            found.append((obj, label, _items(obj)))
+        if isinstance(obj, (list, dict, tuple)):
+            for k, v in (obj.items() if isinstance(obj, dict) else enumerate(obj)):
+                walk(v, f"{label}[{k!r}]")
+
+    for i, a in enumerate(args):
+        walk(a, names[i] if i < len(names) else f"arg{i}")
+    for k, v in kwargs.items():
+        walk(v, k)
+    return found
+
+
+def changed(found) -> list:
+    """The labels of the containers of held() the run changed (log.append(n))."""
+    return [label for obj, label, items in found if not _same_items(_items(obj), items)]
+
+
 def _items(container) -> tuple:
     return (*container, *(container.values() if isinstance(container, dict) else ()))
 

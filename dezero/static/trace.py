@@ -33,11 +33,11 @@ from dezero.static.backends.cpu_reductions import reduction_source
 from dezero.static.checking import check_replay, put_back, source_text
 from dezero.static.codegen import kernel_spec
 from dezero.static.graph import StaticGraph
-from dezero.static.guard import changed, held, overlap, root, unguarded, with_leaves
+from dezero.static.guard import overlap, root, unguarded, with_leaves
 from dezero.static.ir import type_str
 from dezero.static.lowering import container
 from dezero.static.passes import optimize
-from dezero.static.reach import Structure, python_writes, survey
+from dezero.static.reach import Structure, changed, held, python_writes, survey
 from dezero.static.slots import GradSlot
 from dezero.static.tracer import Tracer
 from dezero.static.watch import Watch, escaped
