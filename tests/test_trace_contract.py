@@ -1016,12 +1016,14 @@ def test_a_list_a_model_appends_to_in_forward_raises_naming_it():
         traced(np.ones((2, 3), np.float32))
 
 
-@pytest.mark.parametrize("mutation", ["list.append", "list item", "list.pop", "dict new key"])
+@pytest.mark.parametrize("mutation", ["list.append", "list item", "list.pop", "dict new key",
+                                      "dict key renamed"])
 @pytest.mark.parametrize("nested", [False, True], ids=["argument", "inside an argument"])
 def test_a_container_argument_the_step_changes_raises_at_once(mutation, nested):
     # The step runs on a copy of a container argument, so even the first call would
     # lose the change (eager: log grows at every call).
-    log, mutate = _mutations()[mutation]
+    renamed = ({"a": 1.0}, lambda log, n: log.__setitem__(f"b{n}", log.pop("a")))
+    log, mutate = renamed if mutation == "dict key renamed" else _mutations()[mutation]
     arg = {"log": log} if nested else log
 
     def step(x, arg):
