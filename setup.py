@@ -50,7 +50,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["dezero", "dezero.*"]),
     # The C++ header every library of fused kernels includes (the cpu backend).
-    package_data={"dezero.static.backends": ["dezero_kernels.h"]},
+    package_data={"dezero.kernels": ["dezero_kernels.h"]},
     install_requires=["numpy>=1.23"],
     extras_require=EXTRAS,
     entry_points={"console_scripts": []},

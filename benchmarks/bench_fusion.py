@@ -31,9 +31,9 @@ from timing import interleaved_best  # noqa: E402
 import dezero  # noqa: E402
 import dezero.functions as F  # noqa: E402
 from dezero import models, optimizers  # noqa: E402
+from dezero.kernels import cpu  # noqa: E402
+from dezero.kernels.codegen import KernelSpec, Param  # noqa: E402
 from dezero.static import backends, horizontal  # noqa: E402
-from dezero.static.backends import cpu  # noqa: E402
-from dezero.static.codegen import KernelSpec, Param  # noqa: E402
 
 
 def best_time(*fns, rounds=7, budget=1.0):

@@ -3,7 +3,7 @@
 Every part of dezero that allocates arrays asks `get_array_module(x)` which module
 owns `x`, so the same code runs on both devices. cupy counts only where it finds a
 GPU: it also imports on machines without one (its compiler works there, see
-backends/gpu.py), and there dezero runs on numpy as if it were absent.
+kernels/gpu.py), and there dezero runs on numpy as if it were absent.
 
     xp = dezero.cuda.get_array_module(x)   # numpy or cupy
 """

@@ -213,7 +213,7 @@ def _how_it_replays(traced):
     if library is None:
         return "replayed unfused: generated Python code, one numpy call per node"
     # The backend compiles the groups that pay as kernels; short groups on small
-    # arrays cost less as numpy calls (backends/cpu.py: pays).
+    # arrays cost less as numpy calls (kernels/cpu.py: pays).
     return (f"replayed with {len(library.specs)} of its {len(traced.graph.groups)} fused "
             f"groups as compiled C++ kernels")
 

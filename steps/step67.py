@@ -1,7 +1,7 @@
 """Step 67: the C++ kernel -- generated source, compiled, timed against numpy.
 
 The kernel spec of a fused group (step 66) holds a C++ body for ONE element.
-The "cpu" backend (dezero/static/backends/cpu.py, the default replay backend
+The "cpu" backend (dezero/kernels/cpu.py, the default replay backend
 on the CPU) wraps that body in a loop over the array -- inputs that broadcast
 (a bias row, a scalar) are read through strides, the loop is written so the
 compiler vectorises it (math functions from its SIMD library), and OpenMP
@@ -25,8 +25,8 @@ import numpy as np
 
 import dezero
 import dezero.functions as F
-from dezero.static.backends import cpu
-from dezero.static.codegen import kernel_spec
+from dezero.kernels import cpu
+from dezero.kernels.codegen import kernel_spec
 
 
 def chain(x, a, b):

@@ -1,6 +1,6 @@
 """Step 68: the GPU kernel -- the same body as a cupy ElementwiseKernel.
 
-A kernel spec (dezero.static.codegen) holds typed parameters and a C++ body
+A kernel spec (dezero.kernels.codegen) holds typed parameters and a C++ body
 for ONE element. That is exactly what `cupy.ElementwiseKernel(in_params,
 out_params, operation, name)` takes: cupy writes the index loop around the
 body (broadcasting its inputs by strides) and compiles it for the GPU with
@@ -22,8 +22,8 @@ import numpy as np
 
 import dezero
 import dezero.functions as F
-from dezero.static.backends import gpu
-from dezero.static.codegen import kernel_spec
+from dezero.kernels import gpu
+from dezero.kernels.codegen import kernel_spec
 
 
 def chain(x, a, b):

@@ -74,13 +74,13 @@ def notebook_cache(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def kernels_that_pay_run_compiled(request, monkeypatch):
     """Whether a kernel runs compiled, and on how many threads, is measured
-    (backends/measure.py): on arrays of a few elements, where both ways take
+    (kernels/measure.py): on arrays of a few elements, where both ways take
     microseconds, a loaded machine decides either way, and a test that says which
     kernels run would pass or fail by chance. So every kernel the fusion pass finds
     worth compiling runs compiled here, on one thread; the tests marked `measures`
     time them for real."""
     if request.node.get_closest_marker("measures"):
         return
-    from dezero.static.backends import measure
+    from dezero.kernels import measure
     monkeypatch.setattr(measure, "_read", lambda path, groups: None)
     monkeypatch.setattr(measure, "_time_both", lambda library, group: ({1: 1.0}, 2.0))

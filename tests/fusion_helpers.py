@@ -5,21 +5,23 @@ import dataclasses
 import os
 from unittest import mock
 
+from dezero.kernels import cpu
+from dezero.kernels.codegen import kernel_spec
 from dezero.op_record import as_result_array
-from dezero.static.backends import cpu, pycode
-from dezero.static.codegen import kernel_spec
+from dezero.static.backends import pycode
 
 
 def reference_factory(graph, made=None):
-    """factory(spec) -> kernel for the groups of `graph`; the specs it receives are
-    appended to `made` when given. Every group of the graph is marked compiled, so that
+    """factory(group) -> kernel for the groups of `graph`; the specs of the groups it
+    receives are appended to `made` when given. Every group of the graph is marked compiled, so that
     the replay code calls a kernel for each."""
     groups = {g.name: g for g in graph.groups}
     for group in graph.groups:
         group.compiled = True
 
-    def factory(spec):
-        group = groups[spec.name]
+    def factory(group):
+        assert groups[group.name] is group
+        spec = kernel_spec(group)
         # a reduction kernel may read an input twice (per element and per row)
         sources = getattr(spec, "sources", range(len(group.inputs)))
         assert [p.shape for p in spec.inputs] == [group.inputs[i].shape for i in sources]
@@ -55,7 +57,7 @@ def split_for_the_cores(specs) -> list:
 
 
 def cpu_factories(graphs, chosen=lambda group: group.compiled) -> list:
-    """For each graph, factory(spec) -> the cpu kernel of its group's spec, the chosen
+    """For each graph, factory(group) -> the cpu kernel of the group's spec, the chosen
     groups (by default those that run compiled) of all graphs built as one set of
     libraries, side by side (split_for_the_cores): the cases of a parametrised test
     pay one compile rather than one each. Graph i's kernel k0 is
@@ -74,8 +76,8 @@ def cpu_factories(graphs, chosen=lambda group: group.compiled) -> list:
     holder = {name: library for library in libraries for name in library.specs}
 
     def factory(i):
-        def kernel(spec):
-            spec = renamed(spec, i)
+        def kernel(group):
+            spec = renamed(kernel_spec(group), i)
             assert spec == compiled[i][spec.name[len(f"g{i}_"):]]
             return holder[spec.name].kernel(spec)
         return kernel

@@ -1,4 +1,4 @@
-"""The cpu backend's kernels (dezero/static/backends/cpu.py) on specs written by
+"""The cpu backend's kernels (dezero/kernels/cpu.py) on specs written by
 hand (codegen's Param and KernelSpec): broadcasting by strides, odd inputs, buffer
 reuse that never overwrites what a caller holds, the disk cache, compile errors
 and the missing-compiler fallback."""
@@ -19,9 +19,9 @@ import pytest
 
 import dezero
 import dezero.functions as F
+from dezero.kernels import cache, cpu, pending
+from dezero.kernels.codegen import CTYPES, KernelSpec, Param, kernel_spec
 from dezero.static import backends
-from dezero.static.backends import cache, cpu, pending
-from dezero.static.codegen import CTYPES, KernelSpec, Param, kernel_spec
 
 pytestmark = pytest.mark.skipif(cpu.missing_reason() is not None,
                                 reason=str(cpu.missing_reason()))
@@ -276,7 +276,7 @@ def test_a_kernel_is_its_body_once_inside_one_loop():
 
 
 def test_the_header_ships_with_the_package_and_declares_vector_math():
-    assert cpu.HEADER.name in Path(cpu.__file__).parents[3].joinpath("setup.py").read_text()
+    assert cpu.HEADER.name in Path(cpu.__file__).parents[2].joinpath("setup.py").read_text()
     text = cpu.HEADER.read_text()
     assert "DEZERO_SIMD(tanh)" in text and "__GLIBC_MINOR__ >= 35" in text
     assert "#define DEZERO_FOR_EACH_ELEMENT(" in text
@@ -299,8 +299,8 @@ def test_cache_hit_skips_the_compiler(tmp_path, monkeypatch):
 def test_two_processes_compiling_at_once_both_load(tmp_path):
     code = textwrap.dedent("""
         import numpy as np
-        from dezero.static.backends import cpu
-        from dezero.static.codegen import KernelSpec, Param
+        from dezero.kernels import cpu
+        from dezero.kernels.codegen import KernelSpec, Param
         x, y = Param("x", "float", "float32", (4,)), Param("y", "float", "float32", (4,))
         s = KernelSpec("k_twice", (x,), (y,), (4,), "y = x * 2.0f;")
         y, = cpu.KernelLibrary([s]).kernel(s)(np.arange(4, dtype=np.float32))
@@ -850,8 +850,8 @@ def chain_library():
 @pytest.mark.measures
 def test_each_kernel_is_timed_against_its_numpy_calls_once_and_kept(tmp_path, monkeypatch,
                                                                     capsys, chain_library):
+    from dezero.kernels import measure
     from dezero.static import debugging
-    from dezero.static.backends import measure
     monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
     copy_cache(chain_library(5), tmp_path)
     monkeypatch.setattr(measure, "machine_threads", lambda: 1)  # threads: tested below
@@ -924,7 +924,7 @@ def test_the_numpy_statements_of_every_kind_of_kernel_compute_what_it_does(optim
 
 
 def test_fastest_takes_turns_and_keeps_each_ones_best_call(monkeypatch):
-    from dezero.static.backends import measure
+    from dezero.kernels import measure
     now, calls = [0.0], []
     monkeypatch.setattr(measure, "clock", lambda: now[0])
 
@@ -950,8 +950,9 @@ def test_a_group_runs_the_side_timed_faster_and_the_decision_is_kept(monkeypatch
                                                                      kernel_us, numpy_us, how):
     # A fake clock: a call of the kernel on n threads takes kernel_us[n], a run of the
     # group's numpy statements numpy_us, whatever the machine's load.
+    from dezero.kernels import measure
     from dezero.static import debugging
-    from dezero.static.backends import measure, pycode
+    from dezero.static.backends import pycode
     x = randn(5)
     first = dezero.trace(long_chain).lower(x).compile("cpu").wait()  # in the suite's cache
     first.library.path.with_suffix(".json").unlink()
@@ -1019,8 +1020,8 @@ def test_a_large_kernel_runs_on_the_threads_measured_faster(tmp_path, monkeypatc
                                                             kernel_us, threads, chain_library):
     # One thread unless all of them are faster by the margin; the decision is pinned
     # here as the suite pins every other (conftest), and kept in the cache.
+    from dezero.kernels import measure
     from dezero.static import debugging
-    from dezero.static.backends import measure
     monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
     copy_cache(chain_library(300, 200), tmp_path)
     monkeypatch.setattr(measure, "machine_threads", lambda: 4)
@@ -1042,7 +1043,7 @@ def test_a_large_kernel_runs_on_the_threads_measured_faster(tmp_path, monkeypatc
 
 def test_a_cache_filled_on_a_larger_machine_asks_for_no_more_threads_than_this_has(
         tmp_path, monkeypatch, chain_library):
-    from dezero.static.backends import measure
+    from dezero.kernels import measure
     monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
     copy_cache(chain_library(300, 200), tmp_path)
     monkeypatch.setattr(measure, "_read", lambda path, groups: {"k0": ({1: 90.0, 64: 9.0},
@@ -1056,7 +1057,7 @@ def test_a_cache_filled_on_a_larger_machine_asks_for_no_more_threads_than_this_h
 
 @pytest.mark.measures
 def test_a_large_kernel_is_timed_on_one_thread_and_on_all(tmp_path, monkeypatch, chain_library):
-    from dezero.static.backends import measure
+    from dezero.kernels import measure
     monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
     copy_cache(chain_library(300, 200), tmp_path)
     monkeypatch.setattr(measure, "machine_threads", lambda: 2)  # two, on any machine

@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 
 import dezero
+from dezero.kernels import codegen, cpu
 from dezero.op_record import RECORDS
-from dezero.static import codegen
-from dezero.static.backends import cpu
 from dezero.static.ir import Group
 
 pytestmark = pytest.mark.skipif(cpu.missing_reason() is not None,

@@ -21,3 +21,10 @@ def test_budgeted_modules_stay_within_budget():
     over = [(name, lines, budget) for name, lines, budget in rows
             if budget is not None and lines > budget]
     assert not over, f"over budget (raise it in tools/code_size.py with a reason): {over}"
+
+
+def test_packages_stay_within_budget():
+    rows = code_size.report()
+    for package, budget in code_size.PACKAGE_BUDGETS.items():
+        lines = code_size.package_lines(package, rows)
+        assert 0 < lines <= budget, f"{package}: {lines} code lines, budget {budget}"

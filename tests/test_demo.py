@@ -11,7 +11,7 @@ import pytest
 
 import dezero
 from dezero import demo
-from dezero.static.backends import cpu
+from dezero.kernels import cpu
 from dezero.utils import find_dot
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

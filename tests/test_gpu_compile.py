@@ -30,10 +30,10 @@ from op_table import ROWS
 import dezero
 import dezero.functions as F
 from dezero import Variable, optimizers
+from dezero.kernels import gpu, gpu_reductions
+from dezero.kernels.codegen import KernelSpec, Param, kernel_spec
 from dezero.models import MLP
 from dezero.static import ir, passes
-from dezero.static.backends import gpu, gpu_reductions
-from dezero.static.codegen import KernelSpec, Param, kernel_spec
 
 # The chains of the benchmarks (and of tests/gpu): x a matrix, a a row, b a scalar.
 CHAINS = {

@@ -8,9 +8,9 @@ from train_helpers import training_step
 
 import dezero
 from dezero import models, optimizers
-from dezero.static.backends import cpu
+from dezero.kernels import cpu
+from dezero.kernels.codegen import kernel_spec
 from dezero.static.backends.pycode import Compiled
-from dezero.static.codegen import kernel_spec
 
 needs_compiler = pytest.mark.skipif(cpu.missing_reason() is not None,
                                     reason=str(cpu.missing_reason()))
@@ -63,7 +63,7 @@ def random_inputs(group, seed, strided=False):
 
 @pytest.fixture(scope="module")
 def compiled_steps():
-    """name -> (the optimizer's traced spiral step, factory(spec) -> the cpu kernel of
+    """name -> (the optimizer's traced spiral step, factory(group) -> the cpu kernel of
     its update_kernel), the updates of all the optimizers compiled together."""
     graphs = {name: traced_step(make)[0] for name, make in OPTIMIZERS.items()}
     factories = cpu_factories(list(graphs.values()), lambda group: group.segments)
@@ -77,8 +77,8 @@ def test_the_compiled_kernel_equals_the_interpreter_bit_for_bit(name, strided,
                                                                 compiled_steps):
     graph, factory = compiled_steps[name]
     group = update_kernel(graph)
-    kernel = factory(kernel_spec(group))
-    reference = reference_factory(graph)(kernel_spec(group))  # each node's forward
+    kernel = factory(group)
+    reference = reference_factory(graph)(group)  # each node's forward
     for seed in range(3):
         arrays = random_inputs(group, seed, strided)
         got, want = kernel(*arrays), reference(*arrays)

@@ -12,8 +12,8 @@ from fusion_helpers import reference_factory
 import dezero
 import dezero.functions as F
 from dezero.errors import GraphError
+from dezero.kernels import cpu
 from dezero.static import passes
-from dezero.static.backends import cpu
 from dezero.static.backends.pycode import Compiled
 from dezero.static.graph import StaticGraph
 from dezero.static.ir import Node, Value

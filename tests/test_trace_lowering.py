@@ -6,10 +6,11 @@ from train_helpers import linear_regression_step
 import dezero
 import dezero.functions as F
 from dezero import optimizers
+from dezero.kernels import cpu
+from dezero.kernels.codegen import kernel_spec
 from dezero.models import MLP
 from dezero.static import backends
-from dezero.static.backends import cpu, interpreter
-from dezero.static.codegen import kernel_spec
+from dezero.static.backends import interpreter
 from dezero.static.lowering import STEP_KINDS, lower
 
 

@@ -19,8 +19,8 @@ from op_table import ROWS, Row
 import dezero
 import dezero.functions as F
 from dezero import Variable
+from dezero.kernels import cpu
 from dezero.op_record import RECORDS
-from dezero.static.backends import cpu
 
 # Elementwise and inline-spelled ops of the neural-network functions, which the op
 # table (about the book's math) leaves to test_functions_nn.py.

@@ -10,8 +10,8 @@ import pytest
 import dezero
 import dezero.functions as F
 from dezero import Variable
+from dezero.kernels import cpu
 from dezero.static import passes
-from dezero.static.backends import cpu
 from dezero.static.ir import Node, Value
 
 needs_compiler = pytest.mark.skipif(cpu.missing_reason() is not None,

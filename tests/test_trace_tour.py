@@ -3,7 +3,7 @@ from backend_helpers import python_code
 from train_helpers import linear_regression_step
 
 import dezero
-from dezero.static.codegen import kernel_spec
+from dezero.kernels.codegen import kernel_spec
 
 
 def indented(text):

@@ -11,14 +11,16 @@ building Variables or a dynamic graph. The package reads as a pipeline:
     ir.py         Graph, Node, Value, Group: data, printing and check(); no consumer
     passes.py     graph -> graph: dce, cse, fold, simplify, split_epilogues, split_parts,
                   fuse (kernel groups)
-    codegen.py    a fused group -> a kernel spec: typed params and a C++ body
     lowering.py   graph -> program: read, node or kernel, store, free, return
-    backends/     the reference interpreter, the generated replay code, cupy kernels
+    backends/     program -> runnable: the reference interpreter, the replay code
     saving.py     the JSON + .npz file format; drawing.py the DOT pictures
     slots.py      where a state node's array lives (a Variable's .data, .grad, an attribute)
     graph.py      StaticGraph, the graph users hold: graph(x), .code, .plot(), .save()
 Its errors (TraceError, GraphError, GraphFileError) and where() live in dezero/errors.py,
-below all of it, so the eager library raises them without importing static/.
+below all of it, so the eager library raises them without importing static/. The
+kernel compiler, which turns each group into generated C++ or CUDA, is a package of
+its own above this one (dezero/kernels/): static/ reads without it, and never
+imports it; backends/__init__.py names its backends ("cpu", "cupy").
 
 A tour. One training step of a linear regression, traced::
 
@@ -154,7 +156,7 @@ the Variable W)::
         return _outputs((e,))
 
 A kernel backend runs each group as one generated kernel instead; the C++ body
-of a segment (codegen.kernel_spec(graph.groups[1]).segments[0].body) computes one
+of a segment (dezero.kernels.codegen.kernel_spec(graph.groups[1]).segments[0].body) computes one
 element, with a local per node and the values read outside assigned last (`i` is
 cupy's loop index, so a value of that name is `v_i` in a kernel)::
 

@@ -29,9 +29,7 @@ from dezero import core, cuda, layers
 from dezero.core import Config, Variable
 from dezero.errors import TraceError, where
 from dezero.static import debugging
-from dezero.static.backends.cpu_reductions import reduction_source
 from dezero.static.checking import check_replay, put_back, source_text
-from dezero.static.codegen import kernel_spec
 from dezero.static.graph import StaticGraph
 from dezero.static.guard import overlap, root, unguarded, with_leaves
 from dezero.static.ir import type_str
@@ -564,10 +562,6 @@ class TracedFunction:
         if debugging.LEVEL >= 4:  # the interpreter generates no code: its program
             code = getattr(entry.compiled, "source", None) or f"{graph.program}\n"
             debugging.log(4, f"replay code of {self.name}:\n{code}")
-            for group in graph.groups:  # a reduction's spec is a loop nest, no body
-                spec = kernel_spec(group)
-                source = spec.body if group.axes is None else reduction_source(spec).lstrip()
-                debugging.log(4, f"kernel {group.name} of {self.name}:\n{source}")
         if self.check and kept:  # a graph not kept is never replayed: nothing to check
             check_replay(self.name, tracer, recorded_graph, entry, leaves, result,
                          random_state, attrs_before, attr_writes)

@@ -25,7 +25,7 @@ import dezero.functions as F
 from dezero import optimizers
 from dezero.datasets import get_spiral
 from dezero.models import MLP
-from dezero.static.codegen import kernel_spec
+from dezero.kernels.codegen import kernel_spec
 from dezero.utils import plot_dot_graph
 
 x_all, t_all = get_spiral(train=True)     # 300 points in 3 classes
@@ -142,7 +142,7 @@ if compiled:
     source = plan.kernel_source
     print(source[source.index(f"// kernel {first}:"):][:1800], "...")
 else:
-    print("no kernel compiled here:", dezero.static.backends.cpu.missing_reason())
+    print("no kernel compiled here:", dezero.kernels.cpu.missing_reason())
 
 # %% [markdown]
 # ## Horizontal fusion: one kernel for every parameter

@@ -2,7 +2,7 @@
 
 Skipped where cupy finds no GPU. A traced function called on cupy arrays records a
 graph on the GPU, whose replay runs each fused group as one cupy.ElementwiseKernel
-(backends/gpu.py) and every other node as a cupy call; every replay must give what
+(kernels/gpu.py) and every other node as a cupy call; every replay must give what
 eager numpy gives for the same inputs and state, over several calls.
 
     python -m pytest -q tests/gpu
@@ -117,7 +117,7 @@ def test_an_optimizers_updates_run_as_one_horizontal_kernel_equal_to_the_interpr
     may round the last bit otherwise."""
     from pathlib import Path
 
-    from dezero.static.codegen import kernel_spec
+    from dezero.kernels.codegen import kernel_spec
     x, t = dezero.datasets.get_spiral(train=True)
     np.random.seed(0)
     model = MLP((10, 3))
@@ -130,7 +130,7 @@ def test_an_optimizers_updates_run_as_one_horizontal_kernel_equal_to_the_interpr
     assert f"= _{group.name}(" in plan.source and len(group.segments) == 4
     rng = np.random.default_rng(0)
     arrays = [np.asarray(rng.random(v.shape) * 0.5 + 0.5, v.dtype) for v in group.inputs]
-    from dezero.static.backends import gpu
+    from dezero.kernels import gpu
     source = gpu.kernel_source(kernel_spec(group))
     assert source.count("cupy.ElementwiseKernel") == 1 and "raw float32 _r_" in source
     got = gpu.kernel_factory(kernel_spec(group))(*(cp.asarray(a) for a in arrays))

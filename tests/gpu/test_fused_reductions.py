@@ -1,7 +1,7 @@
 """Reductions fused on the GPU: one cupy.ReductionKernel with the work before and after.
 
 A group of elementwise ops, one reduction (sum, mean, max, min, sum_to) and the ops
-on its result runs as one ReductionKernel (backends/gpu.py): the ops before it as
+on its result runs as one ReductionKernel (kernels/gpu.py): the ops before it as
 map_expr (which also stores the values of the full shape that later nodes read),
 the ops after it as post_map_expr. Groups that do not fit one (a second pass over
 each row, two reductions) leave the reduction alone, as passes.gpu_misfit says in

@@ -9,11 +9,11 @@ the captured state. BACKENDS names them:
                   the reference every other backend is tested against
     python        pycode.py turns the node list into Python source that calls each
                   op's forward on arrays directly
-    cpu           cpu.py: the python backend's code with each fused group run as a
+    cpu           dezero/kernels/cpu.py: the python backend's code with each fused group run as a
                   C++ kernel, compiled with the system compiler and cached on disk
                   (the default on the CPU; with no compiler it warns once and runs
                   unfused)
-    cupy          gpu.py: the same replay code with each fused group one
+    cupy          dezero/kernels/gpu.py: the same replay code with each fused group one
                   cupy.ElementwiseKernel, or ReductionKernel (the default for graphs
                   on the GPU)
 
@@ -32,8 +32,8 @@ import os
 BACKENDS = {
     "interpreter": "dezero.static.backends.interpreter",
     "python": "dezero.static.backends.pycode",
-    "cpu": "dezero.static.backends.cpu",
-    "cupy": "dezero.static.backends.gpu",
+    "cpu": "dezero.kernels.cpu",
+    "cupy": "dezero.kernels.gpu",
 }
 
 DEFAULT = os.environ.get("DEZERO_BACKEND") or "cpu"

@@ -4,7 +4,8 @@ The fast backend (the interpreter in interpreter.py is its reference): the graph
 program (lowering.py) printed as one Python function, a line per step, names taken
 from the IR. Each op is a Function instance rebuilt from its attrs whose bound
 `forward` the code calls directly, so a replay builds no Variable and no dynamic
-graph; kernel backends (cpu.py, gpu.py) pass a factory for the kernel steps.
+graph; kernel backends (dezero/kernels/: cpu.py, gpu.py) pass a factory for the kernel
+steps.
 
     print(graph.compile().source)
 """
@@ -20,7 +21,6 @@ from dezero.core import Variable, _wrap_output
 from dezero.errors import GraphError
 from dezero.op_record import as_result_array
 from dezero.static.backends.interpreter import reraise
-from dezero.static.codegen import kernel_spec
 from dezero.static.ir import Graph, format_attr, format_node
 from dezero.static.lowering import Plan, holder, lower
 from dezero.static.names import identifier, is_source_name, printable, source_literal
@@ -85,7 +85,7 @@ def generate(graph: Graph, factory=None, program=None):
     """(source, globals, line -> printed step, function name) of the replay function
     of `graph`: its program (lower(graph) if None) as Python, a line or a few per step. With
     a kernel factory, a kernel step whose group is compiled is one line that calls
-    `factory(kernel_spec(group))` on the group's inputs; other kernel steps are their
+    `factory(group)` on the group's inputs; other kernel steps are their
     nodes' lines."""
     fname = identifier(graph.name, "graph")
     _check_names(f"graph {printable(graph.name)}", graph.nodes)
@@ -207,7 +207,7 @@ class _Code:
             for inner in step.body:
                 self.step(inner)
             return
-        self.env[f"_{group.name}"] = self.factory(kernel_spec(group))
+        self.env[f"_{group.name}"] = self.factory(group)
         outs = ", ".join(v.name for v in group.outputs)
         args = [v.name for v in group.inputs]
         if any(step.into):  # arrays the kernel writes into (a matmul's, read only here)
@@ -258,10 +258,10 @@ class Compiled(Plan):
     captured state, runs the steps, stores and returns what the traced function did.
 
     factory: None (every op node calls its forward), or a kernel backend's
-    `factory(spec) -> kernel`, where kernel(*input_arrays, out=None) returns the tuple
-    of output arrays of a codegen.KernelSpec (written into the arrays of `out`, one or
-    None per output, where given); each compiled group (group.compiled) then runs as
-    one call of its kernel."""
+    `factory(group) -> kernel`, where kernel(*input_arrays, out=None) returns the tuple
+    of the group's output arrays (written into the arrays of `out`, one or None per
+    output, where given); each compiled group (group.compiled) then runs as one call
+    of its kernel (dezero/kernels/ makes them)."""
 
     def __init__(self, graph: Graph, factory=None):
         super().__init__(graph)

@@ -1,6 +1,6 @@
 """Reduction kernels on the CPU: a reductions.ReductionSpec as C++ loops.
 
-backends/ stage, beside cpu.py, which compiles these functions into its libraries
+Beside cpu.py, which compiles these functions into its libraries
 with the elementwise kernels and calls them through reduction_call. Each row (a
 position of the kept axes) runs on one thread: its passes loop over the reduced
 axes; sums over the innermost axes are added in numpy's pairwise order (the

@@ -1,6 +1,6 @@
 """The cupy backend: fused kernels as cupy.ElementwiseKernel, other nodes as cupy calls.
 
-backends/gpu.py is the GPU twin of the C++ backend: the replay code of pycode.py with
+kernels/gpu.py is the GPU twin of the C++ backend: the replay code of pycode.py with
 a kernel factory that hands each kernel spec (codegen.py: typed params and a C++ body
 for one element) to cupy.ElementwiseKernel, which wraps the body in its index loop
 and compiles it with NVRTC on first call; a group with a reduction goes to
@@ -16,8 +16,9 @@ import functools
 
 import numpy as np
 
+from dezero.kernels import gpu_reductions
+from dezero.kernels.codegen import kernel_spec
 from dezero.static import debugging
-from dezero.static.backends import gpu_reductions
 
 # =============================================================================
 # Spec -> ElementwiseKernel arguments: elementwise_params, kernel_source
@@ -146,8 +147,10 @@ def compile_graph(graph):
                          f"or a CPU backend")
     sources = []
 
-    def factory(spec):
+    def factory(group):
+        spec = kernel_spec(group)
         sources.append(kernel_source(spec))
+        debugging.log(4, f"kernel {group.name} of {graph.name}:\n{sources[-1]}")
         return kernel_factory(spec)
 
     plan = Compiled(graph, factory)

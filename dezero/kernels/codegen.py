@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from dezero.errors import GraphError
+from dezero.kernels.reductions import reduction_spec
 from dezero.static.ir import Group, format_node
-from dezero.static.reductions import reduction_spec
 
 # =============================================================================
 # The spec: Param, KernelSpec

@@ -1,6 +1,6 @@
 """Trust in the kernel cache: whose folder it is, and who else could write into it.
 
-backends/ stage, below cpu.py: a library found in the cache is loaded into this
+Below cpu.py: a library found in the cache is loaded into this
 process and runs there, so, as ssh refuses a key file that others can write, the
 cpu backend uses a cache folder only when no other user could have put a library
 (and its .sha256) there. Any refusal is a CacheError, which the backend turns into

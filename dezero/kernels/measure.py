@@ -9,7 +9,7 @@ times are kept beside the library in the kernel cache (<library>.json), so a lat
 process decides alike without timing again, and DEZERO_DEBUG=3 prints each decision
 with the times.
 
-backends/ stage, used by cpu.py once a library is loaded, on the kernel steps of the
+Used by cpu.py once a library is loaded, on the kernel steps of the
 graph's program (lowering.py).
 
     groups = measure.decide(library, graph)   # the groups that run compiled

@@ -2,7 +2,7 @@
 while its replays run unfused; the fused plan takes over at the first replay after
 the library is ready.
 
-backends/ stage, used by cpu.py when a library is not in the kernel cache yet. One
+Used by cpu.py when a library is not in the kernel cache yet. One
 worker compiles one library at a time (the compiler uses a core of its own), so
 many new graphs queue rather than start a compiler each.
 

@@ -1,6 +1,6 @@
 """Reduction kernels on the GPU: a reductions.ReductionSpec as one cupy.ReductionKernel.
 
-backends/ stage, beside gpu.py (which calls reduction_launch for such a spec), as
+Beside gpu.py (which calls reduction_launch for such a spec), as
 cpu_reductions.py is beside cpu.py. The spec's one pass becomes map_expr (a device
 function of the elementwise work on each element, returning the value folded), its
 fold reduce_expr and identity, the work on the row post_map_expr (a device function

@@ -1,6 +1,6 @@
 """The "cpu" backend: a graph's fused groups as C++ kernels, the rest as replay code.
 
-backends/ stage (see backends/__init__.py). Every kernel spec of a graph (codegen.py)
+Registered in static/backends/__init__.py. Every kernel spec of a graph (codegen.py)
 becomes one function, its body inside the loops that dezero_kernels.h (a header
 beside this module) writes, and all of them are compiled with the system C++
 compiler into ONE shared library, loaded with ctypes; pycode.py's replay code calls them
@@ -32,8 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
+from dezero.kernels import cache, cpu_reductions, measure, pending
+from dezero.kernels.codegen import kernel_spec
 from dezero.static import debugging
-from dezero.static.backends import cache, cpu_reductions, measure, pending, pycode
+from dezero.static.backends import pycode
 
 # =============================================================================
 # Toolchain: compiler, FLAGS
@@ -498,12 +500,14 @@ def compile_graph(graph):
     groups = [g for g in getattr(graph, "groups", []) if g.compiled]
     if not groups or graph.device == "gpu":  # the cupy backend fuses on the GPU
         return pycode.Compiled(graph)
-    from dezero.static.codegen import kernel_spec  # noqa: PLC0415 - codegen imports ir
     reason = missing_reason() or _UNUSABLE.get(cache.folder())
     if reason is not None:
         _warn_unfused(reason)
         return pycode.Compiled(graph)
     parts = split([kernel_spec(g) for g in groups])
+    for group in groups:  # DEZERO_DEBUG=4: what a learner reads of each kernel
+        source = kernel_source(group.spec).lstrip()
+        debugging.log(4, f"kernel {group.name} of {graph.name}:\n{source}")
     sources = [library_source(part) for part in parts]
 
     def fused(library_paths):
@@ -526,7 +530,7 @@ def compile_graph(graph):
         holder = {name: library for library in libraries for name in library.specs}
         for library in libraries:  # sets each group's `compiled`, which the code reads
             measure.decide(library, graph)
-        plan = pycode.Compiled(graph, factory=lambda spec: holder[spec.name].kernel(spec))
+        plan = pycode.Compiled(graph, factory=lambda group: holder[group.name].kernel(group.spec))
         plan.kernel_source, plan.libraries = "".join(sources), libraries
         if len(libraries) == 1:  # the usual case, with its own name
             plan.library = libraries[0]

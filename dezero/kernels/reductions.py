@@ -6,7 +6,7 @@ with the elementwise ops after it, on the full shape or on the reduced one. Such
 kernel runs row by row (a row: one position of the kept axes) in passes over the
 reduced axes; each pass folds values into reductions whose results the next
 passes and the row's elementwise ops read (a softmax: max, then the sum of exp,
-then the quotient). backends/cpu_reductions.py writes the C++ loops around it.
+then the quotient). kernels/cpu_reductions.py writes the C++ loops around it.
 
     spec = kernel_spec(group)  # a ReductionSpec when group.axes is not None
 """

@@ -133,7 +133,7 @@ extern "C" void dezero_layout(dezero_kernels::Object* o, intptr_t* out) {
 
 // DEZERO_FOR_EACH_ELEMENT(T, type_num, nd, n_in, n_out, fast, body...): run `body` for
 // every element of a kernel's `_shape` (nd dims), on the kernel's `_threads` OpenMP
-// threads (measured per kernel, backends/measure.py), on the arrays _arg[0 .. n_in + n_out)
+// threads (measured per kernel, kernels/measure.py), on the arrays _arg[0 .. n_in + n_out)
 // (inputs of C++ type T, numpy type number type_num, then outputs of the full shape);
 // _one[k] says that input k has one element. The function returns k + 1
 // when input k must be converted first (its dtype, byte order or alignment), else 0.
