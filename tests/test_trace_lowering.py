@@ -108,3 +108,19 @@ def test_a_freed_value_is_gone_for_the_interpreter():
     plan = backends.compile(step.lower(x, t), "interpreter")
     plan.execute([x, t])
     assert "c" not in plan.env and "e" in plan.env  # c died after its last reader
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "python", "cpu"])
+def test_a_plan_called_with_an_argument_the_trace_fixed_says_so(backend):
+    # A numpy integer scalar is a number to trace mode: part of the signature, fixed
+    # in the graph, so the plan takes the arrays alone.
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    traced = dezero.trace(lambda x, n: F.sum(x) * float(n))
+    want = traced(x, np.int64(3))
+    plan = traced.graph.compile(backend).wait()
+    with pytest.raises(TypeError, match=r"takes 1 inputs \(x\), got 2; arguments that "
+                                        r"were not arrays .* are fixed in the graph"):
+        plan(x, np.int64(3))
+    with pytest.raises(TypeError, match="takes 1 inputs"):
+        plan()
+    assert plan(x).data == want.data == 45.0

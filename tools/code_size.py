@@ -36,7 +36,7 @@ BUDGETS = {
     "dezero/static/debugging.py": 24,
     "dezero/kernels/codegen.py": 133,
     "dezero/kernels/reductions.py": 128,
-    "dezero/static/lowering.py": 211,
+    "dezero/static/lowering.py": 217,
     "dezero/static/backends/__init__.py": 28,
     "dezero/static/backends/interpreter.py": 67,
     "dezero/static/backends/pycode.py": 200,
@@ -54,7 +54,7 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 3765,
+    "dezero/static/": 3771,
     "dezero/kernels/": 1157,
 }
 

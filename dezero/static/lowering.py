@@ -243,6 +243,12 @@ class Plan:
         self.graph, self.program = graph, lower(graph)
 
     def __call__(self, *inputs):
+        names = self.graph.input_names
+        if len(inputs) != len(names):  # a replay function would say less, or nothing
+            raise TypeError(
+                f"graph {self.graph.name} takes {len(names)} inputs ({', '.join(names)}), "
+                f"got {len(inputs)}; arguments that were not arrays when it was traced "
+                f"(numbers, np.int64 scalars) are fixed in the graph, not inputs")
         return self.run(inputs)
 
     def wait(self, timeout: float | None = None):
