@@ -273,11 +273,17 @@ class Communicator:
                              f"{start} to {stop} of {total}, but its pieces have {mine}")
         xp = cuda.get_array_module(pieces[0])
         flat = xp.empty(block * self.size, pieces[0].dtype)
-        at = start
+        # This rank's block: written straight into its slot of the shared window where
+        # there is one (then gathered into flat), else into its place in flat.
+        slot = self._shared.slot(flat.dtype, block) if self._shared and xp is np else None
+        mine = flat[self.rank * block:(self.rank + 1) * block] if slot is None else slot
+        at = 0
         for piece in pieces:
-            flat[at:at + piece.size] = piece
+            mine[at:at + piece.size] = piece
             at += piece.size
-        if self.size > 1:
+        if slot is not None:
+            self._exchange(slot, "allgather", out=flat)
+        elif self.size > 1:
             self._exchange(flat, "allgather")
         results, at = [], 0
         for shape in shapes:
@@ -291,7 +297,8 @@ class Communicator:
         it exists, else through the host. what="allreduce" reduces it and "broadcast"
         sends root's, in place; "reduce_scatter" writes this rank's block of the
         reduction into out; "allgather" fills every rank's block of flat with that
-        rank's own, in place (blocks of len(flat) / size)."""
+        rank's own, in place (blocks of len(flat) / size), or, given out, flat is this
+        rank's block and out receives every rank's (numpy arrays only)."""
         if isinstance(flat, np.ndarray):
             self._mpi_exchange(flat, what, op, root, out)
             return
@@ -312,7 +319,8 @@ class Communicator:
         if what == "broadcast":
             self.mpi.Bcast(flat, root=root)
         elif what == "allgather":
-            self.mpi.Allgather(MPI.IN_PLACE, flat)
+            self.mpi.Allgather(MPI.IN_PLACE if out is None else flat,
+                               flat if out is None else out)
         else:
             mpi_op = {"sum": MPI.SUM, "mean": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
             if what == "reduce_scatter":
@@ -360,11 +368,15 @@ class _SharedExchange:
     exchange to the next and grown when an exchange needs more. Communicator makes one
     where every rank runs on one machine, unless DEZERO_MPI_SHARED_MEMORY=0.
 
-    Window layout, regions of `capacity` bytes: the result area, then rank r's slot.
-    A rank reads the result while another may already write its slot of the next
-    exchange, which the separate regions allow; two barriers per exchange order the
-    rest. A rank that raises aborts the job (init's excepthook), so no barrier waits
-    for it forever."""
+    Window layout, regions of `capacity` bytes: the result area, then two sets of
+    slots, one per rank in each, which exchanges use in turn. An exchange writes its
+    set of slots before its first barrier and reads them after; the result area is
+    written only after a first barrier and read after the second. So a rank may
+    begin the next exchange, in the other set, while another still reads this one's
+    slots or result, and no exchange ends with a barrier: the set is used again only
+    after the next exchange's first barrier, which every rank passes once done
+    reading. A rank that raises aborts the job (init's excepthook), so no barrier
+    waits for it forever."""
 
     # No __dict__: a traced step's survey of the Python state it changes passes this
     # by. The exchange changes it as much in a replay as in the recorded run.
@@ -376,31 +388,34 @@ class _SharedExchange:
         self.exchanges = 0  # how many went through the window (tests read it)
 
     def _regions(self, nbytes):
-        """The result area and every rank's slot, as byte arrays of at least nbytes;
-        None where a window that large would not fit in the machine's shared memory
-        (that exchange then goes through MPI)."""
+        """The result area and the slots of this exchange's set (every rank's), as
+        byte arrays of at least nbytes; None where a window that large would not fit
+        in the machine's shared memory (that exchange then goes through MPI)."""
         from mpi4py import MPI
+        rows = 1 + 2 * self.size
         if nbytes > self.capacity:  # every rank grows alike: they exchange equal sizes
             capacity = -(-nbytes // 64) * 64  # rows aligned for any dtype
-            if not self.mpi.bcast(_shared_memory_holds(capacity * (1 + self.size))
+            if not self.mpi.bcast(_shared_memory_holds(capacity * rows)
                                   if self.rank == 0 else None):
                 return None
             if self.window is not None:
                 self.window.Unlock_all()
                 self.window.Free()
             self.capacity = capacity
-            mine = capacity * (1 + self.size) if self.rank == 0 else 0
+            mine = capacity * rows if self.rank == 0 else 0
             self.window = MPI.Win.Allocate_shared(mine, 1, comm=self.mpi)
             memory, _ = self.window.Shared_query(0)
-            self.memory = np.frombuffer(memory, np.uint8).reshape(1 + self.size, capacity)
+            self.memory = np.frombuffer(memory, np.uint8).reshape(rows, capacity)
             self.window.Lock_all(MPI.MODE_NOCHECK)  # held for the window's lifetime
-        return self.memory[:, :nbytes]
+        first = 1 + self.exchanges % 2 * self.size  # (every rank counts alike)
+        return self.memory[0, :nbytes], self.memory[first:first + self.size, :nbytes]
 
     def slot(self, dtype, size):
-        """This rank's slot, as a flat array of size elements (None where the window
-        cannot hold it): an array packed here is exchanged without being copied in."""
+        """This rank's slot in the next exchange, as a flat array of size elements
+        (None where the window cannot hold it): an array packed here is exchanged
+        without being copied in."""
         regions = self._regions(size * np.dtype(dtype).itemsize)
-        return None if regions is None else regions[1 + self.rank].view(dtype)
+        return None if regions is None else regions[1][self.rank].view(dtype)
 
     def _synchronize(self):
         # The memory model of a shared window: make this rank's stores visible, wait
@@ -411,31 +426,22 @@ class _SharedExchange:
 
     def exchange(self, flat, what, op, out=None):
         """As Communicator._exchange, for a numpy array flat (an allreduce writes its
-        result into out where given; flat may be this rank's slot); False where the
-        window cannot hold flat, exchanging nothing. Writes before the first
-        barrier go to the slots only, and the last reads of an allreduce come from the
-        result area: so a rank may begin the next exchange while another still reads.
-        The other exchanges end reading the slots, so they end with a barrier."""
+        result into out where given; flat may be this rank's slot; an allgather takes
+        this rank's block as flat and every rank's into out); False where the window
+        cannot hold flat, exchanging nothing."""
         if flat.size == 0:
             return True
         regions = self._regions(flat.nbytes)
         if regions is None:
             return False
-        views = regions.view(flat.dtype)
-        result, slots = views[0], views[1:]
-        if what == "allgather":  # this rank's block, in place in the slots end to end
-            joined = self.memory[1:].reshape(-1)[:flat.nbytes].view(flat.dtype)
-            block = flat.size // self.size
-            joined[self.rank * block:(self.rank + 1) * block] = \
-                flat[self.rank * block:(self.rank + 1) * block]
-            self._synchronize()
-            flat[...] = joined
-            self.mpi.Barrier()
-            self.exchanges += 1
-            return True
+        result, slots = regions[0].view(flat.dtype), regions[1].view(flat.dtype)
         if flat.__array_interface__["data"][0] != slots[self.rank].__array_interface__["data"][0]:
             slots[self.rank] = flat  # (not packed in the slot already)
         self._synchronize()
+        self.exchanges += 1  # the next exchange uses the other set of slots
+        if what == "allgather":  # every rank's block, from its slot
+            out.reshape(self.size, -1)[...] = slots
+            return True
         block = flat.size // self.size if what == "reduce_scatter" else -(-flat.size // self.size)
         start, stop = min(flat.size, self.rank * block), min(flat.size, (self.rank + 1) * block)
         reduce = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum}[op]
@@ -446,9 +452,6 @@ class _SharedExchange:
         if what == "allreduce":
             self._synchronize()
             (flat if out is None else out)[...] = result
-        else:
-            self.mpi.Barrier()  # every rank done reading the slots
-        self.exchanges += 1
         return True
 
 

@@ -574,16 +574,19 @@ def test_a_rank_whose_block_is_empty_still_counts_the_update(comm, monkeypatch):
 # =============================================================================
 
 
-def shared_exchanges(size, capacity):
+def shared_exchanges(size, capacity, late=0.0):
     """`size` exchangers over one memory, as the ranks of one machine hold them, with
-    a threading barrier for MPI's."""
+    a threading barrier for MPI's; the last rank goes on `late` seconds after each."""
     import threading
+    import time
     barrier = threading.Barrier(size, timeout=10)
-    memory = np.zeros((1 + size, capacity), np.uint8)
+    memory = np.zeros((1 + 2 * size, capacity), np.uint8)  # the result, two sets of slots
 
     class Threaded(dist._SharedExchange):
         def _synchronize(self):
             barrier.wait()
+            if self.rank == self.size - 1:
+                time.sleep(late)
 
     ranks = []
     for rank in range(size):
@@ -634,12 +637,40 @@ def test_shared_memory_exchanges_give_every_rank_the_reduction(size, n):
         ex.exchange(np.resize(xs[ex.rank], padded), "reduce_scatter", "sum", out=mine)
         np.testing.assert_array_equal(mine, whole[ex.rank * block:(ex.rank + 1) * block])
         flat = np.zeros(padded)
-        flat[ex.rank * block:(ex.rank + 1) * block] = mine
-        ex.exchange(flat, "allgather", "sum")
+        ex.exchange(mine, "allgather", "sum", out=flat)  # this rank's block, everyone's
         return flat
     for y in on_all_ranks(ranks, scatter_then_gather):
         np.testing.assert_array_equal(y, whole)
     assert [ex.exchanges for ex in ranks] == [6] * size
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_a_rank_may_begin_the_next_exchange_while_a_late_one_still_reads(size):
+    # No exchange ends with a barrier: the last rank reads the slots late after every
+    # barrier while the others pack their next exchange, into the other set of slots.
+    ranks = shared_exchanges(size, 64 * 8, late=0.002)
+    n = 4 * size
+
+    def steps(ex):
+        seen = []
+        for step in range(6):
+            x = np.arange(n, dtype=np.float64) + 100 * step + ex.rank
+            mine = np.empty(n // size)
+            ex.exchange(x.copy(), "reduce_scatter", "sum", out=mine)
+            gathered = np.empty(n)
+            ex.exchange(mine, "allgather", "sum", out=gathered)
+            summed = x.copy()
+            ex.exchange(summed, "allreduce", "sum")
+            seen += [gathered, summed]
+        return seen
+
+    expected = []
+    for step in range(6):
+        whole = sum(np.arange(n, dtype=np.float64) + 100 * step + r for r in range(size))
+        expected += [whole, whole]
+    for seen in on_all_ranks(ranks, steps):
+        for got, want in zip(seen, expected):
+            np.testing.assert_array_equal(got, want)
 
 
 def test_an_exchange_too_large_for_the_shared_memory_goes_through_mpi(comm, monkeypatch):
