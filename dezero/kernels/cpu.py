@@ -505,7 +505,7 @@ def compile_graph(graph):
         _warn_unfused(reason)
         return pycode.Compiled(graph)
     parts = split([kernel_spec(g) for g in groups])
-    for group in groups:  # DEZERO_DEBUG=4: what a learner reads of each kernel
+    for group in groups if debugging.LEVEL >= 4 else ():  # what a learner reads of each
         source = kernel_source(group.spec).lstrip()
         debugging.log(4, f"kernel {group.name} of {graph.name}:\n{source}")
     sources = [library_source(part) for part in parts]
