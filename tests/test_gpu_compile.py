@@ -128,14 +128,15 @@ def cuda_source(specs) -> str:
     code cupy's ElementwiseKernel generates when called on arrays of the spec's
     shape (broadcast inputs: not contiguous; 32-bit indexes); a horizontal kernel's
     raw arrays each of its own shape, C-contiguous, over a loop of one axis; a
-    reduction spec's, _reduction_source."""
+    reduction spec's, _reduction_source, or _row_source for a row kernel."""
     import cupy
     from cupy._core import _carray, _kernel, core
     ndarray_kind, indexer_kind = 1, 2  # cupy's _ArgKind: ARG_KIND_NDARRAY, _INDEXER
     parts = ["\n".join(f"#include <{h}>" for h in core._cupy_header_list)]
     for spec in specs:
         if hasattr(spec, "axes"):
-            parts.append(_reduction_source(spec))
+            parts.append(_reduction_source(spec) if gpu_reductions.one_fold(spec) else
+                         _row_source(spec))
             continue
         kernel = gpu.elementwise_kernel(*gpu.elementwise_params(spec), spec.name)
         ndim = len(spec.shape)
@@ -180,6 +181,30 @@ def _reduction_source(spec) -> str:
         kernel.identity, kernel.map_expr, kernel.reduce_expr, kernel.post_map_expr,
         kernel.preamble, ())
     return code + "\n#undef REDUCE\n#undef POST_MAP\n#undef _REDUCE\n"
+
+
+def _row_source(spec) -> str:
+    """The code cupy's ElementwiseKernel generates for a row kernel called as
+    gpu_reductions.row_launch calls it (raw params only, a size: a loop of one axis):
+    views of the full shape or of the kept axes' (not contiguous) and 0-d inputs, fresh
+    outputs, rows and flags; then its totals' ReductionKernel."""
+    import cupy
+    from cupy._core import _carray, _kernel
+    ndarray_kind, indexer_kind = 1, 2
+    kernel = gpu.elementwise_kernel(*gpu_reductions.row_params(spec), spec.name)
+    ndim, kept = len(spec.shape), len(spec.shape) - len(spec.axes)
+    layout = {}  # raw param -> (its ndim, contiguous); the others: fresh, one axis
+    for k, (p, level) in enumerate(zip(spec.inputs + spec.outputs, spec.levels)):
+        n = 0 if p.shape == () or level == "total" else ndim if level == "full" else kept
+        layout[f"_r_{p.name}"] = (n, n == 0 or k >= len(spec.inputs))
+    args = [_kernel._ArgInfo(ndarray_kind, cupy.ndarray, p.dtype, *layout.get(p.name, (1, True)),
+                             True) for p in kernel.in_params + kernel.out_params]
+    args.append(_kernel._ArgInfo(indexer_kind, _carray.Indexer, None, 1, True, True))
+    code = _kernel._get_elementwise_kernel_code(
+        tuple(args), _kernel._TypeMap(()), kernel.params, kernel.operation, kernel.name,
+        kernel.preamble)
+    return code + ("\n" + _reduction_source(gpu_reductions.totals_spec(spec))
+                   if spec.totals else "")
 
 
 def compile_to_ptx(source: str, name: str) -> str:
@@ -287,7 +312,7 @@ def _ops_alone(graph) -> list:
     """A spec for each elementwise op node of the graph, as a kernel of its own."""
     specs = []
     fusable = [n for n in graph.of_kind("op") if passes.fusion_refusal(n, "gpu") is None
-               and not n.record.reduce]
+               and not n.record.reduce and not n.record.labels]  # labels: in a row kernel
     for k, node in enumerate(fusable):
         inputs = list({id(v): v for v in node.inputs}.values())  # mul(b, b) reads b once
         alone = ir.Group(f"op{k}", [node], inputs, list(node.outputs), node.outputs[0].shape)
@@ -331,12 +356,16 @@ REDUCTIONS = {
     "sum_to": (lambda gy, x: F.sum_to(gy * x, (1, 12)), [(30, 12), (30, 12)]),
     "one input": (lambda x: F.sum(F.exp(x)), [(300,)]),
     "a value stored": (lambda x: (F.sum(F.exp(x), axis=1), F.exp(x) * x), [(7, 6, 5)]),
+    # row kernels: passes over each row, one thread a row
+    "softmax": (lambda x, b: F.softmax(x + b) * 2.0, [(8, 5), (5,)]),
+    "log_softmax of axis 0": (lambda x: F.log_softmax(x, axis=0), [(3, 1200)]),
+    "two reductions": (lambda x: F.sum(x * x, axis=1) + F.max(x, axis=1), [(6, 4)]),
 }
 
 
 def test_every_reduction_kernel_compiles_to_ptx(graphs):
-    """The reductions above and those of the test graphs that fit one ReductionKernel,
-    fused as on the GPU, in float32 and float64."""
+    """The reductions above and those of the test graphs (their losses: a row kernel and
+    the ReductionKernel of its mean), fused as on the GPU, in float32 and float64."""
     _load_nvrtc()
     fused = {}
     for dtype in (np.float32, np.float64):
@@ -357,6 +386,9 @@ def test_every_reduction_kernel_compiles_to_ptx(graphs):
                 f".entry {s.name}(" not in ptx] == []
     assert "int cub_off" in sources["float"] and "(-CUDART_INF_F)" in sources["float"] and \
         "(CUDART_INF)" in sources["double"] and "_full0[_k] = " in sources["float"]
+    for source in sources.values():  # row kernels, with their kept values and totals
+        assert "_keep0[_r] = " in source and "_r__bad[0] = 1" in source and \
+            "_total_post(" in source and "= -CUDART_INF" in source
 
 
 @pytest.mark.slow  # about 300 kernels: 3 s of NVRTC

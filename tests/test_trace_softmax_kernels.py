@@ -78,7 +78,8 @@ def test_softmax_and_log_softmax_run_as_reduction_kernels():
         np.testing.assert_allclose(p[5], 3.0 / 10, rtol=8 * np.finfo(p.dtype).eps)
 
 
-def test_on_the_gpu_or_where_a_step_cannot_join_a_kernel_the_op_stays_whole(monkeypatch):
+def test_where_a_step_cannot_join_a_kernel_the_op_stays_whole_but_not_on_the_gpu(
+        monkeypatch):
     def as_if_on_the_gpu(graph, **kwargs):
         graph.device = "gpu"
         return passes.optimize(graph, **kwargs)
@@ -91,9 +92,13 @@ def test_on_the_gpu_or_where_a_step_cannot_join_a_kernel_the_op_stays_whole(monk
     # a softmax over an axis of no elements raises, as numpy's max does
     with pytest.raises(ValueError):
         dezero.trace(F.softmax).lower(np.ones((4, 0)))
+    # on the GPU the steps join a row kernel (backends/gpu_reductions.py)
     monkeypatch.setattr(sys.modules["dezero.static.trace"], "optimize", as_if_on_the_gpu)
     graph = dezero.trace(lambda x: F.softmax(x) * 2.0).lower(np.ones((4, 3), np.float32))
-    assert [n.op for n in graph.nodes if n.kind == "op"] == ["softmax", "mul"]
+    assert [n.op for n in graph.nodes if n.kind == "op"] == ["max", "sub", "exp", "sum", "div",
+                                                             "mul"]
+    group, = graph.groups
+    assert group.compiled and passes.gpu_misfit(group) is None
 
 
 # =============================================================================

@@ -25,7 +25,7 @@ BUDGETS = {
     "dezero/static/graph.py": 64,
     "dezero/static/names.py": 44,
     "dezero/static/slots.py": 35,
-    "dezero/static/passes.py": 552,
+    "dezero/static/passes.py": 545,
     "dezero/static/reach.py": 355,
     "dezero/static/horizontal.py": 95,
     "dezero/static/saving.py": 396,
@@ -40,8 +40,8 @@ BUDGETS = {
     "dezero/static/backends/__init__.py": 28,
     "dezero/static/backends/interpreter.py": 67,
     "dezero/static/backends/pycode.py": 200,
-    "dezero/kernels/gpu.py": 91,
-    "dezero/kernels/gpu_reductions.py": 93,
+    "dezero/kernels/gpu.py": 92,
+    "dezero/kernels/gpu_reductions.py": 201,
     "dezero/kernels/cpu.py": 352,
     "dezero/kernels/cpu_reductions.py": 169,
     "dezero/kernels/pending.py": 65,
@@ -54,8 +54,8 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 3771,
-    "dezero/kernels/": 1157,
+    "dezero/static/": 3764,
+    "dezero/kernels/": 1266,
 }
 
 

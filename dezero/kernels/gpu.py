@@ -4,9 +4,10 @@ kernels/gpu.py is the GPU twin of the C++ backend: the replay code of pycode.py 
 a kernel factory that hands each kernel spec (codegen.py: typed params and a C++ body
 for one element) to cupy.ElementwiseKernel, which wraps the body in its index loop
 and compiles it with NVRTC on first call; a group with a reduction goes to
-cupy.ReductionKernel (gpu_reductions.py). Nodes outside kernels
-(matmul, other reductions, reshapes) call their forwards on cupy arrays, as in the
-python backend. cupy is imported on first use, so dezero imports with numpy alone.
+cupy.ReductionKernel, or to a row kernel of several passes (gpu_reductions.py).
+Nodes outside kernels (matmul, other reductions, reshapes) call their forwards on
+cupy arrays, as in the python backend. cupy is imported on first use, so dezero
+imports with numpy alone.
 
     plan = graph.to_gpu().compile("cupy"); print(plan.kernel_source)
 """
@@ -92,7 +93,8 @@ def kernel_factory(spec):
     of its segment's shape, from one launch); `out` gives, per output, an array to
     write it into instead (an input the kernel alone reads) or None."""
     if hasattr(spec, "axes"):
-        kernel = gpu_reductions.reduction_launch(spec)
+        kernel = gpu_reductions.reduction_launch(spec) if gpu_reductions.one_fold(spec) \
+            else gpu_reductions.row_launch(spec, elementwise_kernel)
     else:
         kernel = elementwise_kernel(*elementwise_params(spec), spec.name)
     if spec.segments:

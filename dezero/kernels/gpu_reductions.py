@@ -1,13 +1,17 @@
-"""Reduction kernels on the GPU: a reductions.ReductionSpec as one cupy.ReductionKernel.
+"""Reduction kernels on the GPU: a reductions.ReductionSpec as cupy kernels.
 
-Beside gpu.py (which calls reduction_launch for such a spec), as
-cpu_reductions.py is beside cpu.py. The spec's one pass becomes map_expr (a device
-function of the elementwise work on each element, returning the value folded), its
-fold reduce_expr and identity, the work on the row post_map_expr (a device function
-assigning the outputs); passes.gpu_misfit lets only such groups fuse on the GPU.
-cupy adds each row in its own order (threads of a block, then a tree), not numpy's.
+Beside gpu.py (which calls reduction_launch or row_launch), as
+cpu_reductions.py is beside cpu.py. A spec of one pass and one fold runs as one
+cupy.ReductionKernel: the pass becomes map_expr (a device function of the elementwise
+work on each element, returning the value folded), its fold reduce_expr and identity,
+the work on the row post_map_expr (a device function assigning the outputs); cupy
+adds each row in its own order (threads of a block, then a tree), not numpy's. Any
+other spec (a softmax's passes, a loss's label pick) runs as a row kernel: a
+cupy.ElementwiseKernel of raw params, one thread a row, running the spec's passes
+over the row as the CPU's loops do; its sums over all rows (a loss's mean) are a
+ReductionKernel after it, whose post_map runs the statements on them.
 
-    print(reduction_source(spec)); y, = reduction_launch(spec)(x, t)
+    print(reduction_source(spec)); y, = reduction_launch(spec)(x, t)  # one_fold(spec)
 """
 from __future__ import annotations
 
@@ -15,12 +19,24 @@ import functools
 
 import numpy as np
 
+from dezero.kernels.codegen import Param
+from dezero.kernels.reductions import ReductionSpec
+
 # Infinity as cupy's headers (cupy/math_constants.h) spell it: NVRTC has no INFINITY.
 _IDENTITY = {"sum": "0", "max": "-{inf}", "min": "{inf}"}
 _INFINITY = {"float": "CUDART_INF_F", "double": "CUDART_INF"}
 # NaN wins max and min, as in numpy (and in the CPU kernels): a NaN either side wins.
-_REDUCE = {"sum": "a + b", "max": "(b > a || b != b) ? b : a",
-           "min": "(b < a || b != b) ? b : a"}
+# pick: b is already "the row's label == _r ? the value : a" (a row kernel's fold).
+_REDUCE = {"sum": "{a} + {b}", "max": "({b} > {a} || {b} != {b}) ? {b} : {a}",
+           "min": "({b} < {a} || {b} != {b}) ? {b} : {a}", "pick": "{b}"}
+
+
+def one_fold(spec) -> bool:
+    """Whether a spec runs as one ReductionKernel (else as a row kernel): one pass
+    folding one sum, max or min, with no labels and nothing after all rows."""
+    (_, folds, _), *more = spec.passes
+    return not more and len(folds) == 1 and folds[0][0] != "pick" and not spec.totals \
+        and "label" not in spec.levels
 
 
 def reduction_params(spec) -> dict:
@@ -69,7 +85,7 @@ def reduction_params(spec) -> dict:
         map_call += [f"full{k}" for k in range(len(stored))] + [_flat_index(spec)]
     return {"in_params": ", ".join(ins), "out_params": ", ".join(out_params),
             "map_expr": f"{spec.name}_map({', '.join(map_call)})",
-            "reduce_expr": _REDUCE[kind],
+            "reduce_expr": _REDUCE[kind].format(a="a", b="b"),
             "post_map_expr": f"{spec.name}_post(a, " + ", ".join(
                 [f"out{k}" for k in range(len(outs))] +
                 [f"row{k}" for k in range(len(rows))]) + ")",
@@ -99,7 +115,10 @@ def _flat_index(spec) -> str:
 
 
 def reduction_source(spec) -> str:
-    """The kernel as cupy receives it, readable: its arguments, then the preamble."""
+    """The kernel as cupy receives it, readable: its arguments, then the preamble (a
+    row kernel's: its params and operation, then its totals' ReductionKernel)."""
+    if not one_fold(spec):
+        return row_source(spec)
     args = reduction_params(spec)
     return (f"// kernel {spec.name}: cupy.ReductionKernel, shape {spec.shape}, axes "
             f"{spec.axes}\n" + "".join(f"// {key + ':':14} {args[key]}\n" for key in (
@@ -145,4 +164,139 @@ def reduction_launch(spec):
         kernel(*(arrays[k] for k in full), *scalar, *(o for o, s in zip(outs, stored) if not s),
                *row_args, *(o for o, s in zip(outs, stored) if s), axis=spec.axes)
         return tuple(o.reshape(p.shape) for o, p in zip(outs, spec.outputs))
+    return launch
+
+
+# =============================================================================
+# Row kernels: row_params, totals_spec, row_source, row_launch
+# =============================================================================
+
+
+def _layout(spec) -> tuple:
+    """(rows K, elements a row R, the axes kept axes first, the kept axes' shape)."""
+    shape, axes = spec.shape, spec.axes
+    kept = [d for d in range(len(shape)) if d not in axes]
+    return (_size([shape[d] for d in kept]), _size([shape[d] for d in axes]),
+            kept + list(axes), tuple(shape[d] for d in kept))
+
+
+def row_params(spec) -> tuple[str, str, str]:
+    """(in_params, out_params, operation) of a row kernel's cupy.ElementwiseKernel,
+    launched with size= its rows, so that i is the row: every param is raw, named
+    `_r_` and the name the statements read, which the operation reads (a full-level
+    array, viewed kept axes first, at _k * _R + _r; a row-level one or the labels, of
+    the kept axes' shape, at _k; a 0-d one at 0) and writes so; then the rows _keep<m>
+    where a pass keeps full values for the next (a softmax's exp, computed once), the
+    row values that the totals kernel sums (_t<m>), and _bad, set to 1 by a row
+    whose label is out of range."""
+    _, width, _, _ = _layout(spec)
+    n_in, ctype = len(spec.inputs), spec.outputs[0].ctype
+    once = [p.shape == () or level == "total" for p, level in zip(spec.inputs, spec.levels)]
+    outs = list(zip(spec.outputs, spec.levels[n_in:]))
+    labels = [p.name for p, level in zip(spec.inputs, spec.levels) if level == "label"]
+    lines = [spec.comment + f" (a row kernel: one thread a row of {width})",
+             "const ptrdiff_t _k = i;", f"const ptrdiff_t _R = {width};"]
+    lines += [f"const {p.ctype} {p.name} = _r_{p.name}[{'0' if o else '_k'}];"
+              for p, level, o in zip(spec.inputs, spec.levels, once) if o or level != "full"]
+    lines += [f"if ({t} < 0 || {t} >= _R) _r__bad[0] = 1;" for t in labels]
+    lines += [f"{ctype}* const _keep{m} = &_r__keep{m}[_k * _R];" for m in range(spec.kept)]
+    lines += [f"{ctype} {p.name};" for p, level in outs if level == "row"]
+    lines += list(spec.setup)
+    for element, folds, after in spec.passes:
+        lines += [f"{ctype} {a} = {_IDENTITY.get(kind, '0').format(inf=_INFINITY[ctype])};"
+                  for kind, a, _ in folds]
+        stored = [p for p, level in outs if level == "full" and f"{p.name} = " in
+                  "\n".join(element)]
+        lines.append("for (ptrdiff_t _r = 0; _r < _R; ++_r) {")
+        lines += [f"  const {p.ctype} {p.name} = _r_{p.name}[_k * _R + _r];"
+                  for p, level, o in zip(spec.inputs, spec.levels, once)
+                  if level == "full" and not o]
+        lines += [f"  {ctype} {p.name};" for p in stored]
+        lines += [f"  {line}" for line in element]
+        lines += [f"  {a} = {_REDUCE[kind].format(a=a, b=v)};" for kind, a, v in folds]
+        lines += [f"  _r_{p.name}[_k * _R + _r] = {p.name};" for p in stored] + ["}"]
+        lines += list(after)
+    lines += [f"_r__t{m}[_k] = {v};" for m, (_, v) in enumerate(spec.totals)]
+    lines += [f"_r_{p.name}[_k] = {p.name};" for p, level in outs if level == "row"]
+    dtype = spec.outputs[0].dtype
+    out_params = [f"raw {p.dtype} _r_{p.name}" for p, level in outs if level != "total"]
+    out_params += [f"raw {dtype} _r__keep{m}" for m in range(spec.kept)]
+    out_params += [f"raw {dtype} _r__t{m}" for m in range(len(spec.totals))]
+    out_params += ["raw int32 _r__bad"] if labels else []
+    return (", ".join(f"raw {p.dtype} _r_{p.name}" for p in spec.inputs),
+            ", ".join(out_params), "\n".join(lines) + "\n")
+
+
+def totals_spec(spec):
+    """The ReductionSpec of a row kernel's totals (one sum over all rows, passes.
+    gpu_misfit allows no more): a one-pass sum over the (K,) row values _t0, whose
+    row statements are the spec's `finish`, reading its total-level inputs (0-d)."""
+    rows, _, _, _ = _layout(spec)
+    (acc, _), = spec.totals
+    n_in, ctype = len(spec.inputs), spec.outputs[0].ctype
+    values = Param("_t0", ctype, spec.outputs[0].dtype, (rows,))
+    inputs = [p for p, level in zip(spec.inputs, spec.levels) if level == "total"]
+    outputs = [p for p, level in zip(spec.outputs, spec.levels[n_in:]) if level == "total"]
+    return ReductionSpec(
+        f"{spec.name}_total", (values, *inputs), tuple(range(len(inputs) + 1)),
+        tuple(outputs), ("full",) + ("row",) * (len(inputs) + len(outputs)), (rows,), (0,),
+        (), (((), (("sum", acc, "_t0"),), spec.finish),), False,
+        f"// kernel {spec.name}_total: the sum over the rows of kernel {spec.name}, then "
+        f"the work on it")
+
+
+def row_source(spec) -> str:
+    """A row kernel as cupy receives it, readable, with its totals kernel's."""
+    in_params, out_params, operation = row_params(spec)
+    return (f"// kernel {spec.name}: cupy.ElementwiseKernel, one thread a row of shape "
+            f"{spec.shape} over axes {spec.axes}\n// in_params:  {in_params}\n"
+            f"// out_params: {out_params}\n{operation.rstrip()}\n" +
+            ("\n" + reduction_source(totals_spec(spec)) if spec.totals else ""))
+
+
+def row_launch(spec, elementwise_kernel):
+    """kernel(*inputs) of a row kernel (see row_params), made by gpu.py's
+    elementwise_kernel: views of the inputs, fresh outputs (those of the full shape
+    laid out kept axes first, returned as views in the spec's shape), one launch of
+    one thread a row, then the totals kernel; a label out of range raises IndexError,
+    as the forward does (which syncs once)."""
+    import cupy
+    rows, width, order, kept = _layout(spec)
+    kernel = elementwise_kernel(*row_params(spec), spec.name)
+    total = reduction_launch(totals_spec(spec)) if spec.totals else None
+    n_in, shape = len(spec.inputs), spec.shape
+    moved = tuple(shape[d] for d in order)
+    back = tuple(int(d) for d in np.argsort(order))
+    ones = tuple(1 if d in spec.axes else n for d, n in enumerate(shape))
+    drop = tuple(0 if d in spec.axes else slice(None) for d in range(len(shape)))
+    labels = "label" in spec.levels
+
+    def view(x, p, level):
+        if p.shape == () or level == "total":
+            return x
+        if level == "full":
+            return cupy.broadcast_to(x, shape).transpose(order)
+        fits = len(p.shape) <= len(ones) and np.broadcast_shapes(p.shape, ones) == ones
+        return cupy.broadcast_to(x, ones)[drop] if fits else cupy.broadcast_to(x, kept)
+
+    def launch(*arrays):
+        arrays = [arrays[i] for i in spec.sources]
+        outs = [cupy.empty(moved if level == "full" else kept, p.dtype)
+                for p, level in zip(spec.outputs, spec.levels[n_in:]) if level != "total"]
+        dtype = spec.outputs[0].dtype
+        scratch = [cupy.empty(rows * width, dtype) for _ in range(spec.kept)]
+        scratch += [cupy.empty(rows, dtype) for _ in spec.totals]
+        bad = (cupy.zeros(1, np.int32),) if labels else ()
+        kernel(*(view(x, p, level) for x, p, level in zip(arrays, spec.inputs, spec.levels)),
+               *outs, *scratch, *bad, size=rows)
+        if labels and int(bad[0][0]):
+            raise IndexError(f"kernel {spec.name} ({spec.comment.split(': ', 1)[1]}): a "
+                             f"label is out of range; labels are class ids in 0..{width - 1}")
+        made = iter(outs)
+        totals = iter(total(scratch[-1], *(x for x, level in zip(arrays, spec.levels)
+                                           if level == "total")) if total else ())
+        return tuple(next(totals) if level == "total" else
+                     next(made).transpose(back) if level == "full" else
+                     next(made).reshape(p.shape)
+                     for p, level in zip(spec.outputs, spec.levels[n_in:]))
     return launch

@@ -222,16 +222,16 @@ def split_epilogues(graph: Graph) -> Graph:
 
 
 def split_parts(graph: Graph) -> Graph:
-    """On the CPU, an op whose class states its `parts` (softmax, log_softmax,
+    """An op whose class states its `parts` (softmax, log_softmax,
     softmax_cross_entropy) becomes those steps, which compute what its forward does
     in the same order, where every step can join a kernel (fusion_refusal): fuse then
-    makes them one reduction kernel with the elementwise ops around them. On the GPU
-    (a ReductionKernel folds once) the op runs alone."""
+    makes them one reduction kernel with the elementwise ops around them (on the GPU
+    a row kernel, and a ReductionKernel for a loss's mean over the rows)."""
     used = {v.name for n in graph.nodes for v in n.outputs}
     nodes, consts = [], []  # a graph's constants come before its ops
     for node in graph.nodes:
-        split = _split(node, used) if graph.device == "cpu" and node.kind == "op" and \
-            node.record.parts is not None else None
+        split = _split(node, used) if node.kind == "op" and node.record.parts is not None \
+            else None
         consts += [n for n in split or () if n.kind == "const"]
         nodes += [n for n in split if n.kind == "op"] if split else [node]
     head = sum(n.kind in ("input", "state", "const") for n in nodes)
@@ -313,18 +313,18 @@ KERNEL_DTYPES = ("float32", "float64")
 def fusion_refusal(node: Node, device: str = "cpu") -> str | None:
     """Why an op node cannot be part of a kernel, or None when it can: the rule
     stated with Function.cpp (one float dtype in and out, attrs finite numbers), and
-    reductions (Function.reduce); on the GPU their kernel must also fit one cupy
-    ReductionKernel (gpu_misfit, checked by fuse on the groups it makes)."""
+    reductions (Function.reduce); on the GPU their kernel must also fit the GPU's
+    kernels (gpu_misfit, checked by fuse on the groups it makes)."""
     record = node.record
     if record.random:
         return "a random op (each replay draws afresh)"
     if record.collective:
         return "a collective (it exchanges data with other processes)"
     labels = node.inputs[record.params.index(record.labels)] if record.labels else None
-    if labels is not None and (device == "gpu" or len(node.inputs[0].shape) != 2 or
+    if labels is not None and (len(node.inputs[0].shape) != 2 or
                                labels.dtype.name not in ("int32", "int64") or
                                labels.shape[1:] not in ((), (1,))):
-        return ("labels compared with the column: only in a CPU kernel over the rows of a "
+        return ("labels compared with the column: only in a kernel over the rows of a "
                 "2-d value, with int32 or int64 labels of shape (N,) or (N, 1)")
     axes = reduced_axes(node) if record.reduce else None
     if axes == ():  # pick_labels of one class: a kernel would have no rows to fold
@@ -382,21 +382,20 @@ def _reads_as_row(shape: tuple, full: tuple, axes: tuple) -> bool:
                              for d, n in enumerate(full))
 
 
-def _joined(space: tuple, node: Node, values: list, update: bool,
-            device: str = "cpu") -> tuple | None:
+def _joined(space: tuple, node: Node, values: list, update: bool) -> tuple | None:
     """The (shape, axes) of a group after `node`, reading `values` of it, joins it, or
     None where it cannot. A group without reductions has one shape; a reduction of
     values of that shape joins and sets its axes; then an elementwise node joins with
     the full shape or a row shape (that of a reduction's result), unless it is part
     of an `update` on the row shape (of a bias, after its gradient's sum), which the
-    horizontal rule runs with the other parameters' updates. On the CPU a sum of all
+    horizontal rule runs with the other parameters' updates. A sum of all
     of a row value (a loss's mean over the batch) joins as the kernel's total, after
     its rows, and elementwise nodes on totals after it. An op comparing labels with
     the column joins only a kernel over the rows of 2-d values."""
     shape, axes = space
     out = node.outputs[0].shape
     rows = set() if axes is None else row_shapes(shape, axes)
-    total = out == () and () not in rows and device == "cpu"
+    total = out == () and () not in rows
     if node.record.reduce:
         if values[0].shape != shape:
             return space if total and node.record.reduce == "sum" and \
@@ -439,21 +438,22 @@ def fuse(graph: Graph) -> Graph:
         if not more:
             return fused
         small |= more
-        debugging.log(3, f"fuse {graph.name}: again, each reduction of a kernel " + (
-            "that is no one cupy ReductionKernel (but the first of several)" if graph.device
-            == "gpu" else "too small to pay") + " a boundary")
+        debugging.log(3, f"fuse {graph.name}: again, " + (
+            "each sum over all rows of a kernel but its first" if graph.device == "gpu"
+            else "each reduction of a kernel too small to pay") + " a boundary")
 
 
 def _set_apart(group: Group, device: str) -> list:
     """The reductions of a kernel that does not run compiled, which fuse makes
-    boundaries: all, but on the GPU the first of several (alone it may fit)."""
-    reductions = [n for n in group.nodes if n.record.reduce]
-    return reductions[device == "gpu" and len(reductions) > 1:]
+    boundaries: all, but on the GPU the sums over all rows after the first."""
+    if device == "gpu":
+        return _totals(group)[1:]
+    return [n for n in group.nodes if n.record.reduce]
 
 
 def _why_apart(group: Group, device: str) -> str:
     misfit = gpu_misfit(group) if device == "gpu" else None
-    return f"a reduction whose kernel is no one cupy ReductionKernel: {misfit}" if misfit \
+    return f"a reduction whose kernel fits no GPU kernel: {misfit}" if misfit \
         else "a reduction in a kernel too small to pay"
 
 
@@ -530,7 +530,7 @@ def _fuse(graph: Graph, small: dict) -> Graph:
             u = find(u)
             spaces[u] = _joined(space[u], node, [w for w, k in zip(node.inputs, units)
                                                  if k is not None and find(k) == u],
-                                id(node) in updates, graph.device)
+                                id(node) in updates)
             if phase_of[u] != phase:
                 log(f"{node.outputs[0].name} starts apart from {v.name}: a collective "
                     f"lies between them")
@@ -586,7 +586,7 @@ def _fuse(graph: Graph, small: dict) -> Graph:
         str(len(g.nodes)) for g in fused.groups) + " ops")
     for g in fused.groups:
         if not g.compiled:
-            log(f"kernel {g.name} is no one cupy ReductionKernel: {gpu_misfit(g)}"
+            log(f"kernel {g.name} fits no GPU kernel: {gpu_misfit(g)}"
                 if graph.device == "gpu" else f"kernel {g.name} runs as numpy calls: "
                 f"{len(g.nodes)} ops on {int(np.prod(g.shape))} elements cost less than a "
                 f"kernel call")
@@ -722,23 +722,18 @@ def pays(group: Group, device: str = "cpu") -> bool:
 
 
 def gpu_misfit(group: Group) -> str | None:
-    """Why a group with reductions is no one cupy ReductionKernel, or None: that runs
-    the elementwise work on the full shape as its map (storing values of that shape
-    where later nodes read them), folds one reduction and runs the work on the
-    reduced shape as its post_map. A second reduction, or work on the full shape
-    after the reduction (a second pass over each row), does not fit."""
-    shape = tuple(group.shape)
-    reductions = [n for n in group.nodes if n.record.reduce]
-    if len(reductions) > 1:
-        return f"{len(reductions)} reductions (it folds one)"
-    after = {id(reductions[0].outputs[0])}
-    for node in group.nodes:
-        if any(id(v) in after for v in node.inputs):
-            if node.outputs[0].shape == shape:
-                return f"{node.outputs[0].name} of the full shape {list(shape)} is made " \
-                       f"after the reduction (a second pass)"
-            after.add(id(node.outputs[0]))
-    return None
+    """Why a group with reductions fits none of the GPU's kernels, or None. One pass
+    folding one reduction runs as a cupy ReductionKernel; any other group as a row
+    kernel (one thread a row runs its passes) and, for its sums over all rows (a
+    loss's mean), one ReductionKernel after it, which folds one such sum."""
+    totals = _totals(group)
+    return f"{len(totals)} sums over all rows (the kernel after the rows folds one)" \
+        if len(totals) > 1 else None
+
+
+def _totals(group: Group) -> list:
+    """A group's sums over all rows: reductions of values of a row shape."""
+    return [n for n in group.nodes if n.record.reduce and n.inputs[0].shape != group.shape]
 
 
 def _carry_groups(graph: Graph, new: Graph, nodes: dict, values: dict):

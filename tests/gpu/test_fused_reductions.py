@@ -3,9 +3,8 @@
 A group of elementwise ops, one reduction (sum, mean, max, min, sum_to) and the ops
 on its result runs as one ReductionKernel (kernels/gpu.py): the ops before it as
 map_expr (which also stores the values of the full shape that later nodes read),
-the ops after it as post_map_expr. Groups that do not fit one (a second pass over
-each row, two reductions) leave the reduction alone, as passes.gpu_misfit says in
-the debug output. Every
+the ops after it as post_map_expr. Groups of more passes over each row or more
+reductions run as row kernels (test_fused_softmax.py). Every
 replay must match the interpreter (the same graph, op by op on cupy) and eager numpy:
 sums within the tolerance of test_fused.py, since cupy's reduction kernel adds each
 row in its own order (threads of a block, then a tree of their sums), which numpy's
@@ -128,29 +127,23 @@ def test_values_of_the_full_shape_are_stored_by_the_same_kernel():
             np.testing.assert_allclose(cp.asnumpy(got.data), want, rtol=2e-5, atol=2e-5)
 
 
-def test_groups_that_fit_no_reduction_kernel_leave_the_reduction_alone(capsys):
-    """A softmax-like x - max(x) (a second pass over each row): the max runs alone,
-    the elementwise ops as an ElementwiseKernel; two reductions of one value: the
-    second runs alone, the first keeps the kernel. The debug output says why."""
-    def softmax_like(x):
-        return F.exp(x - F.max(x, axis=1, keepdims=True))
-
-    def two_reductions(x):
-        y = x * x
-        return F.sum(y, axis=1) + F.max(y, axis=1)
+def test_a_kernel_of_two_sums_over_all_rows_leaves_the_second_alone(capsys):
+    """A row kernel's sums over all rows are one ReductionKernel after it, which folds
+    one: the second such sum runs alone, as the debug output says; the rest of the
+    group stays a kernel, whose result equals the interpreter's."""
+    def two_totals(x):
+        return F.sum(F.sum(x * x, axis=1)) * 0.5 + F.sum(F.max(x, axis=1))
     x = cp.asarray(np.random.default_rng(3).standard_normal((10, 5)), cp.float32)
-    for fn, reason, kept in [(softmax_like, r"b of the full shape \[10, 5\] is made after "
-                                            r"the reduction \(a second pass\)", []),
-                             (two_reductions, r"2 reductions \(it folds one\)", ["sum"])]:
-        with dezero.static.debug(3):
-            graph = dezero.trace(fn).lower(x)
-        log = capsys.readouterr().err
-        assert re.search(r"boundary \w+: f32\[.*\] = (max|sum)\(.*: a reduction whose kernel "
-                         r"is no one cupy ReductionKernel: " + reason, log), log
-        assert [n.op for g in graph.groups if g.axes is not None for n in g.nodes
-                if n.record.reduce] == kept
-        for got, want in zip(_tuple(graph.compile()(x)), _interpreted(graph, x)):
-            np.testing.assert_allclose(cp.asnumpy(got.data), want, rtol=2e-5, atol=2e-5)
+    with dezero.static.debug(3):
+        graph = dezero.trace(two_totals).lower(x)
+    log = capsys.readouterr().err
+    assert re.search(r"boundary \w+: f32\[\] = sum\(.*: a reduction whose kernel fits no GPU "
+                     r"kernel: 2 sums over all rows \(the kernel after the rows folds one\)",
+                     log), log
+    group, = graph.groups
+    assert [n.op for n in group.nodes if n.record.reduce] == ["sum", "sum"] and group.compiled
+    np.testing.assert_allclose(cp.asnumpy(graph.compile()(x).data), _interpreted(graph, x)[0],
+                               rtol=2e-5)
 
 
 def test_a_kernel_of_one_input_stays_off_cupys_cub_path():
@@ -208,16 +201,17 @@ def test_a_regression_step_sums_in_its_kernels_and_trains_as_eager_numpy():
     assert len(re.findall(r"= _k\d+\(", source)) == len(gpu_step.graph.groups)
 
 
-def test_a_graph_fused_on_the_cpu_and_moved_runs_its_fitting_kernels_as_reduction_kernels():
+def test_a_graph_fused_on_the_cpu_and_moved_runs_its_kernels_on_the_gpu():
     """to_gpu() decides again which kernels run compiled: a CPU kernel of one pass
-    is one ReductionKernel there, one of three passes (a softmax-like) runs op by op."""
+    is one ReductionKernel there, one of three passes (a softmax-like) a row kernel."""
     def f(x, t):
         return F.sum((x - t) ** 2, axis=1) * 0.5, F.exp(x - F.max(x, axis=1, keepdims=True))
     rng = np.random.default_rng(4)
     x, t = (rng.standard_normal((300, 64)).astype(np.float32) for _ in range(2))
     graph = dezero.trace(f).lower(x, t).to_gpu()
-    assert [(g.axes, g.compiled) for g in graph.groups] == [((1,), True), ((1,), False)]
-    assert graph.compile().kernel_source.count("cupy.ReductionKernel") == 1
+    assert [(g.axes, g.compiled) for g in graph.groups] == [((1,), True), ((1,), True)]
+    source = graph.compile().kernel_source
+    assert source.count("cupy.ReductionKernel") == 1 and "one thread a row" in source
     x, t = cp.asarray(x), cp.asarray(t)
     for got, want in zip(graph.compile()(x, t), _interpreted(graph, x, t)):
         np.testing.assert_allclose(cp.asnumpy(got.data), want, rtol=2e-5, atol=2e-5)

@@ -34,6 +34,9 @@ SOURCE = """// cupy test double: an ElementwiseKernel's operation in a loop for 
 #include <cstddef>
 #include <cstdint>
 using namespace std;
+// The infinities of cupy's math_constants.h, which cupy includes in every kernel.
+#define CUDART_INF_F INFINITY
+#define CUDART_INF static_cast<double>(INFINITY)
 %(raw)s%(typedefs)s%(preamble)s
 extern "C" void %(name)s(char* const* _fc_ptr, const int64_t* _fc_strides,
                          const int64_t* _fc_shape, int _fc_ndim, int64_t _fc_size,
