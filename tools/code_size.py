@@ -21,7 +21,7 @@ BUDGETS = {
     "dezero/static/trace.py": 474,
     "dezero/static/tracer.py": 355,
     "dezero/static/guard.py": 176,
-    "dezero/static/ir.py": 296,
+    "dezero/static/ir.py": 297,
     "dezero/static/graph.py": 64,
     "dezero/static/names.py": 44,
     "dezero/static/slots.py": 35,
@@ -54,7 +54,7 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 3764,
+    "dezero/static/": 3765,
     "dezero/kernels/": 1266,
 }
 

@@ -413,7 +413,8 @@ class Graph:
             elif node.kind == "op":
                 if not node.outputs:
                     fail(node, "an op node needs at least one output")
-                if node.record.elementwise and len(node.outputs) == 1:
+                if node.record.elementwise and len(node.outputs) == 1 and any(
+                        v.shape != node.outputs[0].shape for v in node.inputs):
                     try:
                         shape = np.broadcast_shapes(*(v.shape for v in node.inputs))
                     except ValueError:

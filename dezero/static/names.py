@@ -60,9 +60,9 @@ _BUILTINS = frozenset(name for name in vars(builtins) if not name.startswith("_"
 def is_source_name(text) -> bool:
     """True for a name generated code may bind: an identifier in normal form (the
     parser folds 'ｐｒｉｎｔ' to 'print'), no keyword, no builtin, no leading '_'."""
-    return isinstance(text, str) and text.isidentifier() and not text.startswith("_") \
-        and unicodedata.normalize("NFKC", text) == text and text not in _BUILTINS \
-        and not keyword.iskeyword(text) and not keyword.issoftkeyword(text)
+    return isinstance(text, str) and text.isidentifier() and text[0] != "_" and (
+        text.isascii() or unicodedata.normalize("NFKC", text) == text) and text not in \
+        _BUILTINS and not keyword.iskeyword(text) and not keyword.issoftkeyword(text)
 
 
 def identifier(text: str | None, default: str) -> str:
