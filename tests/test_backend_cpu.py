@@ -746,6 +746,8 @@ def test_first_replays_run_unfused_while_the_library_compiles(gated_builds):
         np.testing.assert_array_equal(traced(x2).data, long_chain(x2).data)
     assert started.wait(60) and not plan.ready and not hasattr(plan, "library")
     assert "kernel k0" not in plan.source
+    with pytest.raises(TypeError, match=r"takes 1 inputs \(x\), got 2"):
+        plan(x, x2)  # counted as the plan that runs counts them
     gate.set()
     assert plan.wait(timeout=120) is plan and plan.ready
     assert hasattr(plan, "library") and "_k0(" in plan.source

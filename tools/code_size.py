@@ -55,7 +55,7 @@ BUDGETS = {
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
     "dezero/static/": 3765,
-    "dezero/kernels/": 1266,
+    "dezero/kernels/": 1268,
 }
 
 

@@ -62,7 +62,7 @@ class Pending:
         self._future = _WORKER.submit(build)
 
     def __call__(self, *inputs):
-        return self.run(inputs)
+        return self._now()(*inputs)  # the plan that runs checks how many inputs came
 
     def _here(self):
         """The build's future in this process: a child forked before the build
@@ -73,10 +73,14 @@ class Pending:
             return self._future
 
     def run(self, leaves):
+        return self._now().run(leaves)
+
+    def _now(self):
+        """The plan to run: the fused one once the build has finished."""
         future = self._future if self._pid == os.getpid() else self._here()
         if future is not None and future.done():
             self._switch()
-        return self.current.run(leaves)
+        return self.current
 
     @property
     def ready(self) -> bool:
