@@ -13,6 +13,13 @@ import pytest
 # with eager numpy, which many trace tests assert; `DEZERO_BACKEND=cpu pytest`
 # runs them all with fused kernels (a few-ulp difference fails those asserts).
 os.environ.setdefault("DEZERO_BACKEND", "python")
+# Whether a kernel runs compiled, and on how many threads, is measured on the CPU
+# (backends/measure.py): on arrays of a few elements, where both ways take
+# microseconds, a loaded machine decides either way, and a test that says which
+# kernels run would pass or fail by chance. So every kernel the fusion pass forms
+# runs compiled, on one thread (DEZERO_KERNELS=always); the tests marked
+# `measures` time them for real.
+os.environ.setdefault("DEZERO_KERNELS", "always")
 
 # Modules whose every test runs a program end to end, or an external compiler
 # (g++ on every op's kernel, NVRTC on every CUDA kernel).
@@ -72,15 +79,8 @@ def notebook_cache(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def kernels_that_pay_run_compiled(request, monkeypatch):
-    """Whether a kernel runs compiled, and on how many threads, is measured
-    (kernels/measure.py): on arrays of a few elements, where both ways take
-    microseconds, a loaded machine decides either way, and a test that says which
-    kernels run would pass or fail by chance. So every kernel the fusion pass finds
-    worth compiling runs compiled here, on one thread; the tests marked `measures`
-    time them for real."""
+def kernels_measured_where_asked(request, monkeypatch):
+    """The tests marked `measures` time kernels against numpy calls for real
+    (DEZERO_KERNELS=measure); the others run every kernel compiled (see above)."""
     if request.node.get_closest_marker("measures"):
-        return
-    from dezero.kernels import measure
-    monkeypatch.setattr(measure, "_read", lambda path, groups: None)
-    monkeypatch.setattr(measure, "_time_both", lambda library, group: ({1: 1.0}, 2.0))
+        monkeypatch.setenv("DEZERO_KERNELS", "measure")

@@ -21,7 +21,7 @@ import dezero
 import dezero.functions as F
 from dezero.kernels import cache, cpu, pending
 from dezero.kernels.codegen import CTYPES, KernelSpec, Param, kernel_spec
-from dezero.static import backends
+from dezero.static import backends, passes
 
 pytestmark = pytest.mark.skipif(cpu.missing_reason() is not None,
                                 reason=str(cpu.missing_reason()))
@@ -436,12 +436,11 @@ def test_a_fused_adam_step_replays_like_the_python_backend_and_keeps_what_it_ret
     plain(*calls[0])
     assert len(fused.graph.groups) >= 5
     fused_plan, plain_plan = fused.graph.compile("cpu").wait(), plain.graph.compile("python")
-    # groups of 2 ops on 8x3 run as numpy calls; the 12-op Adam updates are kernels
+    # every group runs its kernel (DEZERO_KERNELS=always), 2 ops on 8x3 as 12-op Adam
     small = next(g.name for g in fused.graph.groups if len(g.nodes) == 2)
     adam = next(g.name for g in fused.graph.groups if len(g.nodes) == 12)
-    assert f"_{small}(" not in fused_plan.source
-    assert f"kernel {small}:" not in fused_plan.kernel_source
-    assert f"= _{adam}(" in fused_plan.source and f"kernel {adam}" in fused_plan.kernel_source
+    for name in (small, adam):
+        assert f"= _{name}(" in fused_plan.source and f"kernel {name}" in fused_plan.kernel_source
     kept = []
     for x, t in calls[1:]:
         got, want = fused_plan(x, t), plain_plan(x, t)
@@ -478,9 +477,10 @@ def test_dense_layers_with_fused_epilogues_equal_the_interpreter(activation):
     x = rng.standard_normal((64, 20)).astype(np.float32)
     graph = dezero.trace(f).lower(x)
     plan = graph.compile("cpu").wait()
-    # the forward's kernel writes into x @ W1; the backward's is a reduction kernel (it
-    # sums b1's gradient in its loop), whose loop writes arrays of its own
-    assert plan.source.count("'s array") == 1 and len(graph.groups) == 2
+    # the forward's kernel writes into x @ W1; the loss's and the backward's are
+    # reduction kernels (the backward sums b1's gradient in its loop), whose loops
+    # write arrays of their own
+    assert plan.source.count("'s array") == 1 and len(graph.groups) == 3
     kept = []
     for k in range(3):
         got, want = plan(x + k), graph.interpret(x + k)
@@ -502,33 +502,54 @@ def test_debug_level_2_prints_a_line_per_kernel_call(library, capsys):
     assert err.startswith("  kernel k_0d: ") and err.endswith(" ms, 12 bytes in/out\n")
 
 
-def test_a_kernel_runs_only_where_it_pays():
+def test_every_group_is_compiled_then_measured_unless_dezero_kernels_says(monkeypatch):
+    # No rule of sizes: on the CPU every group the fusion pass forms is compiled and
+    # timed (the default, measure); always and never force the decision.
     from dezero.static.ir import Group
-    from dezero.static.passes import KERNEL_MIN_OPS, KERNEL_MIN_SIZE, pays
 
     def group(n_ops, shape):
-        return Group("k0", [object()] * n_ops, [], [], shape)
+        made = Group("k0", [object()] * n_ops, [], [], shape)
+        passes.decide(made)
+        return made.compiled, made.decision
 
-    assert not pays(group(KERNEL_MIN_OPS - 1, (30, 10)))  # a call costs more than numpy
-    assert pays(group(KERNEL_MIN_OPS, (30, 10)))
-    assert pays(group(2, (KERNEL_MIN_SIZE,)))  # one pass over memory instead of two
-    assert pays(group(2, (30, 10)), "gpu")  # each cupy call is a kernel launch
+    monkeypatch.setenv("DEZERO_KERNELS", "measure")
+    assert group(2, (3,)) == group(9, (1 << 20,)) == (True, "to be measured")
+    monkeypatch.setenv("DEZERO_KERNELS", "always")
+    assert group(2, (3,)) == (True, "")  # as on the GPU: no decision to show
+    monkeypatch.setenv("DEZERO_KERNELS", "never")
+    assert group(9, (1 << 20,)) == (False, "numpy calls: DEZERO_KERNELS=never")
+    monkeypatch.setenv("DEZERO_KERNELS", "sometimes")
+    with pytest.raises(ValueError, match="DEZERO_KERNELS='sometimes': it takes measure"):
+        group(2, (3,))
+    small = Group("k0", [object()] * 2, [], [], (3,))
+    passes.decide(small, "gpu")  # each cupy call is a kernel launch: one kernel pays
+    assert small.compiled and small.decision == ""
 
 
-def test_print_graph_shows_which_kernels_run_compiled():
+def test_print_graph_shows_which_kernels_run_compiled(monkeypatch):
     import dezero
     import dezero.functions as F
+    from dezero.kernels import measure
 
     def f(x):
         return F.exp(x * 2.0) + x, F.tanh(F.sin(F.exp(x * 3.0) + 1.0)) * x
 
+    monkeypatch.setenv("DEZERO_KERNELS", "measure")
+    monkeypatch.setattr(measure, "_read", lambda path, groups: None)
+    times = {3: ({1: 5.0, 2: 7.0}, 2.0), 6: ({1: 4.0, 2: 3.0}, 9.0)}  # by the group's ops
+    monkeypatch.setattr(measure, "_time_both",
+                        lambda library, step: times[len(step.group.nodes)])
+    monkeypatch.setattr(measure, "machine_threads", lambda: 2)
     graph = dezero.trace(f).lower(randn(4, 3))
     small, large = graph.groups
-    assert not small.compiled and large.compiled  # three ops against six
     text = str(graph)
-    assert f"# kernel {small.name}: 3 ops -> " in text and "(numpy calls: too small" in text
-    assert text.count("(numpy calls") == 1
+    assert f"# kernel {small.name}: 3 ops -> " in text and text.count("(to be measured)") == 2
     plan = graph.compile("cpu").wait()
+    assert not small.compiled and large.compiled
+    text = str(graph)
+    assert "3 numpy calls 2.0 us, compiled on 1 thread 5.0 us, on 2 threads 7.0 us)" in text
+    assert "6 ops -> " in text and "(compiled on 2 threads: 3.0 us a call, on 1 thread " \
+        "4.0 us, 6 numpy calls 9.0 us)" in text
     assert f"_{large.name}(" in plan.source and f"_{small.name}(" not in plan.source
 
 
@@ -869,10 +890,10 @@ def test_each_kernel_is_timed_against_its_numpy_calls_once_and_kept(tmp_path, mo
     monkeypatch.setattr(measure, "_time_both", no_timing)
     monkeypatch.setattr(debugging, "LEVEL", 3)
     again = dezero.trace(long_chain).lower(x).compile("cpu")  # another process would too
-    how = "compiled on 1 thread" if kernel_us <= numpy_us * measure.MARGIN else \
-        "as numpy calls"
-    assert f"kernel k0 runs {how}: {kernel_us:.1f} us a call, its 8 numpy calls " \
-           f"{numpy_us:.1f} us (stored in the kernel cache)" in capsys.readouterr().err
+    kernel, numpy = f"{kernel_us:.1f} us", f"8 numpy calls {numpy_us:.1f} us"
+    how = f"compiled on 1 thread: {kernel} a call, {numpy}" if kernel_us <= numpy_us * \
+        measure.MARGIN else f"as numpy calls: {numpy}, compiled on 1 thread {kernel}"
+    assert f"kernel k0 runs {how} (stored in the kernel cache)" in capsys.readouterr().err
     np.testing.assert_allclose(again(x).data, long_chain(x).data, rtol=1e-6)
 
 
@@ -980,9 +1001,12 @@ def test_a_group_runs_the_side_timed_faster_and_the_decision_is_kept(monkeypatch
         compiled = how != "as numpy calls"
         assert graph.groups[0].compiled is compiled and ("= _k0(" in plan.source) is compiled
         err = capsys.readouterr().err
-        assert f"kernel k0 runs {how}: {kernel_us[threads]:.1f} us a call, on " \
-               f"{5 - threads} thread{'s' * (threads == 1)} {kernel_us[5 - threads]:.1f} us, " \
-               f"its 8 numpy calls {numpy_us:.1f} us ({where})" in err
+        other = f"on {5 - threads} thread{'s' * (threads == 1)} {kernel_us[5 - threads]:.1f} us"
+        numpy = f"8 numpy calls {numpy_us:.1f} us"
+        decision = f"{how}: {kernel_us[threads]:.1f} us a call, {other}, {numpy}" if compiled \
+            else f"as numpy calls: {numpy}, compiled on 1 thread {kernel_us[1]:.1f} us, {other}"
+        assert f"kernel k0 runs {decision} ({where})" in err
+        assert f"({decision})" in str(graph)  # print(graph) shows it
         assert "  kernel k0: " not in err  # level 2's line per call: not while timing
         assert plan.library.threads == {"k0": threads}
         stored = json.loads(plan.library.path.with_suffix(".json").read_text())
@@ -1012,16 +1036,17 @@ def test_a_group_runs_the_faster_way(tmp_path, monkeypatch, kernel_us, numpy_us,
     graph = dezero.trace(long_chain).lower(x)
     plan = graph.compile("cpu")
     assert ("= _k0(" in plan.source) is compiled and graph.groups[0].compiled is compiled
-    assert ("(numpy calls" in str(graph)) is not compiled
+    assert ("(as numpy calls: 8 numpy calls" in str(graph)) is not compiled
     np.testing.assert_allclose(plan(x).data, long_chain(x).data, rtol=1e-6)
 
 
+@pytest.mark.measures
 @pytest.mark.parametrize("kernel_us, threads", [({1: 50.0, 4: 20.0}, 4),
                                                 ({1: 20.0, 4: 19.0}, 1)])
 def test_a_large_kernel_runs_on_the_threads_measured_faster(tmp_path, monkeypatch, capsys,
                                                             kernel_us, threads, chain_library):
-    # One thread unless all of them are faster by the margin; the decision is pinned
-    # here as the suite pins every other (conftest), and kept in the cache.
+    # One thread unless all of them are faster by the margin; the times are pinned
+    # here, and kept in the cache.
     from dezero.kernels import measure
     from dezero.static import debugging
     monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
@@ -1036,13 +1061,14 @@ def test_a_large_kernel_runs_on_the_threads_measured_faster(tmp_path, monkeypatc
     other = 5 - threads
     assert f"kernel k0 runs compiled on {threads} thread{'s' * (threads > 1)}: " \
            f"{kernel_us[threads]:.1f} us a call, on {other} thread{'s' * (other > 1)} " \
-           f"{kernel_us[other]:.1f} us, its 8 numpy calls 90.0 us (measured)" \
+           f"{kernel_us[other]:.1f} us, 8 numpy calls 90.0 us (measured)" \
            in capsys.readouterr().err
     stored = json.loads(plan.library.path.with_suffix(".json").read_text())
     assert stored == {"k0": timings(kernel_us, 90.0)}
     np.testing.assert_allclose(plan(x).data, long_chain(x).data, rtol=1e-6)
 
 
+@pytest.mark.measures
 def test_a_cache_filled_on_a_larger_machine_asks_for_no_more_threads_than_this_has(
         tmp_path, monkeypatch, chain_library):
     from dezero.kernels import measure

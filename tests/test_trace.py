@@ -271,10 +271,10 @@ def test_printed_graph_and_replay_code_are_deterministic_text():
     assert str(graph) == (
         "trace <lambda>(x: f32[32,784]) captures W: f32[784,10], b: f32[10]\n"
         "  a: f32[32,10] = matmul(x, W)\n"
-        "  # kernel k0: 2 ops -> d (numpy calls: too small to pay for a kernel)\n"
+        "  # kernel k0: 3 ops, reduces axes (1,) of [32, 10] -> e\n"
         "    c: f32[32,10] = add(a, b)\n"
         "    d: f32[32,10] = tanh(c)\n"
-        "  e: f32[32] = sum(d) [axis=1, keepdims=False]\n"
+        "    e: f32[32] = sum(d) [axis=1, keepdims=False]\n"
         "  return e")
     assert python_code(graph) == (
         "def lambda_(x):  # generated from trace <lambda>: 4 ops\n"

@@ -186,8 +186,9 @@ def test_four_hundred_random_traced_programs_replay_like_eager():
 
 def test_updates_that_wait_for_each_other_stay_apart():
     """p - s * g of x, then of a value computed from the first update's result
-    (through a sum): the second waits for the first, so they are two kernels; the
-    update of v, independent of both, joins the first."""
+    (through a sum, which joins the first's kernel): the second waits for the first,
+    so they are two kernels; the update of v, independent of both, joins the second
+    (a kernel with a reduction runs no horizontal segments)."""
     def program(x, v, s):
         x, v, s = map(dezero.as_variable, (x, v, s))  # s * y is mul(s, y) for every y
         a = x - s * v
@@ -197,9 +198,10 @@ def test_updates_that_wait_for_each_other_stay_apart():
     s = np.asarray(0.5, np.float32)  # an array: an input, not a constant
     graph = dezero.trace(program).lower(*arrays, s)
     check_schedule(graph)
-    assert [len(g.nodes) for g in graph.groups] == [4, 2]  # the waiting one alone
-    first, second = graph.groups[0].segments
-    assert [s.nodes[0].inputs[1].name for s in (first, second)] == ["v", "x"]
+    assert [len(g.nodes) for g in graph.groups] == [3, 4]
+    assert graph.groups[0].axes == (0,) and graph.groups[0].nodes[-1].op == "sum"
+    first, second = graph.groups[1].segments
+    assert [s.nodes[0].inputs[1].name for s in (first, second)] == ["d", "x"]
     got = graph.compile("python").run((*arrays, s))
     for a, b in zip(got, program(*(dezero.Variable(a) for a in (*arrays, s)))):
         assert_replay_equal(a.data, b.data)

@@ -25,7 +25,7 @@ BUDGETS = {
     "dezero/static/graph.py": 64,
     "dezero/static/names.py": 44,
     "dezero/static/slots.py": 35,
-    "dezero/static/passes.py": 545,
+    "dezero/static/passes.py": 542,
     "dezero/static/reach.py": 355,
     "dezero/static/horizontal.py": 95,
     "dezero/static/saving.py": 396,
@@ -45,7 +45,7 @@ BUDGETS = {
     "dezero/kernels/cpu.py": 352,
     "dezero/kernels/cpu_reductions.py": 169,
     "dezero/kernels/pending.py": 65,
-    "dezero/kernels/measure.py": 85,
+    "dezero/kernels/measure.py": 91,
     "dezero/kernels/cache.py": 45,
 }
 
@@ -54,8 +54,8 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 3765,
-    "dezero/kernels/": 1268,
+    "dezero/static/": 3761,
+    "dezero/kernels/": 1274,
 }
 
 

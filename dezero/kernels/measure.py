@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from dezero.static import debugging
+from dezero.static import debugging, passes
 from dezero.static.backends import pycode
 from dezero.static.lowering import lower
 
@@ -44,10 +44,14 @@ def machine_threads() -> int:
 
 def decide(library, graph) -> list:
     """The groups of `graph` whose kernels `library` holds that run compiled; sets
-    each one's `compiled` to its decision and library.threads[group.name] to the
-    threads its kernel runs on."""
+    each one's `compiled` and `decision` (which print(graph) shows) and
+    library.threads[group.name], the threads its kernel runs on. DEZERO_KERNELS=always
+    (passes.kernel_mode) compiles each on one thread and times nothing."""
     steps = [s for s in lower(graph).steps if s.kind == "kernel" and s.group.name in library.specs]
     groups = [step.group for step in steps]
+    if passes.kernel_mode() == "always":
+        library.threads.update((g.name, 1) for g in groups)
+        return groups
     path = library.path.with_suffix(".json")
     times, where = _read(path, groups), "stored in the kernel cache"
     if times is None:
@@ -61,14 +65,19 @@ def decide(library, graph) -> list:
         kernel_us = by_threads.get(threads, by_threads[many])
         library.threads[group.name] = threads
         group.compiled = kernel_us <= numpy_us * MARGIN
-        how = f"compiled on {threads} thread{'s' * (threads > 1)}" if group.compiled \
-            else "as numpy calls"
-        others = "".join(f", on {n} thread{'s' * (n > 1)} {us:.1f} us"
-                         for n, us in sorted(by_threads.items()) if n != threads)
-        debugging.log(3, f"kernel {group.name} runs {how}: {kernel_us:.1f} us a call"
-                         f"{others}, its {len(group.nodes)} numpy calls {numpy_us:.1f} us "
-                         f"({where})")
+        others = [f"{_on(n)} {us:.1f} us" for n, us in sorted(by_threads.items())
+                  if n != threads]
+        numpy = f"{len(group.nodes)} numpy calls {numpy_us:.1f} us"
+        group.decision = ", ".join(
+            [f"compiled {_on(threads)}: {kernel_us:.1f} us a call", *others, numpy]
+            if group.compiled else [f"as numpy calls: {numpy}",
+                                    f"compiled {_on(threads)} {kernel_us:.1f} us", *others])
+        debugging.log(3, f"kernel {group.name} runs {group.decision} ({where})")
     return [g for g in groups if g.compiled]
+
+
+def _on(threads: int) -> str:
+    return f"on {threads} thread{'s' * (threads > 1)}"
 
 
 def _time_both(library, step) -> tuple:

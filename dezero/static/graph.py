@@ -99,8 +99,8 @@ class StaticGraph(Graph):
             elif node.kind == "state" and self.owns_state:
                 node.payload.write(convert(node.payload.read()))
         self.device = device
-        for group in self.groups:  # on the GPU every kernel pays
-            group.compiled = passes.pays(group, device)
+        for group in self.groups:  # decided again for the device (measured anew on the CPU)
+            passes.decide(group, device)
         self._compiled = {}  # compiled code closes over the old constants
         return self
 

@@ -120,8 +120,11 @@ class Group:
              each broadcasts to `shape`
     outputs  the Values of the group that something outside reads (a later node,
              a write, the output node), in node order; each of shape `shape`
-    compiled whether a kernel backend runs it as one compiled kernel (fuse decides
-             by passes.pays), else as one numpy call per node
+    compiled whether a kernel backend runs it as one compiled kernel, else as one
+             numpy call per node: set by passes.decide, then on the CPU by the
+             kernel's measured time (backends/measure.py)
+    decision how that was decided, as print(graph) shows it ("to be measured",
+             "compiled on 1 thread: 2.0 us a call, numpy calls 5.1 us" ...)
     spec     its kernel spec, made once by codegen.kernel_spec and kept here
     segments a horizontal group's parts (passes.fuse): Groups named k4_0, k4_1 ... of
              the same body on arrays of their own shapes, none reading another's
@@ -142,10 +145,11 @@ class Group:
     spec: object = None
     segments: list = field(default_factory=list)
     axes: tuple | None = None
+    decision: str = ""
 
     def header(self) -> str:
-        """'kernel k0: 5 ops -> d, f', the comment printed above the group (which says
-        so when the group runs as numpy calls); a horizontal one says
+        """'kernel k0: 5 ops -> d, f', the comment printed above the group, with its
+        decision in brackets where there is one; a horizontal one says
         'kernel k4: horizontal, 4 x 12 ops over [2,10], [10], [10,3], [3]'; one with
         reductions 'kernel k1: 5 ops, reduces axes (0,) of [8, 3] -> ...'."""
         what = f"{len(self.nodes)} ops -> " + ", ".join(v.label for v in self.outputs)
@@ -156,9 +160,7 @@ class Group:
         if self.axes is not None:
             what = what.replace(" ops -> ", f" ops, reduces axes {self.axes} of "
                                             f"{list(self.shape)} -> ", 1)
-        return f"kernel {self.name}: {what}" + \
-            ("" if self.compiled else " (numpy calls: too small to pay for a kernel)"
-             if self.axes is None else " (op by op)")
+        return f"kernel {self.name}: {what}" + (f" ({self.decision})" if self.decision else "")
 
 
 # =============================================================================

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import keyword
+import os
 
 import numpy as np
 
@@ -428,33 +429,21 @@ def _merged(spaces: list) -> tuple | None:
 def fuse(graph: Graph) -> Graph:
     """Group elementwise op nodes, and the reductions they feed with the elementwise
     ops after those, into kernels (graph.groups), reordering the nodes so that each
-    group's are consecutive. A reduction stays out of a kernel too small to pay
-    (passes.pays): the group is then made again without it."""
+    group's are consecutive. On the GPU a kernel with several sums over all rows fits
+    no GPU kernel (gpu_misfit): each but the first becomes a boundary, and the groups
+    are made again. On the CPU every group stays as formed: whether it runs compiled
+    is measured later (kernels/measure.py)."""
     small: dict = {}
     while True:
         fused = _fuse(graph, small)
-        more = {id(n): _why_apart(g, graph.device) for g in fused.groups
-                if g.axes is not None and not g.compiled for n in _set_apart(g, graph.device)}
+        more = {id(n): f"a reduction whose kernel fits no GPU kernel: {gpu_misfit(g)}"
+                for g in fused.groups if not g.compiled and graph.device == "gpu"
+                for n in _totals(g)[1:]}
         if not more:
             return fused
         small |= more
-        debugging.log(3, f"fuse {graph.name}: again, " + (
-            "each sum over all rows of a kernel but its first" if graph.device == "gpu"
-            else "each reduction of a kernel too small to pay") + " a boundary")
-
-
-def _set_apart(group: Group, device: str) -> list:
-    """The reductions of a kernel that does not run compiled, which fuse makes
-    boundaries: all, but on the GPU the sums over all rows after the first."""
-    if device == "gpu":
-        return _totals(group)[1:]
-    return [n for n in group.nodes if n.record.reduce]
-
-
-def _why_apart(group: Group, device: str) -> str:
-    misfit = gpu_misfit(group) if device == "gpu" else None
-    return f"a reduction whose kernel fits no GPU kernel: {misfit}" if misfit \
-        else "a reduction in a kernel too small to pay"
+        debugging.log(3, f"fuse {graph.name}: again, each sum over all rows of a kernel "
+                         f"but its first a boundary")
 
 
 def _fuse(graph: Graph, small: dict) -> Graph:
@@ -585,11 +574,8 @@ def _fuse(graph: Graph, small: dict) -> Graph:
     log(f"{len(fused.groups)} kernels of " + ", ".join(
         str(len(g.nodes)) for g in fused.groups) + " ops")
     for g in fused.groups:
-        if not g.compiled:
-            log(f"kernel {g.name} fits no GPU kernel: {gpu_misfit(g)}"
-                if graph.device == "gpu" else f"kernel {g.name} runs as numpy calls: "
-                f"{len(g.nodes)} ops on {int(np.prod(g.shape))} elements cost less than a "
-                f"kernel call")
+        if not g.compiled and graph.device == "gpu":
+            log(f"kernel {g.name} fits no GPU kernel: {gpu_misfit(g)}")
     return fused
 
 
@@ -701,24 +687,38 @@ def _make_groups(nodes: list, groups: list, device: str, spaces: dict) -> list[G
         name = f"k{len(made)}"
         group = make(name, parts[0]) if len(parts) == 1 else horizontal.group(
             name, [make(f"{name}_{j}", p) for j, p in enumerate(sorted(parts, key=first))])
-        group.compiled = pays(group, device)
+        decide(group, device)
         made.append(group)
     return made
 
 
-# A kernel call on the CPU costs about 2 us (ctypes, output buffers); numpy about 0.7 us
-# an op on small arrays. A short group on small arrays runs faster as numpy calls.
-KERNEL_MIN_OPS, KERNEL_MIN_SIZE = 4, 1 << 14
+# How the CPU backend decides whether a group runs compiled (DEZERO_KERNELS), and
+# the decision print(graph) shows before any is measured (none: compiled).
+KERNEL_MODES = {"measure": "to be measured", "always": "",
+                "never": "numpy calls: DEZERO_KERNELS=never"}
 
 
-def pays(group: Group, device: str = "cpu") -> bool:
-    """Whether running `group` as one kernel beats one numpy call per node: on the GPU
-    always (each cupy call is a kernel launch of its own) where it makes one kernel
-    (gpu_misfit), on the CPU for 4 ops or more or 16384 elements or more."""
-    if device == "gpu":
-        return group.axes is None or gpu_misfit(group) is None
-    return len(group.nodes) >= KERNEL_MIN_OPS or \
-        int(np.prod(group.shape, dtype=np.int64)) >= KERNEL_MIN_SIZE
+def kernel_mode() -> str:
+    """$DEZERO_KERNELS, read at each fuse: measure (the default: each kernel is timed
+    against its group's numpy calls), always (compiled on one thread, nothing timed:
+    reproducible runs) or never."""
+    mode = os.environ.get("DEZERO_KERNELS") or "measure"
+    if mode not in KERNEL_MODES:
+        raise ValueError(f"DEZERO_KERNELS={mode!r}: it takes measure, always or never\n"
+                         f"  fix: unset it, or set it to one of those")
+    return mode
+
+
+def decide(group: Group, device: str = "cpu") -> None:
+    """Set group.compiled and group.decision before any kernel is built. On the GPU a
+    group is compiled where it makes one kernel (gpu_misfit): each cupy call is a
+    launch of its own, so one kernel beats several. On the CPU every group is
+    compiled (unless DEZERO_KERNELS=never), and with DEZERO_KERNELS=measure the
+    backend then times its kernel against its numpy calls (backends/measure.py),
+    which decides: no rule of sizes could, as a call's cost depends on the machine."""
+    mode = kernel_mode() if device == "cpu" else None
+    group.compiled = mode != "never" if mode else group.axes is None or gpu_misfit(group) is None
+    group.decision = KERNEL_MODES[mode] if mode else "" if group.compiled else "op by op"
 
 
 def gpu_misfit(group: Group) -> str | None:
@@ -743,7 +743,8 @@ def _carry_groups(graph: Graph, new: Graph, nodes: dict, values: dict):
         return Group(g.name, [nodes[id(n)] for n in g.nodes],
                      [values.get(id(v), v) for v in g.inputs],
                      [values.get(id(v), v) for v in g.outputs], g.shape, g.compiled,
-                     segments=[carry(s) for s in g.segments], axes=g.axes)
+                     segments=[carry(s) for s in g.segments], axes=g.axes,
+                     decision=g.decision)
     new.groups = [carry(g) for g in graph.groups]
     return new
 
