@@ -12,7 +12,9 @@ Run by hand: python benchmarks/bench_fusion.py [--quick] [--steps]. Prints, in o
   parameter's update a kernel of its own), unfused replay, eager, numpy by hand and
   JAX jit;
 - the first call (record, passes, compile) of the chains and steps with a cold
-  and a warm kernel cache.
+  and a warm kernel cache, and of an RNN's training step unrolled over 60 and 120
+  inputs (about 2000 and 4000 ops): when it is ready to replay unfused, and when its
+  kernels are.
 Times are the best wall time of interleaved rounds (kernels may use OpenMP threads).
 """
 # ruff: noqa: B023 - every closure below runs within its own loop iteration
@@ -30,7 +32,7 @@ from timing import interleaved_best  # noqa: E402
 
 import dezero  # noqa: E402
 import dezero.functions as F  # noqa: E402
-from dezero import models, optimizers  # noqa: E402
+from dezero import layers, models, optimizers  # noqa: E402
 from dezero.kernels import cpu  # noqa: E402
 from dezero.kernels.codegen import KernelSpec, Param  # noqa: E402
 from dezero.static import backends, horizontal  # noqa: E402
@@ -301,6 +303,53 @@ def bench_first_calls():
               f"{times[1] * 1e3:7.1f})  warm {times[2] * 1e3:7.1f}")
 
 
+def unrolled_rnn_step(length):
+    """(step, xs): a training step of a tanh RNN unrolled over `length` inputs,
+    forward, backward and SGD update, about 33 ops an input."""
+    x2h, h2h, h2y = layers.Linear(8), layers.Linear(8, nobias=True), layers.Linear(1)
+    xs = dezero.Variable(np.random.default_rng(0).standard_normal((length, 1), np.float32))
+    h2y(h2h(x2h(xs[:1])))  # the parameters exist before the trace
+    params = [*x2h.params(), *h2h.params(), *h2y.params()]
+
+    def step(xs):
+        h, loss = x2h(xs[:1]) * 0, 0
+        for t in range(length):
+            h = F.tanh(x2h(xs[t:t + 1]) + h2h(h))
+            loss = loss + F.sum(h2y(h) ** 2) / length
+        for p in params:
+            p.cleargrad()
+        loss.backward()
+        for p in params:
+            p.data -= 1e-3 * p.grad.data
+        return loss
+    return step, xs
+
+
+def bench_unrolled(lengths=(60, 120)):
+    """Large graphs, each with a cold kernel cache of its own: the first call returns
+    once the graph is ready to replay unfused; its kernels compile meanwhile."""
+    print("unrolled RNN step, cold cache, ms: first call (record, passes, ready "
+          "unfused), a replay while kernels compile, kernels ready, fused replay, eager")
+    for length in lengths:
+        os.environ["DEZERO_CACHE_DIR"] = tempfile.mkdtemp(prefix="dezero-bench-")
+        step, xs = unrolled_rnn_step(length)
+        traced = dezero.trace(step)
+        times, start = [], time.perf_counter()
+        for _ in range(2):
+            xs.cleargrad()  # backward gives xs a gradient, which would change the call
+            begin = time.perf_counter()
+            traced(xs)
+            times.append(time.perf_counter() - begin)
+        traced.graph.compile().wait()
+        ready = time.perf_counter() - start
+        fused, eager = best_time(lambda: (xs.cleargrad(), traced(xs)),
+                                 lambda: (xs.cleargrad(), step(xs)), rounds=5)
+        print(f"  {length:3d} inputs, {len(traced.graph.of_kind('op'))} ops, "
+              f"{len(traced.graph.groups)} kernels: first {times[0] * 1e3:7.1f}  replay "
+              f"{times[1] * 1e3:6.1f}  ready {ready * 1e3:8.1f}  fused {fused * 1e3:6.2f}  "
+              f"eager {eager * 1e3:6.2f}")
+
+
 def main():
     quick = "--quick" in sys.argv
     print(f"compiler: {cpu.compiler()[1]}; OpenMP threads: "
@@ -308,6 +357,7 @@ def main():
           f"{backends.DEFAULT}")
     if "--steps" not in sys.argv:
         bench_first_calls()
+        bench_unrolled()
         bench_chains((10**5, 10**6) if quick else (10**5, 10**6, 10**7))
     bench_steps()
 
