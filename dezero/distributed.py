@@ -209,10 +209,11 @@ class Communicator:
             group = [arrays[i] for i in positions]
             total = sum(a.size for a in group)
             slot = self._shared.slot(dtype, total) if self._shared and xp is np else None
-            if slot is not None:  # packed straight into the window
-                flat, out = slot, np.empty(total, dtype)
-                self._pack(group, flat, op)
-                self._exchange(flat, "allreduce", op, out=out)
+            if slot is not None:  # packed straight into the window, this rank's block
+                out = np.empty(total, dtype)  # into its place in the result
+                _, start, stop = self._block(total)
+                self._pack(group, slot, op, own=(start, stop, out[start:stop]))
+                self._exchange(slot, "allreduce", op, out=out)
                 views = _places(group, out)
             else:
                 flat = xp.empty(total, dtype)
@@ -222,16 +223,30 @@ class Communicator:
                 results[i] = view
         return results
 
-    def _pack(self, arrays, flat, op):
+    def _pack(self, arrays, flat, op, own=None):
         """Copy arrays end to end into flat; return their places in it, shaped as they
         are. A mean divides each array by the number of ranks as it is packed, so the
-        exchange's sum is the mean: no second pass over the buffer."""
+        exchange's sum is the mean: no second pass over the buffer. With own=(start,
+        stop, mine), elements start to stop of the arrays joined end to end (this
+        rank's own block of an exchange through shared memory, which no other rank
+        reads) go into mine instead of flat."""
         views = _places(arrays, flat)
-        for a, view in zip(arrays, views):
-            if op == "mean" and self.size > 1:
-                cuda.get_array_module(a).divide(a, a.dtype.type(self.size), out=view)
-            else:
-                view[...] = a
+        divisor = self.size if op == "mean" and self.size > 1 else None
+        if own is None:
+            for a, view in zip(arrays, views):
+                _put(a, view, divisor)
+            return views
+        start, stop, mine = own
+        at = 0
+        for a in arrays:
+            a = a.reshape(-1)
+            low = min(max(start - at, 0), a.size)  # a[low:high] falls in the own block
+            high = min(max(stop - at, 0), a.size)
+            _put(a[:low], flat[at:at + low], divisor)
+            if high > low:
+                _put(a[low:high], mine[at + low - start:at + high - start], divisor)
+            _put(a[high:], flat[at + high:at + a.size], divisor)
+            at += a.size
         return views
 
     def _block(self, total):
@@ -252,13 +267,18 @@ class Communicator:
         total = sum(x.size for x in arrays)
         block, start, stop = self._block(total)
         slot = self._shared.slot(a.dtype, block * self.size) if self._shared and xp is np \
-            else None  # packed straight into the window where it holds them
-        flat = xp.empty(block * self.size, a.dtype) if slot is None else slot
-        self._pack(arrays, flat, op)
-        if self.size == 1:  # the block is the whole: nothing to exchange
-            return flat
-        flat[total:] = 0  # the padding of the last block
+            else None
         mine = xp.empty(block, a.dtype)
+        if slot is None:
+            flat = xp.empty(block * self.size, a.dtype)
+            self._pack(arrays, flat, op)
+            if self.size == 1:  # the block is the whole: nothing to exchange
+                return flat
+        else:  # packed straight into the window, this rank's own block into mine
+            flat = slot
+            self._pack(arrays, flat, op, own=(start, stop, mine))
+            mine[stop - start:] = 0  # (the padding of the last block)
+        flat[total:] = 0  # the padding of the last block
         self._exchange(flat, "reduce_scatter", op, out=mine)
         return mine[:stop - start]
 
@@ -361,10 +381,13 @@ class Communicator:
 class _SharedExchange:
     """Exchanges of numpy arrays between ranks that share one machine, through an MPI
     window of memory all of them map (MPI-3 shared memory): each rank packs its array
-    into its own slot, then reduces its block of every slot (in rank order) into the
-    result area, and every rank copies the whole result out. That is one pass of
-    packing, one of reduction and one copy out per rank; MPI's own allreduce moves the
-    data through its shared-memory queues in more passes. The window is kept from one
+    into its own slot, except its own block (the part of the result it reduces), which
+    it packs straight into its result; it then adds every other rank's part of its
+    block (in rank order) to that, puts it in the result area, and copies the others'
+    blocks of the result out. That is one pass of packing, one of reduction and one
+    copy out per rank, and only what other ranks read goes through the shared memory;
+    MPI's own allreduce moves the data through its shared-memory queues in more
+    passes. The window is kept from one
     exchange to the next and grown when an exchange needs more. Communicator makes one
     where every rank runs on one machine, unless DEZERO_MPI_SHARED_MEMORY=0.
 
@@ -426,32 +449,39 @@ class _SharedExchange:
 
     def exchange(self, flat, what, op, out=None):
         """As Communicator._exchange, for a numpy array flat (an allreduce writes its
-        result into out where given; flat may be this rank's slot; an allgather takes
-        this rank's block as flat and every rank's into out); False where the window
-        cannot hold flat, exchanging nothing."""
+        result into out where given; an allgather takes this rank's block as flat and
+        every rank's into out); False where the window cannot hold flat, exchanging
+        nothing. flat may be this rank's slot (see slot): an allreduce or a
+        reduce_scatter then finds there every block but this rank's own, which the
+        caller put into its place in out."""
         if flat.size == 0:
             return True
         regions = self._regions(flat.nbytes)
         if regions is None:
             return False
         result, slots = regions[0].view(flat.dtype), regions[1].view(flat.dtype)
+        block = flat.size // self.size if what == "reduce_scatter" else -(-flat.size // self.size)
+        start, stop = min(flat.size, self.rank * block), min(flat.size, (self.rank + 1) * block)
+        whole = flat if out is None else out  # (an allreduce's result)
+        mine = whole[start:stop] if what == "allreduce" else out
         if flat.__array_interface__["data"][0] != slots[self.rank].__array_interface__["data"][0]:
             slots[self.rank] = flat  # (not packed in the slot already)
+            if what != "allgather" and out is not None:
+                mine[...] = flat[start:stop]
         self._synchronize()
         self.exchanges += 1  # the next exchange uses the other set of slots
         if what == "allgather":  # every rank's block, from its slot
             out.reshape(self.size, -1)[...] = slots
             return True
-        block = flat.size // self.size if what == "reduce_scatter" else -(-flat.size // self.size)
-        start, stop = min(flat.size, self.rank * block), min(flat.size, (self.rank + 1) * block)
         reduce = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum}[op]
-        mine = result[start:stop] if what == "allreduce" else out
-        reduce(slots[0, start:stop], slots[1, start:stop], out=mine)  # in rank order
-        for slot in slots[2:]:
-            reduce(mine, slot[start:stop], out=mine)
+        for rank, slot in enumerate(slots):  # its own, then the others' in rank order
+            if rank != self.rank:
+                reduce(mine, slot[start:stop], out=mine)
         if what == "allreduce":
+            result[start:stop] = mine
             self._synchronize()
-            (flat if out is None else out)[...] = result
+            whole[:start] = result[:start]
+            whole[stop:] = result[stop:]
         return True
 
 
@@ -464,6 +494,14 @@ def _shared_memory_holds(nbytes):
     except (OSError, AttributeError):  # no /dev/shm here: MPI maps it elsewhere
         return True
     return nbytes <= disk.f_bavail * disk.f_frsize // 2
+
+
+def _put(a, into, divisor):
+    """into[...] = a, or a / divisor."""
+    if a.size and divisor:
+        cuda.get_array_module(a).divide(a, a.dtype.type(divisor), out=into)
+    elif a.size:
+        into[...] = a
 
 
 def _places(arrays, flat):

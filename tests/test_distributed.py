@@ -618,11 +618,13 @@ def test_shared_memory_exchanges_give_every_rank_the_reduction(size, n):
             return flat
         for y in on_all_ranks(ranks, allreduce):
             np.testing.assert_array_equal(y, expected, err_msg=op)
-    # An allreduce into out, of an array packed into the rank's slot: the slot is not
-    # copied over, and flat is left alone.
+    # An allreduce into out, of an array packed as Communicator packs: every rank's
+    # block but its own into its slot (not copied over), its own into out.
     def into_out(ex):
-        flat, out = ex.slot(np.int32, n), np.empty(n, np.int32)
+        flat, out = ex.slot(np.int32, n), np.full(n, ex.rank + 1, np.int32)
+        block = -(-n // size)
         flat[...] = ex.rank + 1
+        flat[ex.rank * block:(ex.rank + 1) * block] = -1000  # not read: out holds it
         ex.exchange(flat, "allreduce", "sum", out=out)
         return out
     for y in on_all_ranks(ranks, into_out):
@@ -642,6 +644,32 @@ def test_shared_memory_exchanges_give_every_rank_the_reduction(size, n):
     for y in on_all_ranks(ranks, scatter_then_gather):
         np.testing.assert_array_equal(y, whole)
     assert [ex.exchanges for ex in ranks] == [6] * size
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_communicators_on_one_machine_exchange_through_the_shared_memory(size):
+    # Each rank packs every block but its own into its slot and its own straight into
+    # its result; the arrays' sizes put the blocks' edges inside arrays.
+    ranks = shared_exchanges(size, 64 * 8)
+    shapes = [(3, 5), (7,), (1,), (2, 2)]
+    data = [[np.random.default_rng(r * 10 + i).integers(-9, 9, shape) * size * 1.0
+             for i, shape in enumerate(shapes)] for r in range(size)]
+    sums = [sum(arrays[i] for arrays in data) for i in range(len(shapes))]
+
+    def exchanges(ex):
+        comm = dist.Communicator.__new__(dist.Communicator)
+        comm.rank, comm.size, comm._shared, comm._nccl = ex.rank, ex.size, ex, None
+        block = comm._reduce_scatter(data[ex.rank], "mean")
+        return (comm._reduce_arrays(data[ex.rank], "sum"),
+                comm._reduce_arrays(data[ex.rank], "mean"),
+                comm._allgather([block], shapes))
+
+    for summed, means, gathered in on_all_ranks(ranks, exchanges):
+        for i, total in enumerate(sums):
+            np.testing.assert_array_equal(summed[i], total)
+            np.testing.assert_array_equal(means[i], total / size)
+            np.testing.assert_array_equal(gathered[i], total / size)
+    assert [ex.exchanges for ex in ranks] == [4] * size
 
 
 @pytest.mark.parametrize("size", [2, 3])
