@@ -4,11 +4,14 @@ Chains on float32 vectors of 1e5, 1e6 and 1e7 elements, with the GPU's triad
 bandwidth (a = b + s * c, 12 bytes an element) measured alongside:
     arithmetic      ((x * a + b) * (x - a) + b * b) * x + a
     transcendental  tanh(x * a + b) * (1 / (1 + exp(-x))) + x ** 2
-and two training steps with Adam: the spiral 2-10-3 sigmoid MLP (batch 30) and a
-784-1000-10 ReLU MLP (batch 100). Columns: the fused replay (backend "cupy", one
-ElementwiseKernel per fused group), the unfused replay (backend "python" on cupy
-arrays: one cupy call per node), eager dezero, and the chain written with cupy by
-hand. Times are medians of calls with the device synchronised around each.
+two training steps with Adam: the spiral 2-10-3 sigmoid MLP (batch 30) and a
+784-1000-10 ReLU MLP (batch 100), and softmax_cross_entropy's loss and gradient on
+scores of several shapes (a row kernel, one thread a row, and the ReductionKernel of
+the mean; rows of more than passes.GPU_ROW_MAX run op by op). Columns: the fused
+replay (backend "cupy", one ElementwiseKernel per fused group), the unfused replay
+(backend "python" on cupy arrays: one cupy call per node), eager dezero, and the
+chain written with cupy by hand. Times are medians of calls with the device
+synchronised around each.
 
 Then the targets, measured and printed against what they ask for (--json writes
 them too, for benchmarks/gpu_check.sh):
@@ -24,6 +27,7 @@ them too, for benchmarks/gpu_check.sh):
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -134,6 +138,29 @@ def bench_steps(xp, sync, repeat):
         print(f"| {name} | {' | '.join(cells)} | {len(traced.graph.groups)} |")
 
 
+def loss_and_gradient(x, t):
+    loss = F.softmax_cross_entropy(x, t)
+    loss.backward()
+    return loss, x.grad
+
+
+def bench_losses(xp, sync, repeat):
+    print("\n| softmax_cross_entropy, loss and gradient | fused | unfused | eager dezero "
+          "| launches |\n|---|---|---|---|---|")
+    rng = np.random.default_rng(0)
+    for rows, classes in ((100, 10), (1000, 1000), (10000, 100), (8, 4096), (8, 16384)):
+        x = dezero.Variable(xp.asarray(rng.standard_normal((rows, classes)), xp.float32))
+        t = xp.asarray(rng.integers(0, classes, rows))
+        traced = dezero.trace(loss_and_gradient)
+        traced(x, t)
+        fused, unfused = plans(traced.graph, xp)
+        times = [median_time(sync, repeat, p, x, t) if p else None for p in (fused, unfused)]
+        times.append(median_time(sync, repeat, loss_and_gradient, x, t))
+        cells = [f"{s * 1e6:.0f} us" if s else "-" for s in times]
+        print(f"| {rows} x {classes} | {' | '.join(cells)} | "
+              f"{launches(traced.graph) if xp is not np else '-'} |")
+
+
 def peak_bandwidth(xp):
     """Bytes per second the device's memory moves at its peak (DDR: two transfers a
     clock), or None where its properties do not say (CUDA 13 dropped the clock)."""
@@ -143,10 +170,12 @@ def peak_bandwidth(xp):
 
 
 def launches(graph):
-    """Kernel launches of one replay: a fused group is one, each node outside them a
-    library call (at least one launch)."""
-    grouped = {id(n) for g in graph.groups for n in g.nodes}
-    return len(graph.groups) + sum(1 for n in graph.of_kind("op") if id(n) not in grouped)
+    """Kernel launches of one replay: each cupy kernel of the compiled groups (a row
+    kernel's sum over all rows is one more), each node outside them a library call
+    (at least one launch)."""
+    kernels = re.findall(r"^// kernel \w+: cupy\.", graph.compile("cupy").kernel_source, re.M)
+    grouped = {id(n) for g in graph.groups if g.compiled for n in g.nodes}
+    return len(kernels) + sum(1 for n in graph.of_kind("op") if id(n) not in grouped)
 
 
 def bench_targets(xp, sync, repeat, n):
@@ -207,6 +236,7 @@ def main():
               f"cupy {xp.__version__}")
     bench_chains(xp, sync, args.repeat)
     bench_steps(xp, sync, args.repeat)
+    bench_losses(xp, sync, args.repeat)
     if xp is np:
         return
     targets = bench_targets(xp, sync, args.repeat, int(args.n))

@@ -16,6 +16,7 @@ ReductionKernel after it, whose post_map runs the statements on them.
 from __future__ import annotations
 
 import functools
+import re
 
 import numpy as np
 
@@ -208,9 +209,10 @@ def row_params(spec) -> tuple[str, str, str]:
         stored = [p for p, level in outs if level == "full" and f"{p.name} = " in
                   "\n".join(element)]
         lines.append("for (ptrdiff_t _r = 0; _r < _R; ++_r) {")
+        used = "\n".join([*element, *(v for _, _, v in folds)])  # the inputs this pass reads
         lines += [f"  const {p.ctype} {p.name} = _r_{p.name}[_k * _R + _r];"
                   for p, level, o in zip(spec.inputs, spec.levels, once)
-                  if level == "full" and not o]
+                  if level == "full" and not o and re.search(rf"\b{p.name}\b", used)]
         lines += [f"  {ctype} {p.name};" for p in stored]
         lines += [f"  {line}" for line in element]
         lines += [f"  {a} = {_REDUCE[kind].format(a=a, b=v)};" for kind, a, v in folds]

@@ -429,21 +429,29 @@ def _merged(spaces: list) -> tuple | None:
 def fuse(graph: Graph) -> Graph:
     """Group elementwise op nodes, and the reductions they feed with the elementwise
     ops after those, into kernels (graph.groups), reordering the nodes so that each
-    group's are consecutive. On the GPU a kernel with several sums over all rows fits
-    no GPU kernel (gpu_misfit): each but the first becomes a boundary, and the groups
-    are made again. On the CPU every group stays as formed: whether it runs compiled
-    is measured later (kernels/measure.py)."""
+    group's are consecutive. On the GPU a kernel that fits no GPU kernel (gpu_misfit:
+    several sums over all rows, or rows too long for a row kernel) gives up some
+    reductions (_set_apart), and the groups are made again. On the CPU every group
+    stays as formed: whether it runs compiled is measured later (kernels/measure.py)."""
     small: dict = {}
     while True:
         fused = _fuse(graph, small)
         more = {id(n): f"a reduction whose kernel fits no GPU kernel: {gpu_misfit(g)}"
                 for g in fused.groups if not g.compiled and graph.device == "gpu"
-                for n in _totals(g)[1:]}
+                for n in _set_apart(g)}
         if not more:
             return fused
         small |= more
-        debugging.log(3, f"fuse {graph.name}: again, each sum over all rows of a kernel "
-                         f"but its first a boundary")
+        debugging.log(3, f"fuse {graph.name}: again, each sum over all rows, or each "
+                         f"reduction, of a kernel but its first a boundary")
+
+
+def _set_apart(group: Group) -> list:
+    """The reductions of a GPU kernel that fits none, which fuse makes boundaries: its
+    sums over all rows after the first, or (rows too long for a row kernel) its
+    reductions after the first (alone it may fit)."""
+    totals = _totals(group)
+    return totals[1:] if len(totals) > 1 else [n for n in group.nodes if n.record.reduce][1:]
 
 
 def _fuse(graph: Graph, small: dict) -> Graph:
@@ -721,14 +729,43 @@ def decide(group: Group, device: str = "cpu") -> None:
     group.decision = KERNEL_MODES[mode] if mode else "" if group.compiled else "op by op"
 
 
+# A row kernel runs each row on one thread, in order: quick for a batch's rows of
+# scores, but for a few long rows slower than a launch per op, each of which spreads
+# over the whole GPU. Longer rows run op by op (a bound to measure on a GPU:
+# benchmarks/bench_gpu.py times a loss's row kernel against its ops).
+GPU_ROW_MAX = 4096
+
+
 def gpu_misfit(group: Group) -> str | None:
     """Why a group with reductions fits none of the GPU's kernels, or None. One pass
     folding one reduction runs as a cupy ReductionKernel; any other group as a row
-    kernel (one thread a row runs its passes) and, for its sums over all rows (a
-    loss's mean), one ReductionKernel after it, which folds one such sum."""
+    kernel (one thread a row runs its passes), on rows of GPU_ROW_MAX elements or
+    fewer, and, for its sums over all rows (a loss's mean), one ReductionKernel after
+    it, which folds one such sum."""
     totals = _totals(group)
-    return f"{len(totals)} sums over all rows (the kernel after the rows folds one)" \
-        if len(totals) > 1 else None
+    if len(totals) > 1:
+        return f"{len(totals)} sums over all rows (the kernel after the rows folds one)"
+    width = int(np.prod([group.shape[d] for d in group.axes], dtype=np.int64))
+    if width > GPU_ROW_MAX and not _one_fold(group):
+        return (f"rows of {width} elements in several passes or folds (a row kernel runs "
+                f"each row on one thread: rows over {GPU_ROW_MAX} run op by op)")
+    return None
+
+
+def _one_fold(group: Group) -> bool:
+    """Whether a group runs as one ReductionKernel: one sum, max or min, no labels,
+    no work of the full shape after the reduction (a second pass over each row)."""
+    reductions = [n for n in group.nodes if n.record.reduce]
+    if len(reductions) > 1 or reductions[0].record.reduce == "pick" or \
+            any(n.record.labels for n in group.nodes):
+        return False
+    after = {id(reductions[0].outputs[0])}
+    for node in group.nodes:
+        if any(id(v) in after for v in node.inputs):
+            if node.outputs[0].shape == tuple(group.shape):
+                return False
+            after.add(id(node.outputs[0]))
+    return True
 
 
 def _totals(group: Group) -> list:

@@ -216,3 +216,22 @@ def test_a_spiral_training_step_traced_on_the_gpu_trains_as_eager_numpy(optimize
     loss, = [g for g in graph.groups if "pick_labels" in [n.op for n in g.nodes]]
     assert loss.compiled and "softmax_cross_entropy_grad" in [n.op for n in loss.nodes]
     assert "softmax_cross_entropy" not in [n.op for n in graph.nodes]
+
+
+def test_rows_longer_than_a_row_kernel_takes_run_op_by_op(capsys):
+    """A row kernel runs each row on one thread: rows of more than passes.GPU_ROW_MAX
+    elements leave the kernel (the debug output says why) and replay as eager code."""
+    from dezero.static import passes
+    traced = dezero.trace(loss_and_gradient)
+    x = np.random.default_rng(4).standard_normal((3, passes.GPU_ROW_MAX + 1))
+    t = np.array([0, 5, passes.GPU_ROW_MAX])
+    with dezero.static.debug(3):
+        traced(Variable(cp.asarray(x)), cp.asarray(t))
+    assert f"rows of {passes.GPU_ROW_MAX + 1} elements in several passes or folds" in \
+        capsys.readouterr().err
+    for g, w in zip(traced(Variable(cp.asarray(x)), cp.asarray(t)),
+                    loss_and_gradient(Variable(x), t), strict=True):
+        close(cp.asnumpy(g.data), w.data, np.float64)
+    assert all(g.axes is None or passes.gpu_misfit(g) is None or not g.compiled
+               for g in traced.graph.groups)
+    assert "pick_labels" not in [n.op for g in traced.graph.groups for n in g.nodes]

@@ -10,7 +10,8 @@ scalars (a numpy array is refused), arrays of exactly the typed dtype, inputs
 broadcast to one shape, outputs allocated in their types (or given, of that shape);
 `raw` params, which the body indexes itself (x[k]: element k of x in C order, at its
 own strides; any k of a 0-d array), with cupy's rules for `size` (given exactly when
-every array argument is raw) and for raw outputs (given, or made of shape (size,)).
+every array argument is raw) and for raw outputs (given, or made of shape (size,));
+the infinities of cupy's math_constants.h (CUDART_INF_F, CUDART_INF) defined.
 """
 import ctypes
 import hashlib
