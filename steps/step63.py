@@ -12,8 +12,8 @@ an eager call slow in Python: making Variables and Function objects, linking
 them into a dynamic graph, sorting and walking it for backward. For small
 arrays that overhead is most of the time, so replaying the same
 loss-and-gradient function is a few times faster. (The default backend on the
-CPU writes the same code with each fused group that pays as one call of a
-compiled kernel: `graph.code` shows it, steps 66-67 explain it.)
+CPU writes the same code with a fused group as one call of a compiled kernel
+wherever that was measured faster: `graph.code` shows it, steps 66-67 explain it.)
 Run: python steps/step63.py
 """
 import sys

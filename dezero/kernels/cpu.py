@@ -492,8 +492,9 @@ _UNUSABLE: dict = {}  # cache folder -> why its libraries cannot be used
 
 
 def compile_graph(graph):
-    """The replay code of `graph` with its groups run as compiled kernels (those
-    that pay, group.compiled: passes.fuse decides and print(graph) shows it): at once
+    """The replay code of `graph` with its groups run as compiled kernels (all of
+    them, unless DEZERO_KERNELS=never; measure.py then times each against its numpy
+    calls, which run instead where faster, and print(graph) shows it): at once
     when the library is in the cache, else a pending.Pending plan that replays
     unfused while the library compiles. A graph of many distinct loops has several
     libraries (split), compiled side by side: plan.libraries (plan.library if one)."""

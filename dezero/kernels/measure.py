@@ -1,13 +1,17 @@
-"""Compiled or not, and on how many threads, by measurement: each kernel of a loaded
-library is timed against the numpy statements that the replay code runs for its group
-when it is not compiled (pycode.group_function), a few calls each taking turns, on the
-same arrays of its inputs' types; a kernel on one thread and on all the machine's,
-whatever its size (how many elements pay for waking the other threads depends on the
-machine, its load and the kernel's work). A group runs as numpy statements where they
-are clearly faster, a kernel on all threads where that is clearly faster than one. The
-times are kept beside the library in the kernel cache (<library>.json), so a later
-process decides alike without timing again, and DEZERO_DEBUG=3 prints each decision
-with the times.
+"""Compiled or not, and on how many threads, by measurement, not by a rule of sizes:
+the fusion pass leaves every group it forms to be compiled (passes.decide), and each
+kernel of a loaded library is timed against the numpy statements that the replay code
+runs for its group when it is not compiled (pycode.group_function), a few calls each
+taking turns, on the same arrays of its inputs' types; a kernel on one thread and on
+all the machine's, whatever its size (how many elements pay for waking the other
+threads depends on the machine, its load and the kernel's work). A group runs as
+numpy statements where they are clearly faster, a kernel on all threads where that
+is clearly faster than one. The times are kept beside the library in the kernel
+cache (<library>.json), so a later process decides alike without timing again;
+print(graph) shows each decision with the times in its kernel's header, and
+DEZERO_DEBUG=3 prints it when it is made. DEZERO_KERNELS=always compiles every
+kernel on one thread and times nothing (runs that must not depend on the machine's
+load: the test suite); never compiles none.
 
 Used by cpu.py once a library is loaded, on the kernel steps of the
 graph's program (lowering.py).

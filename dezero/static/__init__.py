@@ -50,16 +50,18 @@ the gradients backward() left are written back too. linear(x, W, b) became the
 matrix product linear(x, W) and the bias add, which the fusion pass grouped with
 the elementwise ops after it: chains of elementwise ops of one shape became
 kernels (graph.groups), each indented under a comment that names what it
-returns; k0 also sums the loss's gradient for b.grad in its loop (a reduction),
-and a kernel too small to pay for its call on the CPU (under 4 ops and 16384
-elements) would say it runs as numpy calls. The same update of W and of b,
-neither waiting for the other, is one horizontal kernel k1 with a segment per
-array (as an optimizer's fused multi-tensor apply)::
+returns; k0 also sums the loss's gradient for b.grad in its loop (a reduction).
+The same update of W and of b, neither waiting for the other, is one horizontal
+kernel k1 with a segment per array (as an optimizer's fused multi-tensor apply).
+Each kernel is "(to be measured)": on the CPU every kernel compiles in the
+background, then is timed against its nodes as numpy calls, and the faster way
+runs (the header then gives both times; DEZERO_KERNELS=always or never decides
+without timing)::
 
     trace step(x: f32[8,3], t: f32[8,1]) captures W: f32[3,1], b: f32[1], lr: f32[]
       a: f32[] = const 0.25
       c: f32[8,1] = linear(x, W)
-      # kernel k0: 4 ops, reduces axes (0,) of [8, 1] -> d, g, j
+      # kernel k0: 4 ops, reduces axes (0,) of [8, 1] -> d, g, j (to be measured)
         d: f32[8,1] = add(c, b)
         f: f32[8,1] = sub(d, t)
         g: f32[8,1] = mul(f, a)
@@ -67,7 +69,7 @@ array (as an optimizer's fused multi-tensor apply)::
       e: f32[] = mean_squared_error(d, t)
       h: f32[3,8] = transpose(x) [axes=None]
       i: f32[3,1] = matmul(h, g)
-      # kernel k1: horizontal, 2 x 2 ops over [3,1], [1]
+      # kernel k1: horizontal, 2 x 2 ops over [3,1], [1] (to be measured)
         # k1_0: f32[3,1] -> l
         k: f32[3,1] = mul(lr, i)
         l: f32[3,1] = sub(W, k)
@@ -81,8 +83,8 @@ array (as an optimizer's fused multi-tensor apply)::
       return e
 
 After fusion the graph is lowered once into a program (lowering.py), the steps a
-replay runs in order: read the state, run a node or a kernel (a kernel too small
-to pay runs its nodes), store each new .data and .grad as soon as it is computed,
+replay runs in order: read the state, run a node or a kernel (a kernel measured
+slower than its nodes runs them), store each new .data and .grad as soon as it is computed,
 free each array after its last reader (as eager code does), return. Every backend
 runs this one program; `print(graph.program)`::
 

@@ -107,10 +107,13 @@ graph.plot(to_file="graphs/09_fused.svg")
 # %% [markdown]
 # Each group becomes C++ for **one element**, one statement per node, built from
 # the ops' `cpp` expressions (numbers written as `float` literals). On a GPU each
-# body is handed to `cupy.ElementwiseKernel`. On the CPU the backend wraps a body
-# in a loop and compiles it only where that pays: a kernel call costs about two
-# microseconds, a numpy call on a small array less than one, so a two-op group on
-# 300 × 10 numbers stays as numpy calls. A group with a reduction (the sigmoid's
+# body is handed to `cupy.ElementwiseKernel`. On the CPU the backend wraps each body
+# in a loop and compiles them all in the background; once they are loaded, it times
+# each kernel against its group's nodes run as numpy calls and keeps the faster way
+# (a kernel call costs about two microseconds, a numpy call on a small array less
+# than one, but a kernel saves passes over memory: only a measurement on this
+# machine can tell). `print(graph)` then shows both times in each kernel's header,
+# where it said "(to be measured)" before. A group with a reduction (the sigmoid's
 # backward with the sum that is b's gradient) is one loop over rows; the loss's
 # makes three passes over each row (the max; the sum of `exp` and each label's
 # entry; the gradient), then adds up the rows' losses.
@@ -121,7 +124,7 @@ plan = graph.compile("cpu").wait()        # the default backend on the CPU; a li
 compiled = getattr(plan, "library", None)
 compiled = compiled.specs if compiled is not None else {}
 for group in graph.groups:
-    how = "compiled" if group.name in compiled else "numpy calls"
+    how = (group.decision or "compiled") if group.name in compiled else "numpy calls"
     spec = kernel_spec(group)
     if getattr(spec, "axes", None) is not None:  # a reduction: a loop over rows
         body = f"{spec.comment}, reducing axes {list(spec.axes)} of {list(spec.shape)}"
