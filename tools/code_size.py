@@ -23,9 +23,9 @@ BUDGETS = {
     "dezero/static/guard.py": 176,
     "dezero/static/ir.py": 297,
     "dezero/static/graph.py": 64,
-    "dezero/static/names.py": 44,
+    "dezero/static/names.py": 49,
     "dezero/static/slots.py": 35,
-    "dezero/static/passes.py": 563,
+    "dezero/static/passes.py": 565,
     "dezero/static/reach.py": 355,
     "dezero/static/horizontal.py": 95,
     "dezero/static/saving.py": 396,
@@ -42,7 +42,7 @@ BUDGETS = {
     "dezero/static/backends/pycode.py": 200,
     "dezero/kernels/gpu.py": 92,
     "dezero/kernels/gpu_reductions.py": 203,
-    "dezero/kernels/cpu.py": 352,
+    "dezero/kernels/cpu.py": 356,
     "dezero/kernels/cpu_reductions.py": 169,
     "dezero/kernels/pending.py": 65,
     "dezero/kernels/measure.py": 91,
@@ -54,8 +54,8 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 3782,
-    "dezero/kernels/": 1276,
+    "dezero/static/": 3789,
+    "dezero/kernels/": 1280,
 }
 
 

@@ -180,8 +180,8 @@ def library_source(specs) -> str:
     updates) is a one-line call of it, so the compiler sees each loop once."""
     parts, first = [], {}
     for spec in (s for top in specs for s in (*top.segments, top)):
-        source = kernel_source(spec)
-        same = first.setdefault(_numbered(source, spec.name), spec.name)
+        source, loop = _loop(spec)
+        same = first.setdefault(loop, spec.name)
         if same != spec.name:
             args = ", ".join(f"_a{k}" for k in range(len(spec.inputs) + len(spec.outputs)))
             source = (f"\n// kernel {spec.name}: the loop of {same}\nextern \"C\" int "
@@ -209,6 +209,13 @@ def _tuple_entry(spec) -> str:
 # Words of a kernel's C++ that are not names of values (calls are kept anyway).
 _CPP_WORDS = frozenset("const float double bool int true false static constexpr extern "
                        "return Object npy_intp".split())
+
+
+@functools.lru_cache(maxsize=4096)  # split and library_source both ask, for every kernel
+def _loop(spec) -> tuple:
+    """(kernel_source(spec), its _numbered form)."""
+    source = kernel_source(spec)
+    return source, _numbered(source, spec.name)
 
 
 def _numbered(source: str, name: str) -> str:
@@ -260,7 +267,7 @@ def split(specs) -> list[list]:
     loops each, the copies of a loop (see library_source) with it."""
     loops: dict = {}
     for spec in specs:
-        loops.setdefault(_numbered(kernel_source(spec), spec.name), []).append(spec)
+        loops.setdefault(_loop(spec)[1], []).append(spec)
     loops = list(loops.values())
     return [sum(loops[i:i + LOOPS_PER_LIBRARY], [])
             for i in range(0, len(loops), LOOPS_PER_LIBRARY)]

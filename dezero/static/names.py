@@ -19,6 +19,7 @@ generated code binds, is the place made an identifier (`m_layers_0_W`).
 from __future__ import annotations
 
 import builtins
+import functools
 import keyword
 import math
 import re
@@ -29,6 +30,7 @@ import unicodedata
 # =============================================================================
 
 
+@functools.cache  # a large graph names thousands of values, in every pass
 def letter_name(n: int) -> str:
     """0 -> 'a', 25 -> 'z', 26 -> 'ba': the names a jaxpr gives its values ('id_' and
     'if_' where the letters spell a builtin or a keyword)."""
@@ -60,7 +62,12 @@ _BUILTINS = frozenset(name for name in vars(builtins) if not name.startswith("_"
 def is_source_name(text) -> bool:
     """True for a name generated code may bind: an identifier in normal form (the
     parser folds 'ｐｒｉｎｔ' to 'print'), no keyword, no builtin, no leading '_'."""
-    return isinstance(text, str) and text.isidentifier() and text[0] != "_" and (
+    return isinstance(text, str) and _is_source_str(text)
+
+
+@functools.lru_cache(maxsize=1 << 16)  # every pass checks every value's name
+def _is_source_str(text: str) -> bool:
+    return text.isidentifier() and text[0] != "_" and (
         text.isascii() or unicodedata.normalize("NFKC", text) == text) and text not in \
         _BUILTINS and not keyword.iskeyword(text) and not keyword.issoftkeyword(text)
 

@@ -496,7 +496,10 @@ def _fuse(graph: Graph, small: dict) -> Graph:
     def joinable(chosen, inputs):
         """Can a node reading units `inputs` join the groups `chosen` (roots), merging
         them? Not when a path from them leads, through a unit outside, to one of the
-        inputs or back to a chosen group."""
+        inputs or back to a chosen group (none can for one group and no other input:
+        the units' graph has no cycle)."""
+        if len(chosen) == 1 and not inputs:
+            return True
         todo = [w for w in (find(w) for g in chosen for w in waiters[g]) if w not in chosen]
         seen = set()
         while todo:
