@@ -9,6 +9,7 @@ through NCCL. Launch with `mpiexec -n 2 python -m mpi4py train.py`.
     comm = dist.init(); model(x[:1]); comm.broadcast_params(model)
     optimizer.add_hook(dist.AllreduceGrads(comm))
 """
+import math
 import os
 import sys
 import time
@@ -285,7 +286,7 @@ class Communicator:
     def _allgather(self, pieces, shapes):
         """Arrays of `shapes`, joined end to end, from every rank's block of them: this
         rank's block is its pieces (1-D, of one dtype and module) end to end."""
-        total = sum(int(np.prod(shape)) for shape in shapes)
+        total = sum(math.prod(shape) for shape in shapes)
         block, start, stop = self._block(total)
         mine = sum(p.size for p in pieces)
         if mine != stop - start:
@@ -307,7 +308,7 @@ class Communicator:
             self._exchange(flat, "allgather")
         results, at = [], 0
         for shape in shapes:
-            size = int(np.prod(shape))
+            size = math.prod(shape)
             results.append(flat[at:at + size].reshape(shape))
             at += size
         return results
