@@ -596,7 +596,12 @@ class Allreduce(Function):
         self.op = op
 
     def forward(self, *xs):
-        ys = _communicator(self.comm, "allreduce")._reduce_arrays(list(xs), self.op)
+        comm = _communicator(self.comm, "allreduce")
+        if comm.size == 1:  # each array is its own reduction: returned as it is, as a
+            for x in xs:    # reshape returns its input's memory (no copy in a step)
+                _check_reducible(x.dtype, self.op, x.shape, "allreduce")
+            return xs if len(xs) > 1 else xs[0]
+        ys = comm._reduce_arrays(list(xs), self.op)
         return tuple(ys) if len(ys) > 1 else ys[0]
 
     def backward(self, *gys):

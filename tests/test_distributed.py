@@ -233,8 +233,8 @@ def test_a_parameter_without_a_gradient_exchanges_zeros(half_world, monkeypatch)
     np.testing.assert_array_equal(unused.grad.data, 0.0)
 
 
-def test_one_exchange_per_dtype_and_each_gradient_keeps_its_dtype(comm, monkeypatch):
-    exchanged = []
+def test_one_exchange_per_dtype_and_each_gradient_keeps_its_dtype(half_world, monkeypatch):
+    comm, exchanged = half_world, []
     real = comm._exchange
     monkeypatch.setattr(comm, "_exchange", lambda flat, *args: exchanged.append(
         (flat.dtype, flat.size)) or real(flat, *args))
@@ -243,6 +243,18 @@ def test_one_exchange_per_dtype_and_each_gradient_keeps_its_dtype(comm, monkeypa
     assert sorted(exchanged, key=str) == [(np.float32, 11), (np.float64, 4)]
     assert [m.data.dtype for m in means] == [np.float32, np.float64, np.float32]
     assert [m.shape for m in means] == [(2, 3), (4,), (5,)]
+
+
+def test_alone_the_allreduce_op_returns_its_inputs_and_refuses_what_it_would_refuse(comm):
+    # A world of one: each gradient is its own mean, so the hook's exchange (a node of
+    # a traced step all the same) costs no copy, as a reshape returns its input.
+    grads = [np.ones((2, 3), np.float32), np.arange(4.0)]
+    means = dist.Allreduce("world", "mean")(*[Variable(g) for g in grads])
+    assert [m.data is g for m, g in zip(means, grads)] == [True, True]
+    with pytest.raises(TypeError, match="would round"):
+        dist.Allreduce("world", "mean")(Variable(np.arange(3)))
+    with pytest.raises(TypeError, match="astype"):
+        dist.Allreduce("world", "sum")(Variable(np.ones(3, bool)))
 
 
 def test_training_in_a_world_of_one_is_training_alone(comm):
