@@ -42,7 +42,7 @@ def one_fold(spec) -> bool:
 
 def reduction_params(spec) -> dict:
     """The arguments of cupy.ReductionKernel for a reduction spec of one pass and one
-    fold (the groups passes.gpu_misfit lets through): the pass's statements are the
+    fold (one_fold; a row kernel's totals too): the pass's statements are the
     body of a function `<name>_map` of the full-level inputs, returning the value it
     folds, and the statements after the fold that of `<name>_post`, which assigns the
     row outputs; both go in the preamble. cupy binds input arrays only in its loop

@@ -159,6 +159,18 @@ def test_a_batchs_loss_and_gradient_are_two_launches(shape, dtype, launches):
     close(cp.asnumpy(got[1].data), p / shape[0], dtype)
 
 
+def test_a_loss_over_one_class_stays_one_op_equal_to_eager():
+    """Scores of one column: the label's pick would reduce no axis of length > 1, so
+    the loss stays whole (as on the CPU) and its replay equals eager code."""
+    traced = dezero.trace(loss_and_gradient)
+    x, t = np.random.default_rng(5).standard_normal((6, 1)), np.zeros(6, np.int64)
+    for _ in range(2):
+        got = traced(Variable(cp.asarray(x)), cp.asarray(t))
+    for g, w in zip(got, loss_and_gradient(Variable(x), t), strict=True):
+        close(cp.asnumpy(g.data), w.data, np.float64)
+    assert "softmax_cross_entropy" in [n.op for n in traced.graph.nodes]
+
+
 def test_a_label_out_of_range_raises_and_an_empty_batch_gives_nan():
     traced = dezero.trace(loss_and_gradient)
     x, t = np.random.default_rng(3).standard_normal((8, 4)), np.arange(8) % 4
