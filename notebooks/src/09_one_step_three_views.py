@@ -87,7 +87,7 @@ unfused.plot(to_file="graphs/09_static.svg")
 #
 # The fusion pass groups connected elementwise nodes whose results share one
 # shape into **kernels**; inputs may broadcast (Adam's step size is a scalar).
-# Matmuls and `linear` are boundaries. On the CPU the loss is split into the steps
+# Matmuls and `linear` are boundaries. The loss is split into the steps
 # of its forward (a max, `exp` and its sum, the pick of each row's label, the mean
 # over the batch), which join the bias add before them and the loss's gradient
 # after them in one kernel. Adam's whole update of
