@@ -164,6 +164,19 @@ def test_raw_params_index_their_own_arrays_over_a_size_given():
     assert made.shape == (6,) and made.get().tolist() == y.get().ravel().tolist()
 
 
+def test_a_body_reads_cupys_infinities_and_a_raw_elements_address():
+    """cupy includes math_constants.h in every kernel (CUDART_INF_F, CUDART_INF), and
+    x[k] of a raw output is a reference, whose address a body may take (a row of a
+    contiguous array)."""
+    kernel = cp.ElementwiseKernel("raw float64 x", "raw float64 y, raw float32 m",
+                                  "double* const row = &y[i * 3];\n"
+                                  "for (int r = 0; r < 3; ++r) row[r] = x[i * 3 + r] * 2;\n"
+                                  "m[i] = -CUDART_INF_F;", "k_doc_inf")
+    x, y, m = cp.arange(6, dtype=cp.float64), cp.empty(6, cp.float64), cp.empty(2, cp.float32)
+    kernel(x, y, m, size=2)
+    assert y.get().tolist() == [0, 2, 4, 6, 8, 10] and (m.get() == -np.inf).all()
+
+
 def test_raw_launches_refuse_what_cupy_refuses():
     kernel = cp.ElementwiseKernel("raw float32 x, float32 b", "raw float32 y",
                                   "y[i] = x[i] + b", "k_doc_raw2")
