@@ -1152,3 +1152,38 @@ def test_a_graph_of_many_loops_compiles_as_libraries_side_by_side(tmp_path, monk
     assert "// kernel k2: the loop of k0" in plan.kernel_source
     assert all(f"= _k{k}(" in plan.source for k in range(3))
     np.testing.assert_allclose(plan(x).data, three_kernels(x).data, rtol=1e-5)
+
+
+def test_reductions_that_differ_only_in_their_values_names_share_one_loop():
+    # An accumulator is named after its value (_acc_b): an unrolled RNN's steps made
+    # one loop each, and its libraries grew with its length.
+    def twice(x, y):
+        return F.sum(F.exp(x) * 2.0, axis=0), F.sum(F.exp(y) * 2.0, axis=0)
+    graph = dezero.trace(twice).lower(randn(4, 5), randn(4, 5))
+    specs = [kernel_spec(g) for g in graph.groups]
+    assert len(specs) == 2 and all(s.axes == (0,) for s in specs)
+    assert [len(part) for part in cpu.split(specs)] == [2]
+    assert f"// kernel {specs[1].name}: the loop of {specs[0].name}" in \
+        cpu.library_source(specs)
+
+
+@pytest.mark.measures
+def test_kernels_of_one_loop_on_arrays_of_one_type_are_timed_once(tmp_path, monkeypatch):
+    # An unrolled RNN has a hundred kernels of a few loops: timing each took seconds.
+    from dezero.kernels import measure
+    monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
+    asked = []
+    monkeypatch.setattr(measure, "_time_both", lambda library, step: (
+        asked.append(step.group.name) or ({1: 10.0 + len(asked)}, 90.0)))
+
+    def three_kernels(x):  # k0 and k2 on 4x5, k1 on 5x4
+        return long_chain(F.transpose(long_chain(F.transpose(long_chain(x)))))
+    x = randn(4, 5)
+    graph = dezero.trace(three_kernels).lower(x)
+    plan = graph.compile("cpu").wait()
+    assert asked == ["k0", "k1"]  # k2 is k0's loop on arrays of k0's type
+    decisions = [g.decision for g in graph.groups]
+    assert decisions[0] == decisions[2] == "compiled on 1 thread: 11.0 us a call, 8 numpy " \
+                                           "calls 90.0 us"
+    assert "12.0 us" in decisions[1]
+    np.testing.assert_allclose(plan(x).data, three_kernels(x).data, rtol=1e-5)

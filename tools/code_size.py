@@ -42,10 +42,10 @@ BUDGETS = {
     "dezero/static/backends/pycode.py": 200,
     "dezero/kernels/gpu.py": 92,
     "dezero/kernels/gpu_reductions.py": 203,
-    "dezero/kernels/cpu.py": 356,
+    "dezero/kernels/cpu.py": 357,
     "dezero/kernels/cpu_reductions.py": 169,
     "dezero/kernels/pending.py": 65,
-    "dezero/kernels/measure.py": 91,
+    "dezero/kernels/measure.py": 95,
     "dezero/kernels/cache.py": 45,
 }
 
@@ -55,7 +55,7 @@ BUDGETS = {
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
     "dezero/static/": 3789,
-    "dezero/kernels/": 1280,
+    "dezero/kernels/": 1285,
 }
 
 

@@ -225,8 +225,9 @@ def _numbered(source: str, name: str) -> str:
 
     def number(word):
         word = word.group(0)
-        return word if word in _CPP_WORDS or word.startswith("_") else \
-            names.setdefault(word, f"v{len(names)}")
+        # _acc_<value> and _col_acc_<value>: accumulators named after their values
+        return word if word in _CPP_WORDS or word.startswith("_") and "_acc_" not in \
+            word else names.setdefault(word, f"v{len(names)}")
     text = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("//"))
     return re.sub(r"\b[A-Za-z_]\w*\b(?!\s*\()", number, text.replace(f" {name}(", " _k("))
 
@@ -351,6 +352,7 @@ class KernelLibrary:
         """source: library_source(specs) when known; path: the library built from it,
         else it is built (or found in the cache) now."""
         self.specs = {s.name: s for s in specs}
+        self.loops = {s.name: _loop(s)[1] for s in specs}  # equal: the same computation
         self.source = source or library_source(specs)
         self.path = path or build_library(self.source)
         # Idle OpenMP threads sleep rather than spin (unless the user chose): spinning

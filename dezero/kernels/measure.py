@@ -59,7 +59,11 @@ def decide(library, graph) -> list:
     path = library.path.with_suffix(".json")
     times, where = _read(path, groups), "stored in the kernel cache"
     if times is None:
-        times, where = {s.group.name: _time_both(library, s) for s in steps}, "measured"
+        times, where, timed = {}, "measured", {}
+        for s in steps:  # kernels of one loop on arrays of one type time alike: once
+            key = (library.loops[s.group.name], [(v.shape, v.dtype) for v in s.group.inputs])
+            times[s.group.name] = timed.get(repr(key)) or _time_both(library, s)
+            timed[repr(key)] = times[s.group.name]
         _write(path, times)
     for group in groups:
         by_threads, numpy_us = times[group.name]
