@@ -633,3 +633,28 @@ def test_replayed_outputs_refuse_backward_and_state_writes_land_as_arrays():
         y.backward()
     z = step(x)
     assert z.creator is y.creator  # one shared creator: nothing per replay to keep
+
+
+@pytest.mark.parametrize("ops", [10, 1200])
+def test_a_pass_that_breaks_the_ir_is_caught_on_graphs_of_any_size(ops, monkeypatch):
+    # Small graphs are checked after every pass, large ones (a check costs as much as
+    # a pass) after the last: either way a broken graph never reaches a backend.
+    from dezero.static import ir, passes
+
+    def chain(x):
+        for _ in range(ops):
+            x = x * 1.001
+        return x
+    graph = dezero.trace(chain).lower(np.ones(3, np.float32))
+    assert (len(graph.nodes) < passes.CHECK_EACH_PASS_BELOW) == (ops == 10)
+
+    def breaks(graph):  # a value used before it is defined
+        return graph.with_nodes([graph.nodes[0], *graph.nodes[2:]])
+    checks, check = [], ir.Graph.check
+    monkeypatch.setattr(ir.Graph, "check", lambda self: checks.append(1) or check(self))
+    with pytest.raises(GraphError, match="used before it is defined"):
+        dezero.static.optimize(graph, passes=(breaks, passes.rename))
+    assert len(checks) == 1  # after breaks, or after the last pass
+    checks.clear()
+    dezero.static.optimize(graph, passes=(dce, passes.rename))
+    assert len(checks) == (2 if ops == 10 else 1)

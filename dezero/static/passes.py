@@ -795,16 +795,24 @@ def _carry_groups(graph: Graph, new: Graph, nodes: dict, values: dict):
 PIPELINE = (dce, cse, fold, simplify, split_epilogues, split_parts, cse, dce, rename, fuse)
 
 
+# A check costs as much as a pass: a graph of more nodes is checked once, after the
+# last pass (DEZERO_DEBUG=3 checks every graph after every pass, naming the culprit).
+CHECK_EACH_PASS_BELOW = 1000
+
+
 def optimize(graph: Graph, passes=PIPELINE) -> Graph:
-    """Run the passes in order, checking the IR after each; a pipeline without rename
-    is renamed at the end."""
+    """Run the passes in order, checking the IR after each (see CHECK_EACH_PASS_BELOW);
+    a pipeline without rename is renamed at the end."""
+    each = debugging.LEVEL >= 3 or len(graph.nodes) < CHECK_EACH_PASS_BELOW
     for p in passes:
         if debugging.LEVEL >= 5:
             debugging.log(5, f"before {p.__name__}:\n{graph}")
-        graph = p(graph).check()
+        graph = p(graph).check() if each else p(graph)
         debugging.log(3, f"check {graph.name} after {p.__name__}: ok")
     if rename not in passes:
-        graph = rename(graph).check()
+        graph = rename(graph)
+    if rename not in passes or not each:
+        graph.check()
     if debugging.LEVEL >= 5:
         debugging.log(5, f"after all passes:\n{graph}")
     return graph
