@@ -991,8 +991,8 @@ def test_a_group_runs_the_side_timed_faster_and_the_decision_is_kept(monkeypatch
     group_function, kernel = pycode.group_function, cpu.KernelLibrary.kernel
     monkeypatch.setattr(pycode, "group_function",
                         lambda step: taking(group_function(step), numpy_us))
-    monkeypatch.setattr(cpu.KernelLibrary, "kernel", lambda library, spec, threads=None:
-                        taking(kernel(library, spec, threads), kernel_us.get(threads, 0)))
+    monkeypatch.setattr(cpu.KernelLibrary, "kernel", lambda library, spec, threads=None, **kw:
+                        taking(kernel(library, spec, threads, **kw), kernel_us.get(threads, 0)))
     monkeypatch.setattr(debugging, "LEVEL", 3)
     threads = 4 if "4 threads" in how else 1
     for where in ("measured", "stored in the kernel cache"):

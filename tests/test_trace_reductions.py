@@ -222,6 +222,26 @@ def test_sums_in_numpy_order_equal_numpy_to_the_bit():
 
 
 @needs_compiler
+def test_sums_of_values_laid_out_by_columns_equal_eager_code_to_the_bit():
+    """numpy adds a row in another order where its values are laid out column by
+    column (a Fortran-order input, a transpose in the traced code): the kernel,
+    which adds in the order of C-ordered values, gives way to the group's numpy
+    calls there, and runs where the layout is numpy's usual one."""
+    def sums(x, w):
+        y = x * 2.0 + 1.0
+        return (F.sum(y, axis=1), F.sum(y, axis=0) * 3.0, F.sum(y * y),
+                F.sum(F.transpose(w) * 2.0 - 1.0, axis=1))
+    rng = np.random.default_rng(6)
+    x, w = (rng.standard_normal(s).astype(np.float32) for s in ((40, 300), (300, 40)))
+    plan = dezero.trace(sums).lower(x, w).compile("cpu").wait()
+    assert len(plan.graph.groups) == 3 and all(g.compiled for g in plan.graph.groups)
+    for xs, ws in [(x, w), (np.asfortranarray(x), w[::-1]), (x.T.copy().T, x.T)]:
+        got, want = plan(xs, ws), sums(Variable(xs), Variable(ws))
+        for g, e in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g.data, e.data)
+
+
+@needs_compiler
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_a_composed_softmax_is_one_kernel_of_three_passes(dtype):
     def f(x):

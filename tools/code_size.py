@@ -42,8 +42,8 @@ BUDGETS = {
     "dezero/static/backends/pycode.py": 200,
     "dezero/kernels/gpu.py": 92,
     "dezero/kernels/gpu_reductions.py": 203,
-    "dezero/kernels/cpu.py": 357,
-    "dezero/kernels/cpu_reductions.py": 169,
+    "dezero/kernels/cpu.py": 364,
+    "dezero/kernels/cpu_reductions.py": 177,
     "dezero/kernels/pending.py": 65,
     "dezero/kernels/measure.py": 95,
     "dezero/kernels/cache.py": 45,
@@ -55,7 +55,7 @@ BUDGETS = {
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
     "dezero/static/": 3793,
-    "dezero/kernels/": 1285,
+    "dezero/kernels/": 1300,
 }
 
 

@@ -36,6 +36,7 @@ from dezero.kernels import cache, cpu_reductions, measure, pending
 from dezero.kernels.codegen import kernel_spec
 from dezero.static import debugging
 from dezero.static.backends import pycode
+from dezero.static.lowering import lower
 
 # =============================================================================
 # Toolchain: compiler, FLAGS
@@ -375,9 +376,11 @@ class KernelLibrary:
         self.pool = BufferPool()
         self.threads: dict = {}  # kernel name -> threads to run on (measure.decide)
 
-    def kernel(self, spec, threads: int | None = None):
+    def kernel(self, spec, threads: int | None = None, numpy=None):
         """threads: how many the kernel runs on; by default what measure.decide chose
-        for it (library.threads), else all the machine's for 2**18 elements or more."""
+        for it (library.threads), else all the machine's for 2**18 elements or more.
+        numpy: () -> the group's numpy calls, which a reduction kernel runs instead on
+        inputs that numpy adds in another order (cpu_reductions.reduction_call)."""
         if self.specs.get(spec.name) != spec:
             raise KeyError(f"kernel {spec.name} is not the one compiled into {self.path}")
         if threads is None:
@@ -387,7 +390,8 @@ class KernelLibrary:
         # attribute (1.7 against 3.0 us); it releases the GIL while the kernel runs.
         fn = _TUPLE_CALL(ctypes.cast(getattr(self.dll, f"{spec.name}_args"), ctypes.c_void_p).value)
         if hasattr(spec, "axes"):
-            return cpu_reductions.reduction_call(spec, lambda *a: fn(a[:-1], a[-1]), threads)
+            return cpu_reductions.reduction_call(spec, lambda *a: fn(a[:-1], a[-1]), threads,
+                                                 numpy)
         take = self.pool.take
         outs = [(self.pool.buffers(p.shape, p.dtype), p.shape, np.dtype(p.dtype))
                 for p in spec.outputs]
@@ -540,7 +544,12 @@ def compile_graph(graph):
         holder = {name: library for library in libraries for name in library.specs}
         for library in libraries:  # sets each group's `compiled`, which the code reads
             measure.decide(library, graph)
-        plan = pycode.Compiled(graph, factory=lambda group: holder[group.name].kernel(group.spec))
+        @functools.cache
+        def numpy_calls(name):  # made when first needed: rarely
+            step, = (s for s in lower(graph).steps if s.kind == "kernel" and s.group.name == name)
+            return pycode.group_function(step)
+        plan = pycode.Compiled(graph, factory=lambda group: holder[group.name].kernel(
+            group.spec, numpy=functools.partial(numpy_calls, group.name)))
         plan.kernel_source, plan.libraries = "".join(sources), libraries
         if len(libraries) == 1:  # the usual case, with its own name
             plan.library = libraries[0]

@@ -157,11 +157,12 @@ def _column_loops(spec, ctype) -> list:
     return lines + ["    }", "  }", "  return 0;", "}", ""]
 
 
-def reduction_call(spec, fn, threads: int):
+def reduction_call(spec, fn, threads: int, numpy=None):
     """The callable of a reduction kernel: the group's input arrays -> its outputs,
     through (K, R) and (K,) views of them (numpy copies only what no view can show:
     a broadcast that does not flatten) and fresh outputs viewed back as their shapes;
-    its rows run on `threads` OpenMP threads."""
+    its rows run on `threads` OpenMP threads. numpy() -> the group's numpy calls, which
+    run instead where a sum's input is laid out otherwise than in C order."""
     shape, axes = spec.shape, spec.axes
     order = [d for d in range(len(shape)) if d not in axes] + list(axes)
     rows = _size([shape[d] for d in order[:len(shape) - len(axes)]])
@@ -181,6 +182,12 @@ def reduction_call(spec, fn, threads: int):
         targets.append(shape if level == "full" else () if level == "total" else ones if fits
                        else tuple(n for d, n in enumerate(shape) if d not in axes))
     n_in = len(spec.inputs)
+    # Where numpy computes the values a sum adds from arrays laid out column by column
+    # (Fortran order, a transpose's view), it lays them out so too and adds each row
+    # in another order than the kernel, which adds as numpy does in C order.
+    ordered = [i for k, i in enumerate(spec.sources) if spec.levels[k] == "full"] if \
+        numpy is not None and any(kind == "sum" for _, folds, _ in spec.passes
+                                  for kind, _, _ in folds) else []
 
     def view(k, x):
         p, level = spec.inputs[k], spec.levels[k]
@@ -199,6 +206,8 @@ def reduction_call(spec, fn, threads: int):
         return x.reshape(rows)
 
     def run_reduction(*arrays):
+        if not all(_c_ordered(arrays[i]) for i in ordered):
+            return numpy()(*arrays)
         xs = [view(k, arrays[i]) for k, i in enumerate(spec.sources)]
         outs = [np.empty(full_out if level == "full" else 1 if level == "total" else rows,
                          p.dtype) for p, level in zip(spec.outputs, spec.levels[n_in:])]
@@ -211,3 +220,11 @@ def reduction_call(spec, fn, threads: int):
     run_reduction.__name__ = run_reduction.__qualname__ = f"kernel_{spec.name}"
     run_reduction.threads = threads
     return run_reduction
+
+
+def _c_ordered(x) -> bool:
+    """Whether numpy lays out what it computes from x in C order: the strides of x's
+    axes of more than one element, broadcast ones aside, shrink from the first axis
+    to the last (numpy flips negative ones)."""
+    strides = [abs(s) for s, n in zip(getattr(x, "strides", ()), np.shape(x)) if n > 1 and s]
+    return all(a > b for a, b in zip(strides, strides[1:]))
