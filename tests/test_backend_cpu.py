@@ -526,6 +526,19 @@ def test_every_group_is_compiled_then_measured_unless_dezero_kernels_says(monkey
     assert small.compiled and small.decision == ""
 
 
+def test_with_dezero_kernels_never_the_groups_are_printed_and_run_as_numpy_calls(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("DEZERO_KERNELS", "never")
+    monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
+    x = randn(5)
+    graph = dezero.trace(long_chain).lower(x)
+    assert "# kernel k0: 8 ops -> " in str(graph) and "(numpy calls: DEZERO_KERNELS=never)" \
+        in str(graph)
+    plan = graph.compile("cpu")
+    assert "_k0(" not in plan.source and not list(tmp_path.iterdir())  # nothing compiled
+    np.testing.assert_array_equal(plan(x).data, long_chain(x).data)
+
+
 def test_print_graph_shows_which_kernels_run_compiled(monkeypatch):
     import dezero
     import dezero.functions as F
@@ -734,7 +747,7 @@ def test_a_cache_on_a_noexec_mount_warns_once_and_replays_unfused(tmp_path, monk
 # =============================================================================
 
 
-def long_chain(x):  # six ops: a kernel that pays
+def long_chain(x):  # eight ops in one kernel
     return F.tanh(x * 2.0 + 1.0) * x - 3.0 / (x * x + 1.0)
 
 
