@@ -557,8 +557,11 @@ def test_print_graph_shows_which_kernels_run_compiled(monkeypatch):
     small, large = graph.groups
     text = str(graph)
     assert f"# kernel {small.name}: 3 ops -> " in text and text.count("(to be measured)") == 2
+    assert str(graph.program).count("ops, to be measured") == 2
     plan = graph.compile("cpu").wait()
     assert not small.compiled and large.compiled
+    assert "# 3 ops, as numpy calls" in str(graph.program)
+    assert "# 6 ops, compiled on 2 threads" in str(graph.program)
     text = str(graph)
     assert "3 numpy calls 2.0 us, compiled on 1 thread 5.0 us, on 2 threads 7.0 us)" in text
     assert "6 ops -> " in text and "(compiled on 2 threads: 3.0 us a call, on 1 thread " \

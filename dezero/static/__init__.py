@@ -93,7 +93,7 @@ runs this one program; `print(graph.program)`::
       b: f32[1] = state
       lr: f32[] = state
       c: f32[8,1] = linear(x, W)
-      d: f32[8,1], g: f32[8,1], j: f32[1] = k0(c, b, t, a)  # 4 ops, compiled
+      d: f32[8,1], g: f32[8,1], j: f32[1] = k0(c, b, t, a)  # 4 ops, to be measured
         d: f32[8,1] = add(c, b)
         free c
         f: f32[8,1] = sub(d, t)
@@ -107,7 +107,7 @@ runs this one program; `print(graph.program)`::
       i: f32[3,1] = matmul(h, g)
       store W.grad <- i
       free g, h
-      l: f32[3,1], n: f32[1] = k1(lr, i, W, j, b)  # 4 ops, compiled
+      l: f32[3,1], n: f32[1] = k1(lr, i, W, j, b)  # 4 ops, to be measured
         k: f32[3,1] = mul(lr, i)
         free i
         l: f32[3,1] = sub(W, k)

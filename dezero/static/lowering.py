@@ -79,7 +79,7 @@ class Step:
             g = self.group
             return (", ".join(f"{v.name}: {v.type}" for v in g.outputs) + f" = {g.name}("
                     + ", ".join(v.name for v in g.inputs) + f")  # {len(g.nodes)} ops, "
-                    + ("compiled" if g.compiled else "as numpy calls"))
+                    + (g.decision.split(":")[0] or "compiled"))  # how it runs, or will
         if self.kind == "store":
             return "store " + format_node(self.node) + (" (a copy)" if self.copies else "")
         names = ", ".join(f"{n} (a copy)" if n in self.copies else n for n in self.names)
