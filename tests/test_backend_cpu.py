@@ -962,6 +962,21 @@ def test_the_numpy_statements_of_every_kind_of_kernel_compute_what_it_does(optim
             np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=s.group.name)
 
 
+def test_a_kernel_reading_an_input_twice_in_one_op_takes_it_once():
+    # x * x: the group's inputs name x once, so that its numpy statements, which
+    # measure.py times (the default), are a function at all ('duplicate argument x').
+    from dezero.static.backends import pycode
+    from dezero.static.lowering import lower
+    x = randn(3, 40)
+    for square in (lambda x: F.sum(x * x, axis=1) * 2.0, lambda x: (x * x + 1.0) * 3.0):
+        graph = dezero.trace(square).lower(x)
+        step, = (s for s in lower(graph).steps if s.kind == "kernel")
+        assert [v.name for v in step.group.inputs].count("x") == 1
+        arrays = {n.outputs[0].name: n.payload for n in graph.nodes if n.kind == "const"}
+        got, = pycode.group_function(step)(*(arrays.get(v.name, x) for v in step.group.inputs))
+        np.testing.assert_array_equal(got, square(x).data)
+
+
 def test_fastest_takes_turns_and_keeps_each_ones_best_call(monkeypatch):
     from dezero.kernels import measure
     now, calls = [0.0], []

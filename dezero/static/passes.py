@@ -681,9 +681,8 @@ def _make_groups(nodes: list, groups: list, device: str, spaces: dict) -> list[G
         members = sorted(members, key=lambda n: position[id(n)])
         inside = {id(n) for n in members}
         defined = {id(v) for n in members for v in n.outputs}
-        inputs = []
-        for node in members:
-            inputs += [v for v in node.inputs if id(v) not in defined and v not in inputs]
+        inputs = list({id(v): v for n in members for v in n.inputs  # in order of first
+                       if id(v) not in defined}.values())           # use, x * x's x once
         # A value no one reads (a graph that dce did not clean) stays a result too.
         outputs = [v for n in members for v in n.outputs
                    if not all(id(r) in inside for r in readers.get(id(v), [None]))]
