@@ -218,3 +218,17 @@ def test_losses_over_one_class_or_with_labels_of_odd_shapes_replay_as_eager_code
     for g, e in zip(got, losses(*inputs(np.random.default_rng(6))), strict=True):
         assert g.shape == e.shape
         close(g.data, e.data, np.float64)
+
+
+def test_a_softmax_of_a_0d_value_stays_whole_and_replays_as_eager_code():
+    # numpy reduces a 0-d array over axis 0 or -1 (the value itself): the split of
+    # softmax into its steps took the axis modulo ndim 0 (ZeroDivisionError)
+    def softmaxes(s):
+        return F.softmax(s * 2.0, axis=-1), F.log_softmax(s, axis=0) + 1.0
+    s = np.array(0.7, np.float32)
+    graph = dezero.trace(softmaxes).lower(s)
+    assert {"softmax", "log_softmax"} <= {n.op for n in graph.nodes}
+    for got, want in zip(graph.compile()(np.array(-3.0, np.float32)),
+                         softmaxes(np.array(-3.0, np.float32)), strict=True):
+        assert got.shape == want.shape == () and got.dtype == want.dtype
+        np.testing.assert_array_equal(got.data, want.data)

@@ -275,7 +275,7 @@ def _split(node: Node, used: set) -> list | None:
 
 def _reduced_shape(shape: tuple, axis, keepdims: bool) -> tuple:
     axes = range(len(shape)) if axis is None else axis if isinstance(axis, tuple) else (axis,)
-    axes = {a % len(shape) for a in axes}
+    axes = {a % len(shape) for a in axes} if shape else ()  # numpy reduces a 0-d over 0, -1
     return tuple(1 if d in axes else n for d, n in enumerate(shape)
                  if keepdims or d not in axes)
 
