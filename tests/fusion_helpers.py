@@ -76,10 +76,12 @@ def cpu_factories(graphs, chosen=lambda group: group.compiled) -> list:
     holder = {name: library for library in libraries for name in library.specs}
 
     def factory(i):
+        calls = cpu.numpy_calls(graphs[i])  # what a kernel runs on inputs it cannot take
+
         def kernel(group):
             spec = renamed(kernel_spec(group), i)
             assert spec == compiled[i][spec.name[len(f"g{i}_"):]]
-            return holder[spec.name].kernel(spec)
+            return holder[spec.name].kernel(spec, numpy=lambda: calls(group.name))
         return kernel
     return [factory(i) for i in range(len(graphs))]
 

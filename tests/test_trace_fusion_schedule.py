@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 from backend_helpers import assert_replay_equal
-from fusion_helpers import reference_factory
+from fusion_helpers import cpu_plans, reference_factory
 
 import dezero
 import dezero.functions as F
@@ -288,3 +288,80 @@ def test_horizontal_fusion_of_four_hundred_random_graphs_has_an_acyclic_schedule
 @pytest.mark.slow
 def test_horizontal_fusion_of_two_thousand_random_graphs_replays_like_the_interpreter():
     assert fuse_random_updates(range(400, 2400), replay_every=4) > 1000
+
+
+# =============================================================================
+# Random programs compiled: reductions, softmaxes, scalars, odd layouts
+# =============================================================================
+
+# op -> (the dezero function, whether it is arithmetic: exact in a kernel). Rows of
+# one and 0-d values broadcast; `pick` values come from any earlier step.
+ROW_OPS = {
+    "add": (lambda a, b: a + b, True), "mul": (lambda a, b: a * b, True),
+    "sub": (lambda a, b: a - b, True), "neg": (lambda a: -a, True),
+    "clip": (lambda a: F.clip(a, -0.5, 0.5), True), "relu": (F.relu, True),
+    "half": (lambda a: a / 2.0, True), "rowsum": (lambda a: F.sum(a, axis=-1, keepdims=True), True),
+    "colsum": (lambda a: F.sum(a, axis=0, keepdims=True), True), "total": (F.sum, True),
+    "mean": (F.mean, True), "rowmax": (lambda a: F.max(a, axis=-1, keepdims=True), True),
+    "rowmin": (lambda a: F.min(a, axis=-1, keepdims=True), True),
+    "tanh": (F.tanh, False), "exp": (lambda a: F.exp(a * 0.1), False),
+    "softmax": (lambda a: F.softmax(a, axis=-1), False),
+    "log_softmax": (lambda a: F.log_softmax(a, axis=0), False)}
+ROW_INPUTS = ((4, 20), (4, 1), ())
+
+
+def random_row_program(seed):
+    """(function of x: (4, 20), r: (4, 1), s: 0-d, arithmetic only?)."""
+    rng = random.Random(seed)
+    exact = seed % 2 == 0
+    names = [n for n, (_, arithmetic) in ROW_OPS.items() if arithmetic or not exact]
+    steps = [(rng.choice(names), rng.randrange(4), rng.randrange(50))
+             for _ in range(rng.randrange(2, 9))]
+
+    def program(x, r, s):
+        values = [dezero.as_variable(v) for v in (x, r, s)]
+        for op, i, j in steps:
+            fn, _ = ROW_OPS[op]
+            a, b = values[-1 - i % len(values)], values[j % len(values)]
+            values.append(fn(a, b) if fn.__code__.co_argcount == 2 else fn(a))
+        return values[-1], values[len(values) // 2] * 2.0
+    return program, exact
+
+
+def row_arrays(seed, layout):
+    rng = np.random.default_rng(seed)
+    x, r, s = (np.asarray(rng.standard_normal(shape), np.float32) for shape in ROW_INPUTS)
+    if layout == "columns":  # Fortran order, and a view running backwards
+        x, r = np.asfortranarray(x), r[::-1]
+    elif layout == "non-finite":
+        x[0, :3], x[1, 0], x[2] = np.nan, np.inf, -np.inf
+    return x, r, s
+
+
+@pytest.fixture(scope="module")
+def row_programs():
+    programs = [random_row_program(seed) for seed in range(64)]
+    with np.errstate(all="ignore"):
+        graphs = [dezero.trace(f).lower(*row_arrays(0, "C")) for f, _ in programs]
+    return list(zip(programs, graphs, cpu_plans(graphs)))
+
+
+@pytest.mark.skipif(cpu.missing_reason() is not None, reason=str(cpu.missing_reason()))
+@pytest.mark.parametrize("layout", ["C", "columns", "non-finite"])
+def test_random_programs_with_reductions_compiled_replay_like_eager(row_programs, layout):
+    """Every kernel compiled: an arithmetic program's replay equals eager code's bits
+    (sums in numpy's order), others the interpreter's within a few ulp."""
+    assert sum(len(g.groups) for _, g, _ in row_programs) >= 32
+    for seed, ((program, exact), graph, plan) in enumerate(row_programs):
+        arrays = row_arrays(seed + 1, layout)
+        with np.errstate(all="ignore"):
+            got, want, eager = plan.run(arrays), graph.interpret(*arrays), program(*arrays)
+        for g, w, e in zip(got, want, eager, strict=True):
+            assert g.shape == e.shape and g.dtype == e.dtype, f"seed {seed}"
+            np.testing.assert_array_equal(w.data, e.data, err_msg=f"seed {seed}")
+            if exact:
+                np.testing.assert_array_equal(g.data, e.data, err_msg=f"seed {seed}")
+            else:
+                eps = np.finfo(np.float32).eps
+                np.testing.assert_allclose(g.data, w.data, rtol=16 * eps, atol=16 * eps,
+                                           err_msg=f"seed {seed}")

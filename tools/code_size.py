@@ -42,7 +42,7 @@ BUDGETS = {
     "dezero/static/backends/pycode.py": 200,
     "dezero/kernels/gpu.py": 92,
     "dezero/kernels/gpu_reductions.py": 203,
-    "dezero/kernels/cpu.py": 364,
+    "dezero/kernels/cpu.py": 367,
     "dezero/kernels/cpu_reductions.py": 177,
     "dezero/kernels/pending.py": 65,
     "dezero/kernels/measure.py": 95,
@@ -55,7 +55,7 @@ BUDGETS = {
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
     "dezero/static/": 3792,
-    "dezero/kernels/": 1300,
+    "dezero/kernels/": 1303,
 }
 
 

@@ -501,6 +501,16 @@ def _warn_unfused(reason: str) -> None:
                   f"{reason}", RuntimeWarning, stacklevel=3)
 
 
+def numpy_calls(graph):
+    """name -> the numpy calls of the graph's kernel of that name (pycode.group_function),
+    made when first asked for: what a kernel runs on inputs it cannot take."""
+    @functools.cache
+    def calls(name):
+        step, = (s for s in lower(graph).steps if s.kind == "kernel" and s.group.name == name)
+        return pycode.group_function(step)
+    return calls
+
+
 _UNUSABLE: dict = {}  # cache folder -> why its libraries cannot be used
 
 
@@ -544,12 +554,9 @@ def compile_graph(graph):
         holder = {name: library for library in libraries for name in library.specs}
         for library in libraries:  # sets each group's `compiled`, which the code reads
             measure.decide(library, graph)
-        @functools.cache
-        def numpy_calls(name):  # made when first needed: rarely
-            step, = (s for s in lower(graph).steps if s.kind == "kernel" and s.group.name == name)
-            return pycode.group_function(step)
+        calls = numpy_calls(graph)
         plan = pycode.Compiled(graph, factory=lambda group: holder[group.name].kernel(
-            group.spec, numpy=functools.partial(numpy_calls, group.name)))
+            group.spec, numpy=functools.partial(calls, group.name)))
         plan.kernel_source, plan.libraries = "".join(sources), libraries
         if len(libraries) == 1:  # the usual case, with its own name
             plan.library = libraries[0]
