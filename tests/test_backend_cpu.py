@@ -795,6 +795,43 @@ def test_first_replays_run_unfused_while_the_library_compiles(gated_builds):
     assert hasattr(again.graph.compile(), "library")  # and no second compile
 
 
+@pytest.mark.slow  # compiles a training step's library in a cache of its own
+def test_a_training_run_is_eager_codes_to_the_bit_across_the_kernels_taking_over(
+        gated_builds):
+    # 20 steps of an MLP (relu, mean squared error: arithmetic only) with momentum and
+    # weight decay: 7 replays unfused, the kernels land, 12 fused replays; the losses
+    # and parameters equal eager code's at every step, before and after.
+    from dezero import models, optimizers
+    gate, started = gated_builds
+
+    def run(traced):
+        np.random.seed(3)
+        model = models.MLP((16, 16, 2), activation=F.relu)
+        optimizer = optimizers.MomentumSGD(0.05).setup(model)
+        optimizer.add_hook(optimizers.WeightDecay(1e-3))
+        x, t = randn(32, 3), randn(32, 2, seed=1)
+
+        def step(x, t):
+            loss = F.mean_squared_error(model(x), t)
+            model.cleargrads()
+            loss.backward()
+            optimizer.update()
+            return loss
+        step = dezero.trace(step) if traced else step
+        losses = []
+        for i in range(20):
+            losses.append(step(x, t).data.copy())
+            if traced and i == 7:
+                plan = step.graph.compile()
+                assert started.wait(60) and not plan.ready
+                gate.set()
+                assert hasattr(plan.wait(timeout=120), "library")
+                assert len(plan.graph.groups) >= 4
+        return losses + [p.data for p in model.params()]
+    for got, want in zip(run(traced=True), run(traced=False), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
 def test_a_process_forked_while_the_library_compiles_builds_it_again(gated_builds):
     gate, started = gated_builds
