@@ -242,6 +242,41 @@ def test_sums_of_values_laid_out_by_columns_equal_eager_code_to_the_bit():
 
 
 @needs_compiler
+def test_the_full_results_of_a_kernel_over_a_middle_axis_are_in_c_order():
+    # its loops store them reduced axes first: viewed back as a transpose, numpy's
+    # later sums of them added in another order than eager code's
+    def f(x):
+        y = x * 2.0 + 1.0
+        return y, F.sum(y, axis=1) * 3.0, F.sum(y, axis=0), F.sum(y, axis=(1, 2))
+    x = Variable(np.random.default_rng(8).standard_normal((5, 6, 40)).astype(np.float32))
+    graph = dezero.trace(f).lower(x)
+    assert graph.groups[0].axes == (1,) and len(graph.groups[0].outputs) == 2
+    got = graph.compile("cpu").wait()(x)
+    assert got[0].data.flags.c_contiguous
+    for g, want in zip(got, f(x), strict=True):
+        np.testing.assert_array_equal(g.data, want.data)
+
+
+def test_a_sum_over_axes_that_kept_ones_interleave_equals_eager_code_to_the_bit():
+    """A sum of a (N, C, L) value over N and L (a bias's gradient over channels):
+    numpy adds each row of L pairwise, then the rows one after another, an order a
+    kernel's loops do not follow; on the CPU it stays a numpy call. Sums of other
+    axes fold into kernels."""
+    def sums(x):
+        y = x * 2.0 + 1.0
+        return (F.sum(y, axis=(0, 2)), F.sum_to(y, (1, 6, 1)), F.mean(y, axis=(0, 2)) * 3.0,
+                F.sum(y, axis=1) * 3.0, F.sum(y, axis=(1, 2)) * 3.0, F.sum(y, axis=(0, 1)) * 3.0)
+    x = np.random.default_rng(7).standard_normal((5, 6, 40)).astype(np.float32)
+    graph = dezero.trace(sums).lower(x)
+    assert sorted(g.axes for g in graph.groups if g.axes) == [(0, 1), (1,), (1, 2)]
+    for got, want in zip(graph.compile("cpu").wait()(x), sums(Variable(x)), strict=True):
+        np.testing.assert_array_equal(got.data, want.data)
+    graph.device = "gpu"  # adding in another order anyway, a GPU kernel folds it
+    node, = (n for n in graph.nodes if n.op == "sum" and n.attrs["axis"] == (0, 2))
+    assert passes.fusion_refusal(node, "gpu") is None
+
+
+@needs_compiler
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_a_composed_softmax_is_one_kernel_of_three_passes(dtype):
     def f(x):

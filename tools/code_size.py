@@ -25,7 +25,7 @@ BUDGETS = {
     "dezero/static/graph.py": 64,
     "dezero/static/names.py": 49,
     "dezero/static/slots.py": 35,
-    "dezero/static/passes.py": 568,
+    "dezero/static/passes.py": 576,
     "dezero/static/reach.py": 355,
     "dezero/static/horizontal.py": 95,
     "dezero/static/saving.py": 396,
@@ -54,7 +54,7 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 3792,
+    "dezero/static/": 3800,
     "dezero/kernels/": 1303,
 }
 

@@ -214,8 +214,9 @@ def reduction_call(spec, fn, threads: int, numpy=None):
         if fn(*xs, *outs, threads):
             raise IndexError(f"kernel {spec.name} ({spec.comment.split(': ', 1)[1]}): a "
                              f"label is out of range; labels are class ids in 0..{width - 1}")
-        return tuple((o.reshape(moved) if plain and order_out == order else
-                      o.reshape(moved).transpose(back)) if level == "full" else o.reshape(p.shape)
+        # full results in C order, as numpy gives them: its sums of them add in that order
+        return tuple((o.reshape(moved) if plain and order_out == order else np.ascontiguousarray(
+                      o.reshape(moved).transpose(back))) if level == "full" else o.reshape(p.shape)
                      for o, p, level in zip(outs, spec.outputs, spec.levels[n_in:]))
     run_reduction.__name__ = run_reduction.__qualname__ = f"kernel_{spec.name}"
     run_reduction.threads = threads

@@ -334,6 +334,9 @@ def fusion_refusal(node: Node, device: str = "cpu") -> str | None:
         return "a reduction to a shape that keeps some reduced axes and drops others"
     if axes and record.reduce != "sum" and any(node.inputs[0].shape[d] == 0 for d in axes):
         return f"a {record.reduce} of no elements (numpy raises)"
+    if axes and record.reduce == "sum" and device == "cpu" and _in_blocks(node, axes):
+        return ("a sum over axes that kept ones interleave, the innermost reduced (numpy "
+                "adds its rows pairwise, then row after row: an order no kernel follows)")
     if record.cpp is None and not record.reduce:
         return "not elementwise (no cpp on its class)"
     if len(node.outputs) != 1:
@@ -347,6 +350,16 @@ def fusion_refusal(node: Node, device: str = "cpu") -> str | None:
         if not _finite_as(value, dtype):
             return f"attr {key}={format_attr(value)} is no finite {dtype.name} number"
     return None
+
+
+def _in_blocks(node: Node, axes: tuple) -> bool:
+    """Whether numpy adds a sum in blocks (the reduced axes after the last kept one,
+    pairwise) added one after another: the innermost axis of more than one element
+    is reduced, and a kept one comes after another reduced one."""
+    shape = node.inputs[0].shape
+    kept = [d for d, n in enumerate(shape) if n > 1 and d not in axes]
+    wide = [d for d in axes if shape[d] > 1]
+    return bool(kept and wide) and min(wide) < max(kept) < max(wide)
 
 
 def _finite_as(value, dtype) -> bool:
