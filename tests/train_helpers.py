@@ -1,11 +1,24 @@
 """The training step of the book's examples, for tests that train a model: forward,
-loss, cleared gradients, backward and the optimizer's update, eager or traced; and
-a linear regression whose update is written out."""
+loss, cleared gradients, backward and the optimizer's update, eager or traced; twin
+models, one on each device; and a linear regression whose update is written out."""
 import numpy as np
 
 import dezero
 import dezero.functions as F
 from dezero import Variable
+
+
+def twin_models(make, x):
+    """[on the CPU, on the GPU]: two models that make() gives alike from one seed,
+    their lazily sized weights made on x[:1], the second moved to the GPU."""
+    models = []
+    for _ in range(2):
+        np.random.seed(0)
+        model = make()
+        model(x[:1])
+        models.append(model)
+    models[1].to_gpu()
+    return models
 
 
 def training_step(model, optimizer, traced=False):

@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 import pytest
+from train_helpers import training_step, twin_models
 
 import dezero
 import dezero.functions as F
@@ -67,31 +68,14 @@ def test_kernels_take_strided_inputs():
     np.testing.assert_allclose(cp.asnumpy(y.data), expected, rtol=2e-5, atol=2e-5)
 
 
-def _step(model, optimizer):
-    def step(x, t):
-        loss = F.softmax_cross_entropy(model(x), t)
-        model.cleargrads()
-        loss.backward()
-        optimizer.update()
-        return loss
-    return step
-
-
 @pytest.mark.parametrize("optimizer, activation", [
     (optimizers.SGD, F.sigmoid), (optimizers.Adam, F.relu)])
 def test_training_step_replays_on_cupy_as_numpy_eager(optimizer, activation):
     x, t = dezero.datasets.get_spiral(train=True)
     x = x.astype(np.float32)
-    models = []
-    for _ in range(2):
-        np.random.seed(0)
-        model = MLP((10, 3), activation=activation)
-        model(x[:1])  # make the lazily sized weights
-        models.append(model)
-    cpu, gpu = models
-    cpu_step = _step(cpu, optimizer().setup(cpu))
-    gpu.to_gpu()
-    gpu_step = dezero.trace(_step(gpu, optimizer().setup(gpu)))
+    cpu, gpu = twin_models(lambda: MLP((10, 3), activation=activation), x)
+    cpu_step = training_step(cpu, optimizer().setup(cpu))
+    gpu_step = training_step(gpu, optimizer().setup(gpu), traced=True)
     for i in range(5):
         batch = slice(30 * i, 30 * i + 30)
         loss_cpu = cpu_step(x[batch], t[batch])
@@ -123,7 +107,7 @@ def test_an_optimizers_updates_run_as_one_horizontal_kernel_equal_to_the_interpr
     model = MLP((10, 3))
     model(x[:1])
     model.to_gpu()
-    traced = dezero.trace(_step(model, optimizers.Adam(0.01).setup(model)))
+    traced = training_step(model, optimizers.Adam(0.01).setup(model), traced=True)
     traced(cp.asarray(x[:30]), cp.asarray(t[:30]))
     group, = [g for g in traced.graph.groups if g.segments]
     plan = traced.graph.compile()

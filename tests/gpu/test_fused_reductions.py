@@ -16,6 +16,7 @@ import re
 
 import numpy as np
 import pytest
+from train_helpers import twin_models
 
 import dezero
 import dezero.functions as F
@@ -168,14 +169,7 @@ def test_a_regression_step_sums_in_its_kernels_and_trains_as_eager_numpy():
     rng = np.random.default_rng(0)
     x = rng.random((100, 1)).astype(np.float32)
     t = (np.sin(2 * np.pi * x) + rng.random((100, 1))).astype(np.float32)
-    models = []
-    for _ in range(2):
-        np.random.seed(0)
-        model = MLP((10, 1))
-        model(x[:1])  # make the lazily sized weights
-        models.append(model)
-    cpu, gpu = models
-    gpu.to_gpu()
+    cpu, gpu = twin_models(lambda: MLP((10, 1)), x)
 
     def step_of(model):
         optimizer = optimizers.SGD(0.2).setup(model)

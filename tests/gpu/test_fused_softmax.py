@@ -15,6 +15,7 @@ import re
 
 import numpy as np
 import pytest
+from train_helpers import training_step, twin_models
 
 import dezero
 import dezero.functions as F
@@ -197,26 +198,9 @@ def test_a_spiral_training_step_traced_on_the_gpu_trains_as_eager_numpy(optimize
     parameters equal eager numpy's after five steps."""
     x, t = dezero.datasets.get_spiral(train=True)
     x = x.astype(np.float32)
-    models = []
-    for _ in range(2):
-        np.random.seed(0)
-        model = MLP((10, 3))
-        model(x[:1])  # make the lazily sized weights
-        models.append(model)
-    cpu, gpu_model = models
-    gpu_model.to_gpu()
-
-    def step_of(model):
-        opt = optimizer().setup(model)
-
-        def step(x, t):
-            loss = F.softmax_cross_entropy(model(x), t)
-            model.cleargrads()
-            loss.backward()
-            opt.update()
-            return loss
-        return step
-    cpu_step, gpu_step = step_of(cpu), dezero.trace(step_of(gpu_model))
+    cpu, gpu_model = twin_models(lambda: MLP((10, 3)), x)
+    cpu_step = training_step(cpu, optimizer().setup(cpu))
+    gpu_step = training_step(gpu_model, optimizer().setup(gpu_model), traced=True)
     for i in range(5):
         batch = slice(30 * i, 30 * i + 30)
         loss_cpu = cpu_step(x[batch], t[batch])
