@@ -61,9 +61,9 @@ def decide(library, graph) -> list:
     if times is None:
         times, where, timed = {}, "measured", {}
         for s in steps:  # kernels of one loop on arrays of one type time alike: once
-            key = (library.loops[s.group.name], [(v.shape, v.dtype) for v in s.group.inputs])
-            times[s.group.name] = timed.get(repr(key)) or _time_both(library, s)
-            timed[repr(key)] = times[s.group.name]
+            key = (library.loops[s.group.name], tuple((v.shape, v.dtype) for v in s.group.inputs))
+            times[s.group.name] = timed.get(key) or _time_both(library, s)
+            timed[key] = times[s.group.name]
         _write(path, times)
     for group in groups:
         by_threads, numpy_us = times[group.name]
