@@ -131,11 +131,16 @@ def bench_steps(xp, sync, repeat):
         step = step_function(model, optimizers.Adam().setup(model))
         traced = dezero.trace(step)
         traced(x, t)
-        fused, unfused = plans(traced.graph, xp)
-        times = [median_time(sync, repeat, p, x, t) if p else None for p in (fused, unfused)]
-        times.append(median_time(sync, repeat, step, x, t))
-        cells = [f"{s * 1e6:.0f} us" if s else "-" for s in times]
-        print(f"| {name} | {' | '.join(cells)} | {len(traced.graph.groups)} |")
+        print(f"| {name} | {timed_cells(traced.graph, step, xp, sync, repeat, x, t)} | "
+              f"{len(traced.graph.groups)} |")
+
+
+def timed_cells(graph, eager, xp, sync, repeat, *args) -> str:
+    """The table cells of one row: the graph replayed fused and unfused, and eager."""
+    fused, unfused = plans(graph, xp)
+    times = [median_time(sync, repeat, p, *args) if p else None for p in (fused, unfused)]
+    times.append(median_time(sync, repeat, eager, *args))
+    return " | ".join(f"{s * 1e6:.0f} us" if s else "-" for s in times)
 
 
 def loss_and_gradient(x, t):
@@ -153,11 +158,8 @@ def bench_losses(xp, sync, repeat):
         t = xp.asarray(rng.integers(0, classes, rows))
         traced = dezero.trace(loss_and_gradient)
         traced(x, t)
-        fused, unfused = plans(traced.graph, xp)
-        times = [median_time(sync, repeat, p, x, t) if p else None for p in (fused, unfused)]
-        times.append(median_time(sync, repeat, loss_and_gradient, x, t))
-        cells = [f"{s * 1e6:.0f} us" if s else "-" for s in times]
-        print(f"| {rows} x {classes} | {' | '.join(cells)} | "
+        cells = timed_cells(traced.graph, loss_and_gradient, xp, sync, repeat, x, t)
+        print(f"| {rows} x {classes} | {cells} | "
               f"{launches(traced.graph) if xp is not np else '-'} |")
 
 

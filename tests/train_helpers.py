@@ -21,6 +21,24 @@ def twin_models(make, x):
     return models
 
 
+def trained_on_both_devices(make, optimizer, x, t, loss_rtol):
+    """Twin models of make() trained side by side on five batches of 30, eager on the
+    CPU and traced on the GPU; asserts each batch's loss and the final parameters
+    agree. Returns the traced GPU step."""
+    from dezero.cuda import as_cupy, as_numpy
+    cpu, gpu = twin_models(make, x)
+    cpu_step = training_step(cpu, optimizer().setup(cpu))
+    gpu_step = training_step(gpu, optimizer().setup(gpu), traced=True)
+    for i in range(5):
+        batch = slice(30 * i, 30 * i + 30)
+        loss_cpu = cpu_step(x[batch], t[batch])
+        loss_gpu = gpu_step(as_cupy(x[batch]), as_cupy(t[batch]))
+        np.testing.assert_allclose(as_numpy(loss_gpu.data), loss_cpu.data, rtol=loss_rtol)
+    for p_cpu, p_gpu in zip(cpu.params(), gpu.params()):
+        np.testing.assert_allclose(as_numpy(p_gpu.data), p_cpu.data, rtol=1e-4, atol=1e-6)
+    return gpu_step
+
+
 def training_step(model, optimizer, traced=False):
     """step(x, t) -> loss of model on (x, t), after one update by optimizer."""
     def step(x, t):

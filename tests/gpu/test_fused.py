@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 import pytest
-from train_helpers import training_step, twin_models
+from train_helpers import trained_on_both_devices, training_step
 
 import dezero
 import dezero.functions as F
@@ -73,16 +73,8 @@ def test_kernels_take_strided_inputs():
 def test_training_step_replays_on_cupy_as_numpy_eager(optimizer, activation):
     x, t = dezero.datasets.get_spiral(train=True)
     x = x.astype(np.float32)
-    cpu, gpu = twin_models(lambda: MLP((10, 3), activation=activation), x)
-    cpu_step = training_step(cpu, optimizer().setup(cpu))
-    gpu_step = training_step(gpu, optimizer().setup(gpu), traced=True)
-    for i in range(5):
-        batch = slice(30 * i, 30 * i + 30)
-        loss_cpu = cpu_step(x[batch], t[batch])
-        loss_gpu = gpu_step(cp.asarray(x[batch]), cp.asarray(t[batch]))
-        np.testing.assert_allclose(cp.asnumpy(loss_gpu.data), loss_cpu.data, rtol=1e-4)
-    for p_cpu, p_gpu in zip(cpu.params(), gpu.params()):
-        np.testing.assert_allclose(cp.asnumpy(p_gpu.data), p_cpu.data, rtol=1e-4, atol=1e-6)
+    gpu_step = trained_on_both_devices(lambda: MLP((10, 3), activation=activation),
+                                       optimizer, x, t, loss_rtol=1e-4)
     assert gpu_step.graph.groups and "kernel k0" in gpu_step.graph.compile().source
 
 

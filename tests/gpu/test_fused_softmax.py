@@ -15,7 +15,7 @@ import re
 
 import numpy as np
 import pytest
-from train_helpers import training_step, twin_models
+from train_helpers import trained_on_both_devices
 
 import dezero
 import dezero.functions as F
@@ -198,16 +198,7 @@ def test_a_spiral_training_step_traced_on_the_gpu_trains_as_eager_numpy(optimize
     parameters equal eager numpy's after five steps."""
     x, t = dezero.datasets.get_spiral(train=True)
     x = x.astype(np.float32)
-    cpu, gpu_model = twin_models(lambda: MLP((10, 3)), x)
-    cpu_step = training_step(cpu, optimizer().setup(cpu))
-    gpu_step = training_step(gpu_model, optimizer().setup(gpu_model), traced=True)
-    for i in range(5):
-        batch = slice(30 * i, 30 * i + 30)
-        loss_cpu = cpu_step(x[batch], t[batch])
-        loss_gpu = gpu_step(cp.asarray(x[batch]), cp.asarray(t[batch]))
-        np.testing.assert_allclose(cp.asnumpy(loss_gpu.data), loss_cpu.data, rtol=1e-5)
-    for p_cpu, p_gpu in zip(cpu.params(), gpu_model.params()):
-        np.testing.assert_allclose(cp.asnumpy(p_gpu.data), p_cpu.data, rtol=1e-4, atol=1e-6)
+    gpu_step = trained_on_both_devices(lambda: MLP((10, 3)), optimizer, x, t, loss_rtol=1e-5)
     graph = gpu_step.graph
     loss, = [g for g in graph.groups if "pick_labels" in [n.op for n in g.nodes]]
     assert loss.compiled and "softmax_cross_entropy_grad" in [n.op for n in loss.nodes]
