@@ -16,6 +16,8 @@ Run by hand: python benchmarks/bench_fusion.py [--quick] [--steps]. Prints, in o
   inputs (about 2000 and 4000 ops): when it is ready to replay unfused, and when its
   kernels are.
 Times are the best wall time of interleaved rounds (kernels may use OpenMP threads).
+The training steps run with the whole process on one core (timing.one_core): one
+thread each, JAX's thread pool and dezero's kernels included.
 """
 # ruff: noqa: B023 - every closure below runs within its own loop iteration
 import os
@@ -28,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ["DEZERO_CACHE_DIR"] = tempfile.mkdtemp(prefix="dezero-bench-")  # cold
 
 import numpy as np  # noqa: E402
-from timing import interleaved_best  # noqa: E402
+from timing import interleaved_best, one_core  # noqa: E402
 
 import dezero  # noqa: E402
 import dezero.functions as F  # noqa: E402
@@ -238,7 +240,7 @@ def by_hand(model, activation, x, t, jax=None, sgd=False):
 
 
 def bench_steps():
-    print("training steps (one step, ms)")
+    print("training steps (one step, ms; the process on one core)")
     jax = optional("jax")
     for name, sizes, activation, x, t, optimizer in problems(optimizers_too=True):
         plans, sgd, fused = {}, optimizer == "SGD", None
@@ -359,7 +361,8 @@ def main():
         bench_first_calls()
         bench_unrolled()
         bench_chains((10**5, 10**6) if quick else (10**5, 10**6, 10**7))
-    bench_steps()
+    with one_core():
+        bench_steps()
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ turns, so that load from other processes hits them alike.
     from timing import interleaved_best
     eager_s, replay_s = interleaved_best([eager, replay], seconds=2.0, rounds=10)
 """
+import os
 import time
 
 
@@ -31,3 +32,30 @@ def interleaved_best(fns, seconds, rounds, clock=time.perf_counter):
                 fn()
             best[i] = min(best[i], (clock() - start) / n)
     return best
+
+
+class one_core:
+    """`with one_core():` every thread of this process, and every thread started
+    meanwhile, runs on one core; on leaving, on all it ran on before. "One thread
+    each" then holds for libraries that start a thread pool of their own whatever
+    OPENBLAS_NUM_THREADS says (XLA's CPU client uses every core it may run on, which
+    made JAX's matrix products run on two cores here), and for dezero's kernels.
+    Where the OS cannot pin threads (not Linux), it does nothing."""
+
+    def __enter__(self):
+        self.cores = os.sched_getaffinity(0) if hasattr(os, "sched_setaffinity") else None
+        self._pin({min(self.cores)} if self.cores else None)
+        return self
+
+    def __exit__(self, *exc):
+        self._pin(self.cores)
+
+    @staticmethod
+    def _pin(cores):
+        if cores is None or not os.path.isdir("/proc/self/task"):
+            return
+        for thread in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setaffinity(int(thread), cores)
+            except (ProcessLookupError, PermissionError):  # a thread that ended
+                pass

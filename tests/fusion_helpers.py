@@ -5,7 +5,7 @@ import dataclasses
 import os
 from unittest import mock
 
-from dezero.kernels import cpu
+from dezero.kernels import cpu, outputs
 from dezero.kernels.codegen import kernel_spec
 from dezero.op_record import as_result_array
 from dezero.static.backends import pycode
@@ -32,6 +32,7 @@ def reference_factory(graph, made=None):
 
         def kernel(*arrays, out=None):  # out: written into where given, as the
             # kernel backends do
+            out = outputs.writable(out) if out else None
             env = {id(v): a for v, a in zip(group.inputs, arrays, strict=True)}
             for node, f in zip(group.nodes, functions):
                 y = f.forward(*(env[id(v)] for v in node.inputs))

@@ -36,17 +36,18 @@ BUDGETS = {
     "dezero/static/debugging.py": 24,
     "dezero/kernels/codegen.py": 133,
     "dezero/kernels/reductions.py": 128,
-    "dezero/static/lowering.py": 217,
+    "dezero/static/lowering.py": 229,
     "dezero/static/backends/__init__.py": 28,
     "dezero/static/backends/interpreter.py": 67,
     "dezero/static/backends/pycode.py": 200,
     "dezero/kernels/gpu.py": 92,
     "dezero/kernels/gpu_reductions.py": 203,
-    "dezero/kernels/cpu.py": 367,
+    "dezero/kernels/cpu.py": 369,
     "dezero/kernels/cpu_reductions.py": 177,
     "dezero/kernels/pending.py": 65,
     "dezero/kernels/measure.py": 95,
     "dezero/kernels/cache.py": 45,
+    "dezero/kernels/outputs.py": 20,
 }
 
 
@@ -54,8 +55,8 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 3800,
-    "dezero/kernels/": 1303,
+    "dezero/static/": 3812,
+    "dezero/kernels/": 1325,
 }
 
 

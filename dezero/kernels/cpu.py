@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dezero.kernels import cache, cpu_reductions, measure, pending
+from dezero.kernels import cache, cpu_reductions, measure, outputs, pending
 from dezero.kernels.codegen import kernel_spec
 from dezero.static import debugging
 from dezero.static.backends import pycode
@@ -397,12 +397,14 @@ class KernelLibrary:
                 for p in spec.outputs]
 
         def run_kernel(*arrays, out=None):
-            """out: per output, an array to write it into (the replay code passes a
-            matmul's result that only this kernel reads) or None for a buffer."""
+            """out: per output, an array to write it into (outputs.writable) or None
+            for a buffer."""
             start = time.perf_counter() if debugging.LEVEL >= 2 else None
             # A list, so that take() sees the buffers taken already.
-            results = [take(*o) for o in outs] if out is None else \
-                [given if _fits(given, *o[1:]) else take(*o) for given, o in zip(out, outs)]
+            given = (None,) * len(outs) if out is None else \
+                outputs.writable(out, [o[0] for o in outs])
+            results = [g if g is not None and _fits(g, *o[1:]) else take(*o)
+                       for g, o in zip(given, outs)]
             refused = fn((*arrays, *results), threads)
             while refused:  # each pass conforms one more input
                 if refused < 0:

@@ -17,7 +17,7 @@ import functools
 
 import numpy as np
 
-from dezero.kernels import gpu_reductions
+from dezero.kernels import gpu_reductions, outputs
 from dezero.kernels.codegen import kernel_spec
 from dezero.static import debugging
 
@@ -91,7 +91,7 @@ def kernel_factory(spec):
     strides, broadcasting to spec.shape) in spec.inputs order -> a tuple of fresh
     output arrays of spec.shape, one per spec.outputs (a horizontal kernel's: each
     of its segment's shape, from one launch); `out` gives, per output, an array to
-    write it into instead (an input the kernel alone reads) or None."""
+    write it into instead (where outputs.writable allows) or None."""
     if hasattr(spec, "axes"):
         kernel = gpu_reductions.reduction_launch(spec) if gpu_reductions.one_fold(spec) \
             else gpu_reductions.row_launch(spec, elementwise_kernel)
@@ -104,7 +104,7 @@ def kernel_factory(spec):
         if out:
             import cupy
             arrays += tuple(cupy.empty(spec.shape, p.dtype) if o is None else o
-                            for o, p in zip(out, spec.outputs))
+                            for o, p in zip(outputs.writable(out), spec.outputs))
         if debugging.LEVEL >= 2:
             return _timed(spec.name, kernel, arrays)
         return kernel(*arrays)

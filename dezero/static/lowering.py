@@ -49,7 +49,7 @@ class Step:
     names   free: the values dropped; kernel: its inputs that die with it (its body
             frees them after their last reader); return: the values returned
     into    kernel: per output of the group, the input whose array a compiled
-            kernel writes it into, or None for a new array (see _into)
+            kernel may write it into, or None for a new array (see _into)
     copies  store, return: the names stored or returned as copies (arrays that the
             caller, captured state or the graph's constants hold)
     target  store: "state", "input" (the .grad of an argument) or "attr"
@@ -123,13 +123,16 @@ def lower(graph: Graph) -> Program:
     inside = {id(n) for g in graph.groups for n in g.nodes}
     reads = Counter(id(v) for n in graph.nodes for v in n.inputs)
     producer = {id(v): n for n in graph.nodes for v in n.outputs}
+    renews = _renewals(graph, stores)
+    at = {id(n): i for i, n in enumerate(graph.of_kind("op"))}
     for node in graph.of_kind("op"):
         group = starts.get(id(node))
         if group is None and id(node) in inside:
             continue
         steps.append(Step("node", node) if group is None else
                      Step("kernel", group=group, body=[Step("node", n) for n in group.nodes],
-                          into=_into(group, reads, producer)))
+                          into=_into(group, reads, producer, renews,
+                                     {at[id(n)] for n in group.nodes})))
         steps += [s for v in (group or node).outputs for s in stores.pop(v.name, ())]
     steps += stores.pop(None, [])  # in place: after every reader of the old array
     if stores:
@@ -142,13 +145,18 @@ def lower(graph: Graph) -> Program:
     return Program(graph, _with_frees(graph, steps))
 
 
-def _into(group: Group, reads: Counter, producer: dict) -> tuple:
+def _into(group: Group, reads: Counter, producer: dict, renews: dict, places: set) -> tuple:
     """For each output of a group, the input whose array its kernel may write it
     into, or None: an input of the group's shape and the output's dtype that only the
-    group's nodes read, made by an op whose array is its own (record.fresh_result:
-    x @ W). The epilogue of a matmul (bias add, activation) then runs in place, as
-    numpy's `h += b` does, and so does an activation's mask times its gradient. None
-    for a horizontal or a reduction group (values of other shapes)."""
+    group's nodes read, either made by an op whose array is its own
+    (record.fresh_result: x @ W) or the array of a state that the output replaces
+    where no op node after the group's first (places: where its nodes are) reads
+    the old value (_renewals). The epilogue of a matmul (bias add, activation) then
+    runs in place, as numpy's `h += b` does, and so does an activation's mask times
+    its gradient; an optimizer's update writes over the old parameter and moments
+    where nobody else holds them (the kernel backends check at every call, so that an
+    array someone kept keeps its values, as in eager code). None for a horizontal or
+    a reduction group (values of other shapes)."""
     if group.segments or group.axes is not None:
         return (None,) * len(group.outputs)
     inside = Counter(id(v) for n in group.nodes for v in n.inputs)
@@ -157,9 +165,24 @@ def _into(group: Group, reads: Counter, producer: dict) -> tuple:
             producer[id(v)].record.fresh_result]
     into = []
     for out in group.outputs:
-        into.append(next((v for v in free if v.dtype == out.dtype), None))
+        old, read_at = renews.get(out.name, (None, ()))
+        mine = old in group.inputs and old.type == out.type and all(
+            p < min(places) or p in places for p in read_at)
+        into.append(old if mine else next((v for v in free if v.dtype == out.dtype), None))
         free = [v for v in free if v is not into[-1]]
     return tuple(into)
+
+
+def _renewals(graph: Graph, stores: dict) -> dict:
+    """Value stored as a state's new .data -> (the state's old value, the places of
+    the op nodes that read it; past the last for a returned one)."""
+    ops = graph.of_kind("op")
+    read_at = defaultdict(list, {id(v): [len(ops)] for v in graph.output_values})
+    for i, v in ((i, v) for i, node in enumerate(ops) for v in node.inputs):
+        read_at[id(v)].append(i)
+    return {s.source: (s.node.inputs[0], read_at[id(s.node.inputs[0])])
+            for each in stores.values() for s in each if s.target == "state" and
+            s.node.attrs["field"] == "data" and not s.node.attrs.get("in_place")}
 
 
 def _stores(graph: Graph, owned: set) -> dict:
@@ -171,8 +194,7 @@ def _stores(graph: Graph, owned: set) -> dict:
         kind = node.attrs["field"]
         if kind == "attr" and node.payload is None:
             continue  # a loaded graph has no object to set
-        target = "attr" if kind == "attr" else \
-            "state" if node.inputs[0].name in slots else "input"
+        target = "attr" if kind == "attr" else "state" if node.inputs[0].name in slots else "input"
         step = Step("store", node, target=target, slot=node.payload if kind == "attr" else
                     slots.get(node.inputs[0].name))
         source = step.source
@@ -206,10 +228,9 @@ def _with_frees(graph: Graph, steps: list) -> list:
             last[s.source] = None  # stored: dies only where a later node reads it last
         elif s.kind == "return":
             last.update((name, None) for name in s.names)
-    dying: dict = {}
+    dying = defaultdict(list)  # id(step) -> the values that die after it (kept: id(None))
     for name, s in last.items():
-        if s is not None:
-            dying.setdefault(id(s), []).append(name)
+        dying[id(s)].append(name)
     out, dead = [], []
     for step in steps:
         if step.kind != "store" and dead:

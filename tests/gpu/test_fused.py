@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 import pytest
-from train_helpers import trained_on_both_devices, training_step
+from train_helpers import trained_on_both_devices, training_step, twin_models
 
 import dezero
 import dezero.functions as F
@@ -153,3 +153,27 @@ def test_a_dense_layers_epilogues_write_into_the_matmuls_results_as_the_interpre
                                        rtol=TOLERANCE[np.float32], atol=TOLERANCE[np.float32])
         for got, want in ((gW1, wW1), (gW2, wW2)):
             np.testing.assert_array_equal(cp.asnumpy(got.data), cp.asnumpy(want.data))
+
+
+def test_an_update_writes_over_the_state_on_the_gpu_unless_someone_kept_it():
+    # 300 x 256 weights: each update a kernel of its own (lowering._into)
+    x = np.random.default_rng(0).standard_normal((8, 300)).astype(np.float32)
+    t = np.arange(8) % 3
+    cpu, gpu = twin_models(lambda: MLP((256, 3), activation=F.relu), x)
+    cpu_step = training_step(cpu, optimizers.Adam(0.01).setup(cpu))
+    gpu_step = training_step(gpu, optimizers.Adam(0.01).setup(gpu), traced=True)
+    W = gpu.l0.W
+    for k in range(4):
+        kept = W.data if k == 2 else None  # someone holds the weights of step 2
+        snapshot = None if kept is None else kept.copy()
+        before = id(W.data)
+        gpu_step(cp.asarray(x), cp.asarray(t))
+        cpu_step(x, t)
+        if k == 3:  # replayed, nobody else holding the array: written over
+            assert id(W.data) == before
+        if kept is not None:
+            np.testing.assert_array_equal(cp.asnumpy(kept), cp.asnumpy(snapshot))
+            assert id(W.data) != before
+    assert "into model_l0_W's array" in gpu_step.graph.compile().source
+    for p_cpu, p_gpu in zip(cpu.params(), gpu.params()):
+        np.testing.assert_allclose(cp.asnumpy(p_gpu.data), p_cpu.data, rtol=1e-4, atol=1e-6)

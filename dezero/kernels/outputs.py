@@ -1,0 +1,48 @@
+"""Which of the arrays the replay code offers a kernel it may write its outputs into.
+
+The replay code passes a kernel, per output, an array to write it into or None
+(lowering._into): a matmul's result that only the kernel reads, or the array of a
+state (a parameter, an optimizer's moment) that the output replaces. A state's
+array is written over only where nobody but the replay holds it. Eager code gives
+the state a new array, so an array someone kept (`old = layer.W.data`, a view of
+it) keeps its values; an array that is itself a view of other memory is never
+written either.
+
+    given = outputs.writable(out, pools)   # per output: the array, or None
+"""
+import sys
+
+
+def _refs(out, k) -> int:
+    return sys.getrefcount(out[k])
+
+
+def _replay_refs() -> int:
+    """The references to a state's array when only the replay holds it: the state's
+    slot, the replay's name for it, the kernel call's arguments and `out` tuple, and
+    the check's own. Counted here the way writable() counts, not assumed: an
+    interpreter may count references another way (3.14 borrows some)."""
+    class Slot:
+        pass
+    slot = Slot()
+    slot.data = object()
+    name = slot.data
+
+    def kernel(*arrays, out=None):
+        return _refs(out, 0)
+    return kernel(name, out=(name,))
+
+
+REPLAY_REFS = _replay_refs()
+
+
+def writable(out, pools=None) -> list:
+    """Per array of `out` (a tuple of arrays and None), the array where a kernel may
+    write into it, else None. pools[k]: the backend's list of reusable buffers for
+    output k, whose reference to the array is nobody else's."""
+    given = []
+    for k in range(len(out)):
+        held = _refs(out, k) - any(b is out[k] for b in (pools[k] if pools else ()))
+        given.append(out[k] if out[k] is not None and out[k].base is None and
+                     held <= REPLAY_REFS else None)
+    return given

@@ -1,0 +1,121 @@
+"""A traced optimizer step writes the new parameters and moments over the old arrays
+(lowering._into, kernels/outputs.py) where nobody but the replay holds them, and
+gives the state new arrays, as eager code always does, where someone else holds
+them: an array kept, a view of it, or a state that is itself a view of other memory.
+Every replay equals eager execution of the same steps."""
+import numpy as np
+import pytest
+
+import dezero
+import dezero.functions as F
+from dezero import optimizers
+from dezero.kernels import cpu, outputs
+from dezero.models import MLP
+
+pytestmark = pytest.mark.skipif(cpu.missing_reason() is not None,
+                                reason=str(cpu.missing_reason()))
+
+# 300 x 256 weights: above horizontal.MAX_SEGMENT, so each update is a kernel of its
+# own (a horizontal kernel's outputs are always new arrays).
+X = np.random.default_rng(0).standard_normal((8, 300)).astype(np.float32)
+T = np.arange(8) % 3
+
+
+def models_and_steps():
+    """(eager model, eager step), (traced model, its compiled plan), from one init."""
+    pairs = []
+    for _ in range(2):
+        np.random.seed(0)
+        model = MLP((256, 3), activation=F.relu)
+        model(X[:1])  # the weights, from the seed
+        optimizer = optimizers.Adam(0.01).setup(model)
+
+        def step(x, t, model=model, optimizer=optimizer):
+            loss = F.softmax_cross_entropy(model(x), t)
+            model.cleargrads()
+            loss.backward()
+            optimizer.update()
+            return loss
+        pairs.append((model, optimizer, step))
+    (eager, _, eager_step), (model, optimizer, step) = pairs
+    traced = dezero.trace(step)
+    traced(X, T)  # records, and runs eagerly
+    eager_step(X, T)
+    return eager, eager_step, model, optimizer, traced.graph.compile("cpu").wait()
+
+
+def state_of(model, optimizer):
+    W = model.l0.W
+    return [W.data, optimizer.ms[W].data, optimizer.vs[W].data]
+
+
+def assert_equal_models(a, b):
+    for p, q in zip(a.params(), b.params()):
+        np.testing.assert_allclose(p.data, q.data, rtol=1e-6, atol=1e-7)
+
+
+def test_the_update_writes_over_the_parameter_and_its_moments():
+    eager, eager_step, model, optimizer, plan = models_and_steps()
+    assert "into MLP_l0_W's array" in plan.source
+    assert "into Adam_ms_l0_W's array" in plan.source
+    for _ in range(4):
+        ids = [id(a) for a in state_of(model, optimizer)]
+        plan(X, T)
+        eager_step(X, T)
+        assert [id(a) for a in state_of(model, optimizer)] == ids
+        assert_equal_models(model, eager)
+
+
+@pytest.mark.parametrize("keep", ["array", "view", "moment"])
+def test_an_array_someone_kept_keeps_its_values(keep):
+    eager, eager_step, model, optimizer, plan = models_and_steps()
+    W = model.l0.W
+    kept = {"array": lambda: W.data, "view": lambda: W.data[3:5],
+            "moment": lambda: optimizer.ms[W].data}[keep]()
+    snapshot = kept.copy()
+    plan(X, T)
+    eager_step(X, T)
+    np.testing.assert_array_equal(kept, snapshot)
+    assert not any(np.shares_memory(kept, a) for a in state_of(model, optimizer))
+    assert_equal_models(model, eager)
+    del kept  # nobody holds the old arrays now: the updates write in place again
+    plan(X, T)
+    eager_step(X, T)
+    ids = [id(a) for a in state_of(model, optimizer)]
+    plan(X, T)
+    eager_step(X, T)
+    assert [id(a) for a in state_of(model, optimizer)] == ids
+    assert_equal_models(model, eager)
+
+
+def test_a_parameter_that_views_other_memory_is_never_written():
+    eager, eager_step, model, optimizer, plan = models_and_steps()
+    W = model.l0.W
+    memory = np.zeros((2, *W.shape), np.float32)
+    memory[1] = W.data
+    W.data = memory[1]  # the user's own buffer: eager code would leave it alone
+    snapshot = memory.copy()
+    for _ in range(2):
+        plan(X, T)
+        eager_step(X, T)
+        np.testing.assert_array_equal(memory, snapshot)
+    assert not np.shares_memory(W.data, memory)
+    assert_equal_models(model, eager)
+
+
+def test_the_count_of_the_replays_own_references_is_measured():
+    # the state's slot, the replay's name, the call's argument and out tuples, the
+    # check's own: what this interpreter counts for them
+    assert 4 <= outputs.REPLAY_REFS <= 6
+
+    class Slot:
+        pass
+    slot, extra = Slot(), []
+    slot.data = np.zeros(3)
+    name = slot.data
+
+    def kernel(*arrays, out=None):
+        return outputs.writable(out)
+    assert kernel(name, out=(name,))[0] is name
+    extra.append(name)  # someone else holds it now
+    assert kernel(name, out=(name,)) == [None]
