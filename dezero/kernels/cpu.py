@@ -401,10 +401,9 @@ class KernelLibrary:
             for a buffer."""
             start = time.perf_counter() if debugging.LEVEL >= 2 else None
             # A list, so that take() sees the buffers taken already.
-            given = (None,) * len(outs) if out is None else \
-                outputs.writable(out, [o[0] for o in outs])
-            results = [g if g is not None and _fits(g, *o[1:]) else take(*o)
-                       for g, o in zip(given, outs)]
+            results = [take(*o) for o in outs] if out is None else [
+                g if g is not None and _fits(g, *o[1:]) else take(*o)
+                for g, o in zip(outputs.writable(out, [o[0] for o in outs]), outs)]
             refused = fn((*arrays, *results), threads)
             while refused:  # each pass conforms one more input
                 if refused < 0:
