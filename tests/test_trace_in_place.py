@@ -8,7 +8,7 @@ import pytest
 
 import dezero
 import dezero.functions as F
-from dezero import optimizers
+from dezero import Variable, optimizers
 from dezero.kernels import cpu, outputs
 from dezero.models import MLP
 
@@ -119,3 +119,56 @@ def test_the_count_of_the_replays_own_references_is_measured():
     assert kernel(name, out=(name,))[0] is name
     extra.append(name)  # someone else holds it now
     assert kernel(name, out=(name,)) == [None]
+
+
+def eager_and_replayed(body, keep=lambda model: [], steps=3):
+    """[eager, replayed]: (parameters, Q, what keep returned) after each of `steps`
+    steps from one init, eager and replayed by a compiled plan. body(model,
+    optimizer, Q) ends each step after backward (Q: a captured Variable of l0.W's
+    shape); keep(model), called before each step: the arrays a user holds through it."""
+    runs = []
+    for traced in (False, True):
+        np.random.seed(0)
+        model = MLP((256, 3), activation=F.relu)
+        model(X[:1])
+        optimizer = optimizers.SGD(0.01).setup(model)
+        Q = Variable(np.zeros(model.l0.W.shape, np.float32))
+
+        def step(x, t, model=model, optimizer=optimizer, Q=Q):
+            loss = F.softmax_cross_entropy(model(x), t)
+            model.cleargrads()
+            loss.backward()
+            body(model, optimizer, Q)
+            return loss
+        if traced:
+            recorder = dezero.trace(step)
+            recorder(X, T)
+            step = recorder.graph.compile("cpu").wait()
+        else:
+            step(X, T)
+        run = []
+        for _ in range(steps):
+            kept = keep(model)
+            step(X, T)
+            run.append(([p.data.copy() for p in model.params()], Q.data.copy(), kept))
+        runs.append(run)
+    return runs
+
+
+def assert_same_runs(eager, replayed):
+    for (params, Q, kept), (params_r, Q_r, kept_r) in zip(eager, replayed, strict=True):
+        for a, b in zip([*params, Q, *kept], [*params_r, Q_r, *kept_r], strict=True):
+            np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-7)
+
+
+def test_a_full_write_of_other_state_from_a_parameter_copies_its_old_values():
+    # Q.data[...] = W.data runs last in the replay (after every reader of Q's
+    # array); the update of W must not have written its new values over W's old
+    # array by then
+    def body(model, optimizer, Q):
+        Q.data[...] = model.l0.W.data
+        optimizer.update()
+    eager, replayed = eager_and_replayed(body)
+    assert_same_runs(eager, replayed)
+    (params, Q, _), = replayed[-1:]
+    assert not np.allclose(Q, params[0])  # Q holds the weights before the update

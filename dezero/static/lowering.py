@@ -175,9 +175,10 @@ def _into(group: Group, reads: Counter, producer: dict, renews: dict, places: se
 
 def _renewals(graph: Graph, stores: dict) -> dict:
     """Value stored as a state's new .data -> (the state's old value, the places of
-    the op nodes that read it; past the last for a returned one)."""
-    ops = graph.of_kind("op")
-    read_at = defaultdict(list, {id(v): [len(ops)] for v in graph.output_values})
+    the op nodes that read it; past the last for one returned or copied into another
+    state's array, which the in-place stores do after every op)."""
+    ops, late = graph.of_kind("op"), [stored(s.node) for s in stores.get(None, ())]
+    read_at = defaultdict(list, {id(v): [len(ops)] for v in graph.output_values + late})
     for i, v in ((i, v) for i, node in enumerate(ops) for v in node.inputs):
         read_at[id(v)].append(i)
     return {s.source: (s.node.inputs[0], read_at[id(s.node.inputs[0])])
