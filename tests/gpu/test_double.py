@@ -3,6 +3,7 @@ kernels as cupy does. Runs only under the double (see README.md here).
 
     PYTHONPATH=tests/fakecupy:. python -m pytest -q tests/gpu
 """
+import sys
 import types
 from pathlib import Path
 
@@ -71,6 +72,16 @@ def test_data_is_a_pointer_and_copies_out_are_numpy():
     assert float(y[1]) == 1  # asarray of numpy copies to the device
     assert cp.asarray(y) is y and cp.get_array_module(y) is cp
     assert cp.get_array_module(host) is np and x.device.id == 0
+
+
+def test_a_view_holds_the_array_it_views_as_its_base():
+    # as cupy's views do: code that counts references to an array (kernels/outputs)
+    # sees a view someone kept
+    x = cp.zeros((4, 3))
+    alone = sys.getrefcount(x)
+    views = [x[1:3], x.T, x.reshape(-1), x[1:3].T]
+    assert all(v.base is x for v in views) and x.base is None
+    assert sys.getrefcount(x) == alone + len(views)
 
 
 def test_random_draws_leave_numpys_global_state():

@@ -177,3 +177,20 @@ def test_an_update_writes_over_the_state_on_the_gpu_unless_someone_kept_it():
     assert "into model_l0_W's array" in gpu_step.graph.compile().source
     for p_cpu, p_gpu in zip(cpu.params(), gpu.params()):
         np.testing.assert_allclose(cp.asnumpy(p_gpu.data), p_cpu.data, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("keep", ["rows", "transpose", "flat"])
+def test_a_view_someone_kept_of_a_gpu_parameter_keeps_its_values(keep):
+    # a view holds its base (cupy's as numpy's), so the update gets a new array
+    x = np.random.default_rng(0).standard_normal((8, 300)).astype(np.float32)
+    t = np.arange(8) % 3
+    _, gpu = twin_models(lambda: MLP((256, 3), activation=F.relu), x)
+    step = training_step(gpu, optimizers.SGD(0.01).setup(gpu), traced=True)
+    for _ in range(2):  # records, then replays writing in place
+        step(cp.asarray(x), cp.asarray(t))
+    W = gpu.l0.W
+    kept = {"rows": lambda: W.data[3:5], "transpose": lambda: W.data.T,
+            "flat": lambda: W.data.reshape(-1)}[keep]()
+    snapshot = cp.asnumpy(kept)
+    step(cp.asarray(x), cp.asarray(t))
+    np.testing.assert_array_equal(cp.asnumpy(kept), snapshot)

@@ -7,6 +7,7 @@ cupy's "Unsupported type" TypeError), and `wrap` turns numpy results into ndarra
 cupy, so np.asarray(x) of a cupy array fails; `.get()` and cupy.asnumpy copy out.
 """
 import numbers
+import weakref
 
 import numpy
 
@@ -40,12 +41,28 @@ def wrap(value):
     return value
 
 
+# id of a numpy array that owns its memory -> the ndarray around it. A view holds
+# that ndarray as its base, as cupy's views hold theirs: the base stays alive and
+# counted (sys.getrefcount) while someone holds a view of it.
+_OWNERS = weakref.WeakValueDictionary()
+
+
 def _from_numpy(a):
     if a.dtype.kind in "OSUVMm":  # objects, strings, records, dates: no device type
         raise ValueError(f"Unsupported dtype {a.dtype}")
     array = ndarray.__new__(ndarray)
     array._a = a
+    _own(array)
     return array
+
+
+def _own(array):
+    root = array._a
+    while isinstance(root.base, numpy.ndarray):
+        root = root.base
+    array._base = None if root is array._a else _OWNERS.get(id(root))
+    if root is array._a:
+        _OWNERS[id(root)] = array
 
 
 def call(fn, *args, **kwargs):
@@ -139,7 +156,7 @@ def _unary(np_ufunc):
 class ndarray:
     """cupy.ndarray of the double: numpy's values in a type numpy does not accept."""
 
-    __slots__ = ("_a", "__weakref__")
+    __slots__ = ("_a", "_base", "__weakref__")
     __array_priority__ = 100
     __hash__ = None
 
@@ -148,6 +165,7 @@ class ndarray:
             raise NotImplementedError("the cupy test double makes arrays without memptr "
                                       "or strides")
         self._a = numpy.empty(shape, dtype, order=order)
+        _own(self)
 
     # What cupy refuses: implicit conversion to numpy.
     def __array__(self, *args, **kwargs):
@@ -203,7 +221,8 @@ class ndarray:
     strides = property(lambda self: self._a.strides)
     flags = property(lambda self: self._a.flags)
     T = property(lambda self: wrap(self._a.T))
-    base = property(lambda self: None if self._a.base is None else wrap(self._a.base))
+    base = property(lambda self: self._base if self._base is not None else
+                    None if self._a.base is None else wrap(self._a.base))
 
     def __getattr__(self, name):
         if not _names.has("cupy.ndarray", name) or not hasattr(numpy.ndarray, name):
