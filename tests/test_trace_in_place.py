@@ -9,6 +9,7 @@ import pytest
 import dezero
 import dezero.functions as F
 from dezero import Variable, optimizers
+from dezero.errors import TraceError
 from dezero.kernels import cpu, outputs
 from dezero.models import MLP
 
@@ -172,3 +173,30 @@ def test_a_full_write_of_other_state_from_a_parameter_copies_its_old_values():
     assert_same_runs(eager, replayed)
     (params, Q, _), = replayed[-1:]
     assert not np.allclose(Q, params[0])  # Q holds the weights before the update
+
+
+def test_an_in_place_write_after_a_new_array_writes_into_the_new_array():
+    # p.data = new; p.data *= c: eager code multiplies the new array, and an array
+    # someone kept of the old one keeps its values (as does a Variable first read
+    # after it got a new array)
+    def body(model, optimizer, Q):
+        optimizer.update()
+        for p in model.params():
+            p.data *= 0.5
+        Q.data = (model.l0.W * 2).data
+        Q.data *= 0.5
+    eager, replayed = eager_and_replayed(body, keep=lambda m: [m.l0.W.data, m.l1.b.data])
+    assert_same_runs(eager, replayed)
+
+
+def test_a_new_array_after_an_in_place_write_is_refused():
+    # eager code leaves the in-place result in the old array and gives the state the
+    # new one; a replay would write only one of them
+    W = Variable(np.ones((3, 2), np.float32), name="W")
+
+    @dezero.trace
+    def decay_then_update(x):
+        W.data *= 0.9
+        W.data = (W - x).data
+    with pytest.raises(TraceError, match=r"W.data gets a new array after an in-place.*\n  fix"):
+        decay_then_update(np.ones((3, 2), np.float32))

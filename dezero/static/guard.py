@@ -181,7 +181,8 @@ class GuardedArray(TracedArray):
                     other.value = result.value
             tracer.assign(source, result.value)
             known = tracer.known[id(source)]
-            known.in_place = True
+            # into the state's own array, not into a new one the run gave it
+            known.in_place = known.in_place or known.before_data is self.array
             tracer.overwritten.append(self.array)
             if known.node is not None and known.before_data is self.array:
                 known.before_data = self.array.copy()  # to put back (check, lower)

@@ -36,7 +36,7 @@ from dezero.static.ir import (
 from dezero.static.names import identifier, letter_name
 
 # =============================================================================
-# Helpers: remap, is_random, is_pinned
+# Helpers: remap, is_pinned
 # =============================================================================
 
 
@@ -44,10 +44,6 @@ def _remap(node: Node, mapping: dict) -> Node:
     """A copy of node whose inputs are replaced through mapping (Value -> Value)."""
     inputs = [mapping.get(id(v), v) for v in node.inputs]
     return Node(node.kind, node.op, inputs, node.attrs, node.outputs, node.payload)
-
-
-def _is_random(node: Node) -> bool:
-    return node.kind == "op" and node.record.random
 
 
 def _is_pinned(node: Node) -> bool:

@@ -45,7 +45,7 @@ class Traced:
     before_data: object = None     # state: its .data before the run
     before_grad: object = None     # state and arguments: its .grad before the run
     write: Value | None = None     # state: the Value the run left in it
-    in_place: bool = False         # state: the run overwrote its array itself
+    in_place: bool = False         # state: the run overwrote its own array (before_data)
     attr: tuple | None = None      # (object, name): an attribute carrying it between calls
 
 
@@ -171,8 +171,10 @@ class Tracer(TracerHooks):
         known = self.known.get(id(var))
         if isinstance(value, GuardedArray):
             value._alive(".data =")
-            if value.array is not var._data and known is not None:
-                known.in_place = False  # a new array, not the in-place idiom
+            if value.array is not var._data and known is not None and known.in_place:
+                raise TraceError(
+                    f"{self.label(var)}.data gets a new array after an in-place write into its "
+                    f"old one ({where()}); a replay does one\n  fix: assign new arrays both times")
             self.assign(var, self.value_of(value))
             return value.array
         if value is None:
