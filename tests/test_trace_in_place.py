@@ -200,3 +200,15 @@ def test_a_new_array_after_an_in_place_write_is_refused():
         W.data = (W - x).data
     with pytest.raises(TraceError, match=r"W.data gets a new array after an in-place.*\n  fix"):
         decay_then_update(np.ones((3, 2), np.float32))
+
+
+def test_an_array_read_before_its_variable_gets_a_new_one_keeps_the_old_value():
+    # Nesterov momentum as cs231n writes it: v_prev = v.data, read before the run
+    # reads v any other way, stands for v's value before the new array
+    def body(model, optimizer, Q):
+        v, W = Q, model.l0.W
+        v_prev = v.data
+        v.data = (v * 0.9 - 0.01 * W.grad).data
+        W.data = (W - 0.9 * v_prev + 1.9 * v).data
+    eager, replayed = eager_and_replayed(body, keep=lambda m: [m.l0.W.data])
+    assert_same_runs(eager, replayed)

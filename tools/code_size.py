@@ -19,7 +19,7 @@ BUDGETS = {
     "dezero/core.py": 355,
     "dezero/op_record.py": 71,
     "dezero/static/trace.py": 474,
-    "dezero/static/tracer.py": 357,
+    "dezero/static/tracer.py": 356,
     "dezero/static/guard.py": 176,
     "dezero/static/ir.py": 297,
     "dezero/static/graph.py": 64,
@@ -55,7 +55,7 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 3812,
+    "dezero/static/": 3811,
     "dezero/kernels/": 1324,
 }
 

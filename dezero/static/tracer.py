@@ -255,6 +255,8 @@ class Tracer(TracerHooks):
             # .data of a Variable that still holds this array: its current value
             # (an in-place write through another name for the array included).
             guard.value = self.resolve(source)
+        elif guard.value is None and getattr(self.known.get(id(source)), "node", None) is not None:
+            guard.value = self.known[id(source)].node.outputs[0]  # read before its capture
         return guard.value
 
     def resolve(self, var: Variable) -> Value:
@@ -283,9 +285,8 @@ class Tracer(TracerHooks):
                 f"(v.data = (v - ...).data), or give each its own copy")
         if data is None:
             self.uninitialised.append(self.label(var))
-            value = Value(None, (), np.float32)  # typed by the first write
-        else:
-            value = Value(None, data.shape, data.dtype)
+        # (no array yet: typed by the first write)
+        value = Value(None, (), np.float32) if data is None else Value(None, data.shape, data.dtype)
         known = self.known.setdefault(id(var), Traced(var))
         known.node = Node("state", outputs=[value], attrs={"field": "data"},
                           payload=DataSlot(var))
@@ -315,9 +316,8 @@ class Tracer(TracerHooks):
         self.finished = True
         changed = [(known, known.write) for known in self.written
                    if known.write is not known.node.outputs[0]]
-        writes = [Node("write", inputs=[known.node.outputs[0], source],
-                       attrs={"field": "data", "in_place": True} if known.in_place
-                       else {"field": "data"})
+        writes = [Node("write", inputs=[known.node.outputs[0], source], attrs={"field": "data"}
+                       | ({"in_place": True} if known.in_place else {}))
                   for known, source in changed if known.node.attrs["field"] != "attr"]
         # State read through an attribute (self.s.data += x.data on carried state):
         # the replay gives the attribute the new value, as for any carried value.
