@@ -212,3 +212,27 @@ def test_an_array_read_before_its_variable_gets_a_new_one_keeps_the_old_value():
         W.data = (W - 0.9 * v_prev + 1.9 * v).data
     eager, replayed = eager_and_replayed(body, keep=lambda m: [m.l0.W.data])
     assert_same_runs(eager, replayed)
+
+
+
+def test_an_array_taken_between_the_check_and_the_kernel_keeps_its_values(monkeypatch):
+    # another thread may take W.data right after writable() (threads switch between
+    # bytecodes): the kernel counts its references again, holding the GIL until it
+    # is done, and writes a new array instead
+    eager, eager_step, model, optimizer, plan = models_and_steps()
+    taken = []
+
+    def writable_then_taken(out, pools=None):
+        given = writable(out, pools)
+        taken.extend((a, a.copy()) for a in given if a is model.l0.W.data)
+        return given
+    writable = outputs.writable
+    monkeypatch.setattr(outputs, "writable", writable_then_taken)
+    for _ in range(2):
+        plan(X, T)
+        eager_step(X, T)
+    assert len(taken) == 2
+    for array, values in taken:
+        np.testing.assert_array_equal(array, values)
+        assert not np.shares_memory(array, model.l0.W.data)
+    assert_equal_models(model, eager)

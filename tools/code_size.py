@@ -42,7 +42,7 @@ BUDGETS = {
     "dezero/static/backends/pycode.py": 200,
     "dezero/kernels/gpu.py": 92,
     "dezero/kernels/gpu_reductions.py": 203,
-    "dezero/kernels/cpu.py": 368,
+    "dezero/kernels/cpu.py": 379,
     "dezero/kernels/cpu_reductions.py": 177,
     "dezero/kernels/pending.py": 65,
     "dezero/kernels/measure.py": 95,
@@ -56,7 +56,7 @@ BUDGETS = {
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
     "dezero/static/": 3811,
-    "dezero/kernels/": 1324,
+    "dezero/kernels/": 1335,
 }
 
 

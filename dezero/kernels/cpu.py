@@ -199,11 +199,13 @@ def library_source(specs) -> str:
 def _tuple_entry(spec) -> str:
     """`<name>_args`: the kernel on a tuple of its arrays (inputs, then outputs), read
     through CPython's tuple layout (its length, then its items from
-    tuple.__basicsize__ on); -1 for a tuple of another length."""
+    tuple.__basicsize__ on); -1 for a tuple of another length. most: NULL, or per
+    array the references it may have (0: any); -2, before any write, for an array
+    that has more (run_kernel: an array to write over that someone took)."""
     n = len(spec.inputs) + len(spec.outputs)
-    return (f'\nextern "C" int {spec.name}_args(Object* _t, int _threads) {{\n'
+    return (f'\nextern "C" int {spec.name}_args(Object* _t, int _threads, npy_intp* _most) {{\n'
             f"  Object** _a = (Object**)((char*)_t + {tuple.__basicsize__});\n"
-            f"  return ((npy_intp*)_t)[2] != {n} ? -1 : {spec.name}("
+            f"  return ((npy_intp*)_t)[2] != {n} ? -1 : taken(_a, {n}, _most) ? -2 : {spec.name}("
             + "".join(f"_a[{k}], " for k in range(n)) + "_threads);\n}\n")
 
 
@@ -387,11 +389,13 @@ class KernelLibrary:
             threads = self.threads.get(spec.name, measure.machine_threads() if
                                        _size(spec.shape) >= 1 << 18 else 1)
         # A prototype called by address: ctypes calls it faster than the CDLL
-        # attribute (1.7 against 3.0 us); it releases the GIL while the kernel runs.
-        fn = _TUPLE_CALL(ctypes.cast(getattr(self.dll, f"{spec.name}_args"), ctypes.c_void_p).value)
+        # attribute (1.7 against 3.0 us); it releases the GIL while the kernel runs,
+        # `held` does not (a kernel writing over a state's array, below).
+        address = ctypes.cast(getattr(self.dll, f"{spec.name}_args"), ctypes.c_void_p).value
+        fn, held = _TUPLE_CALL(address), _HELD_CALL(address)
         if hasattr(spec, "axes"):
-            return cpu_reductions.reduction_call(spec, lambda *a: fn(a[:-1], a[-1]), threads,
-                                                 numpy)
+            return cpu_reductions.reduction_call(spec, lambda *a: fn(a[:-1], a[-1], None),
+                                                 threads, numpy)
         take = self.pool.take
         outs = [(self.pool.buffers(p.shape, p.dtype), p.shape, np.dtype(p.dtype))
                 for p in spec.outputs]
@@ -404,14 +408,22 @@ class KernelLibrary:
             results = [take(*o) for o in outs] if out is None else [
                 g if g is not None and _fits(g, *o[1:]) else take(*o)
                 for g, o in zip(outputs.writable(out, [o[0] for o in outs]), outs)]
-            refused = fn((*arrays, *results), threads)
-            while refused:  # each pass conforms one more input
-                if refused < 0:
+            # Another thread may take an array between writable() and the kernel: the
+            # kernel counts the references of those it writes over again, the GIL held
+            # until it is done, and refuses (-2) where one has more than the replay's.
+            most = _most(len(arrays), results, out, outs) if out else None
+            refused = (held if most else fn)((*arrays, *results), threads, most)
+            while refused:  # each pass conforms one more input, or takes new buffers
+                if refused == -2:
+                    results = [take(*o) if r is g else r for r, g, o in zip(results, out, outs)]
+                    most = None
+                elif refused < 0:
                     raise TypeError(f"kernel {spec.name} takes {len(spec.inputs)} input "
                                     f"arrays, {len(arrays)} were given")
-                arrays = _conform(spec, refused - 1, arrays)
-                again = fn((*arrays, *results), threads)
-                if again == refused:
+                else:
+                    arrays = _conform(spec, refused - 1, arrays)
+                again = (held if most else fn)((*arrays, *results), threads, most)
+                if again == refused > 0:
                     raise RuntimeError(f"kernel {spec.name} refused its conformed input "
                                        f"{spec.inputs[refused - 1].name}")
                 refused = again
@@ -425,9 +437,20 @@ class KernelLibrary:
         return run_kernel
 
 
-# A kernel's `<name>_args(tuple, threads)` (library_source): ctypes passes one tuple of
-# 32 arrays in about 1 us, the 32 arrays as as many arguments in about 9 us.
-_TUPLE_CALL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_int)
+# A kernel's `<name>_args(tuple, threads, most)` (library_source): ctypes passes one
+# tuple of 32 arrays in about 1 us, the 32 arrays as as many arguments in about 9 us.
+_TUPLE_CALL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_int, ctypes.c_void_p)
+_HELD_CALL = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_int, ctypes.c_void_p)
+
+
+def _most(inputs: int, results: list, out: tuple, outs: list):
+    """The `most` of a kernel call writing over arrays of `out`, or None: the references
+    each has at the kernel's entry where only the replay holds it (those writable()
+    counts, less its own, plus `results` and the call's tuple, which names it twice;
+    a pool's too where it holds it)."""
+    most = [outputs.REPLAY_REFS + 2 + any(b is r for b in o[0]) if r is g else 0
+            for r, g, o in zip(results, out, outs)]
+    return (ctypes.c_ssize_t * (inputs + len(most)))(*[0] * inputs, *most) if any(most) else None
 
 
 def _fits(array, shape: tuple, dtype) -> bool:

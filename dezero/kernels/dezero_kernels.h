@@ -80,6 +80,15 @@ static int arg_layout(Object* o, int type_num, npy_intp item, int nd,
   return one ? 2 : (full && (a->flags & C_CONTIGUOUS)) ? 1 : 0;
 }
 
+// Whether an array a kernel would write over has more references than `most` allows
+// (most: NULL, or per array a count, 0 for any): someone took it since the replay
+// checked it (run_kernel), and it must keep its values.
+static inline bool taken(Object** a, int n, const npy_intp* most) {
+  for (int j = 0; most && j < n; ++j)
+    if (most[j] && a[j]->refcnt > most[j]) return true;
+  return false;
+}
+
 // [lo, hi) of n for this OpenMP thread, in blocks of 64 elements.
 static inline void thread_range(npy_intp n, npy_intp* lo, npy_intp* hi) {
   const npy_intp parts = omp_get_num_threads(), me = omp_get_thread_num();
