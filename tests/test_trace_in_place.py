@@ -3,6 +3,8 @@
 gives the state new arrays, as eager code always does, where someone else holds
 them: an array kept, a view of it, or a state that is itself a view of other memory.
 Every replay equals eager execution of the same steps."""
+import threading
+
 import numpy as np
 import pytest
 
@@ -217,8 +219,8 @@ def test_an_array_read_before_its_variable_gets_a_new_one_keeps_the_old_value():
 
 def test_an_array_taken_between_the_check_and_the_kernel_keeps_its_values(monkeypatch):
     # another thread may take W.data right after writable() (threads switch between
-    # bytecodes): the kernel counts its references again, holding the GIL until it
-    # is done, and writes a new array instead
+    # bytecodes): while other threads run, the kernel counts its references again,
+    # holding the GIL until it is done, and writes a new array instead
     eager, eager_step, model, optimizer, plan = models_and_steps()
     taken = []
 
@@ -228,9 +230,16 @@ def test_an_array_taken_between_the_check_and_the_kernel_keeps_its_values(monkey
         return given
     writable = outputs.writable
     monkeypatch.setattr(outputs, "writable", writable_then_taken)
-    for _ in range(2):
-        plan(X, T)
-        eager_step(X, T)
+    done = threading.Event()
+    other = threading.Thread(target=done.wait)  # a thread that could take it
+    other.start()
+    try:
+        for _ in range(2):
+            plan(X, T)
+            eager_step(X, T)
+    finally:
+        done.set()
+        other.join()
     assert len(taken) == 2
     for array, values in taken:
         np.testing.assert_array_equal(array, values)

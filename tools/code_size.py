@@ -42,9 +42,9 @@ BUDGETS = {
     "dezero/static/backends/pycode.py": 200,
     "dezero/kernels/gpu.py": 92,
     "dezero/kernels/gpu_reductions.py": 203,
-    "dezero/kernels/cpu.py": 379,
+    "dezero/kernels/cpu.py": 381,
     "dezero/kernels/cpu_reductions.py": 177,
-    "dezero/kernels/pending.py": 65,
+    "dezero/kernels/pending.py": 67,
     "dezero/kernels/measure.py": 95,
     "dezero/kernels/cache.py": 45,
     "dezero/kernels/outputs.py": 20,
@@ -56,7 +56,7 @@ BUDGETS = {
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
     "dezero/static/": 3811,
-    "dezero/kernels/": 1335,
+    "dezero/kernels/": 1339,
 }
 
 

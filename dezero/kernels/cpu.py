@@ -25,6 +25,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -408,10 +409,11 @@ class KernelLibrary:
             results = [take(*o) for o in outs] if out is None else [
                 g if g is not None and _fits(g, *o[1:]) else take(*o)
                 for g, o in zip(outputs.writable(out, [o[0] for o in outs]), outs)]
-            # Another thread may take an array between writable() and the kernel: the
-            # kernel counts the references of those it writes over again, the GIL held
-            # until it is done, and refuses (-2) where one has more than the replay's.
-            most = _most(len(arrays), results, out, outs) if out else None
+            # Another thread may take an array between writable() and the kernel: then
+            # the kernel counts the references of those it writes over again, the GIL
+            # held until it is done, and refuses (-2) where one has more than the replay's.
+            most = _most(len(spec.inputs), results, out, outs) if out and \
+                threading.active_count() > 1 + pending.workers() else None
             refused = (held if most else fn)((*arrays, *results), threads, most)
             while refused:  # each pass conforms one more input, or takes new buffers
                 if refused == -2:

@@ -31,6 +31,11 @@ _new_worker()
 os.register_at_fork(after_in_child=_new_worker)
 
 
+def workers() -> int:
+    """The worker's threads now (none before the first build): they read no arrays."""
+    return len(_WORKER._threads)
+
+
 def _drop_queued_builds():
     # At exit the library being compiled is finished (into the cache), and those not
     # begun are left for a later run, rather than the process waiting for each.
