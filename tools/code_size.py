@@ -40,14 +40,14 @@ BUDGETS = {
     "dezero/static/backends/__init__.py": 28,
     "dezero/static/backends/interpreter.py": 67,
     "dezero/static/backends/pycode.py": 200,
-    "dezero/kernels/gpu.py": 92,
+    "dezero/kernels/gpu.py": 93,
     "dezero/kernels/gpu_reductions.py": 203,
-    "dezero/kernels/cpu.py": 381,
+    "dezero/kernels/cpu.py": 380,
     "dezero/kernels/cpu_reductions.py": 177,
     "dezero/kernels/pending.py": 67,
     "dezero/kernels/measure.py": 95,
     "dezero/kernels/cache.py": 45,
-    "dezero/kernels/outputs.py": 20,
+    "dezero/kernels/outputs.py": 24,
 }
 
 
@@ -56,7 +56,7 @@ BUDGETS = {
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
     "dezero/static/": 3811,
-    "dezero/kernels/": 1339,
+    "dezero/kernels/": 1343,
 }
 
 

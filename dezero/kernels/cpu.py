@@ -25,7 +25,6 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -413,7 +412,7 @@ class KernelLibrary:
             # the kernel counts the references of those it writes over again, the GIL
             # held until it is done, and refuses (-2) where one has more than the replay's.
             most = _most(len(spec.inputs), results, out, outs) if out and \
-                threading.active_count() > 1 + pending.workers() else None
+                not outputs.alone() else None
             refused = (held if most else fn)((*arrays, *results), threads, most)
             while refused:  # each pass conforms one more input, or takes new buffers
                 if refused == -2:

@@ -103,8 +103,10 @@ def kernel_factory(spec):
     def run(*arrays, out=None):
         if out:
             import cupy
+            # (a queued kernel would change an array another thread took meanwhile)
+            given = outputs.writable(out) if outputs.alone() else (None,) * len(out)
             arrays += tuple(cupy.empty(spec.shape, p.dtype) if o is None else o
-                            for o, p in zip(outputs.writable(out), spec.outputs))
+                            for o, p in zip(given, spec.outputs))
         if debugging.LEVEL >= 2:
             return _timed(spec.name, kernel, arrays)
         return kernel(*arrays)

@@ -6,11 +6,15 @@ state (a parameter, an optimizer's moment) that the output replaces. A state's
 array is written over only where nobody but the replay holds it. Eager code gives
 the state a new array, so an array someone kept (`old = layer.W.data`, a view of
 it) keeps its values; an array that is itself a view of other memory is never
-written either.
+written either. While other threads run, the cpu backend checks again as the kernel
+starts, and the cupy backend writes no array over (see alone()).
 
     given = outputs.writable(out, pools)   # per output: the array, or None
 """
 import sys
+import threading
+
+from dezero.kernels import pending
 
 
 def _refs(out, k) -> int:
@@ -34,6 +38,13 @@ def _replay_refs() -> int:
 
 
 REPLAY_REFS = _replay_refs()
+
+
+def alone() -> bool:
+    """Whether no other thread runs (but the background compiler's, which reads no
+    arrays): none can take an array between writable() and the kernel writing it,
+    which the cupy backend cannot check again and the cpu backend does (run_kernel)."""
+    return threading.active_count() <= 1 + pending.workers()
 
 
 def writable(out, pools=None) -> list:

@@ -8,6 +8,7 @@ eager numpy gives for the same inputs and state, over several calls.
     python -m pytest -q tests/gpu
 """
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -194,3 +195,26 @@ def test_a_view_someone_kept_of_a_gpu_parameter_keeps_its_values(keep):
     snapshot = cp.asnumpy(kept)
     step(cp.asarray(x), cp.asarray(t))
     np.testing.assert_array_equal(cp.asnumpy(kept), snapshot)
+
+
+def test_no_gpu_state_is_written_over_while_another_thread_runs():
+    # a thread that took W.data after the check would see the queued kernel's values
+    x = np.random.default_rng(0).standard_normal((8, 300)).astype(np.float32)
+    t = np.arange(8) % 3
+    _, gpu = twin_models(lambda: MLP((256, 3), activation=F.relu), x)
+    step = training_step(gpu, optimizers.SGD(0.01).setup(gpu), traced=True)
+    for _ in range(2):  # records, then replays writing in place
+        step(cp.asarray(x), cp.asarray(t))
+    done = threading.Event()
+    other = threading.Thread(target=done.wait)
+    other.start()
+    try:
+        before = id(gpu.l0.W.data)  # (the old array lives until the new one is stored)
+        step(cp.asarray(x), cp.asarray(t))
+        assert id(gpu.l0.W.data) != before
+    finally:
+        done.set()
+        other.join()
+    before = id(gpu.l0.W.data)
+    step(cp.asarray(x), cp.asarray(t))
+    assert id(gpu.l0.W.data) == before
