@@ -33,7 +33,7 @@ os.register_at_fork(after_in_child=_new_worker)
 
 def workers() -> int:
     """The worker's threads now (none before the first build): they read no arrays."""
-    return len(_WORKER._threads)
+    return sum(t.is_alive() for t in _WORKER._threads)
 
 
 def _drop_queued_builds():
