@@ -61,6 +61,8 @@ def test_the_update_writes_over_the_parameter_and_its_moments():
     eager, eager_step, model, optimizer, plan = models_and_steps()
     assert "into MLP_l0_W's array" in plan.source
     assert "into Adam_ms_l0_W's array" in plan.source
+    # small states (the step count, the last layer's) get buffers of the pool
+    assert "into Adam_t's array" not in plan.source and "into MLP_l1_W's" not in plan.source
     for _ in range(4):
         ids = [id(a) for a in state_of(model, optimizer)]
         plan(X, T)

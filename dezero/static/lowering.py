@@ -23,11 +23,13 @@ the captured state and refuses to run inside a trace.
 """
 from __future__ import annotations
 
+import math
 from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field
 
 from dezero.core import Config, Variable, _wrap_output, current_tracer
 from dezero.errors import GraphError, TraceError
+from dezero.static import horizontal
 from dezero.static.ir import Graph, Group, Node, format_node, stored
 from dezero.static.slots import AttrSlot
 
@@ -123,8 +125,7 @@ def lower(graph: Graph) -> Program:
     inside = {id(n) for g in graph.groups for n in g.nodes}
     reads = Counter(id(v) for n in graph.nodes for v in n.inputs)
     producer = {id(v): n for n in graph.nodes for v in n.outputs}
-    renews = _renewals(graph, stores)
-    at = {id(n): i for i, n in enumerate(graph.of_kind("op"))}
+    renews, at = _renewals(graph, stores), {id(n): i for i, n in enumerate(graph.of_kind("op"))}
     for node in graph.of_kind("op"):
         group = starts.get(id(node))
         if group is None and id(node) in inside:
@@ -176,14 +177,17 @@ def _into(group: Group, reads: Counter, producer: dict, renews: dict, places: se
 def _renewals(graph: Graph, stores: dict) -> dict:
     """Value stored as a state's new .data -> (the state's old value, the places of
     the op nodes that read it; past the last for one returned or copied into another
-    state's array, which the in-place stores do after every op)."""
+    state's array, which the in-place stores do after every op). Only for states
+    larger than a horizontal kernel's segments: a smaller one's new array, a buffer
+    of the kernel backend's pool, costs less than the checks of writing over it."""
     ops, late = graph.of_kind("op"), [stored(s.node) for s in stores.get(None, ())]
     read_at = defaultdict(list, {id(v): [len(ops)] for v in graph.output_values + late})
     for i, v in ((i, v) for i, node in enumerate(ops) for v in node.inputs):
         read_at[id(v)].append(i)
     return {s.source: (s.node.inputs[0], read_at[id(s.node.inputs[0])])
             for each in stores.values() for s in each if s.target == "state" and
-            s.node.attrs["field"] == "data" and not s.node.attrs.get("in_place")}
+            s.node.attrs["field"] == "data" and not s.node.attrs.get("in_place")
+            and math.prod(s.node.inputs[0].shape) > horizontal.MAX_SEGMENT}
 
 
 def _stores(graph: Graph, owned: set) -> dict:
@@ -312,8 +316,7 @@ def store(step: Step, value, leaves: dict) -> None:
     """Apply a store step: `value` (an array, or None to clear a .grad) into its
     target; leaves maps argument names to what the caller passed (a .grad reaches
     only a Variable argument). The python backend prints the same as code."""
-    node = step.node
-    kind = node.attrs["field"]
+    node, kind = step.node, step.node.attrs["field"]
     if step.target == "attr":
         setattr(step.slot.holder, step.slot.name, _wrap_output(value))
         return
