@@ -47,7 +47,7 @@ BUDGETS = {
     "dezero/kernels/pending.py": 67,
     "dezero/kernels/measure.py": 95,
     "dezero/kernels/cache.py": 45,
-    "dezero/kernels/outputs.py": 24,
+    "dezero/kernels/outputs.py": 25,
 }
 
 
@@ -56,7 +56,7 @@ BUDGETS = {
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
     "dezero/static/": 3812,
-    "dezero/kernels/": 1343,
+    "dezero/kernels/": 1344,
 }
 
 

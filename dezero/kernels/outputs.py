@@ -53,7 +53,8 @@ def writable(out, pools=None) -> list:
     output k, whose reference to the array is nobody else's."""
     given = []
     for k in range(len(out)):
-        held = _refs(out, k) - any(b is out[k] for b in (pools[k] if pools else ()))
-        given.append(out[k] if out[k] is not None and out[k].base is None and
-                     held <= REPLAY_REFS else None)
+        held = 0 if out[k] is None else _refs(out, k)
+        if held > REPLAY_REFS and pools:  # (looked for only then: it takes a while)
+            held -= any(b is out[k] for b in pools[k])
+        given.append(out[k] if 0 < held <= REPLAY_REFS and out[k].base is None else None)
     return given
