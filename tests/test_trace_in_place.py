@@ -7,6 +7,7 @@ import threading
 
 import numpy as np
 import pytest
+from train_helpers import training_step
 
 import dezero
 import dezero.functions as F
@@ -25,23 +26,17 @@ T = np.arange(8) % 3
 
 
 def models_and_steps():
-    """(eager model, eager step), (traced model, its compiled plan), from one init."""
+    """(eager model, eager step), (traced model, its optimizer, its compiled plan), from
+    one init, each step run once (the traced one recorded)."""
     pairs = []
     for _ in range(2):
         np.random.seed(0)
         model = MLP((256, 3), activation=F.relu)
         model(X[:1])  # the weights, from the seed
-        optimizer = optimizers.Adam(0.01).setup(model)
-
-        def step(x, t, model=model, optimizer=optimizer):
-            loss = F.softmax_cross_entropy(model(x), t)
-            model.cleargrads()
-            loss.backward()
-            optimizer.update()
-            return loss
-        pairs.append((model, optimizer, step))
-    (eager, _, eager_step), (model, optimizer, step) = pairs
-    traced = dezero.trace(step)
+        pairs.append((model, optimizers.Adam(0.01).setup(model)))
+    (eager, eager_optimizer), (model, optimizer) = pairs
+    eager_step = training_step(eager, eager_optimizer)
+    traced = training_step(model, optimizer, traced=True)
     traced(X, T)  # records, and runs eagerly
     eager_step(X, T)
     return eager, eager_step, model, optimizer, traced.graph.compile("cpu").wait()
@@ -59,10 +54,10 @@ def assert_equal_models(a, b):
 
 def test_the_update_writes_over_the_parameter_and_its_moments():
     eager, eager_step, model, optimizer, plan = models_and_steps()
-    assert "into MLP_l0_W's array" in plan.source
-    assert "into Adam_ms_l0_W's array" in plan.source
+    assert "into model_l0_W's array" in plan.source
+    assert "into optimizer_ms_l0_W's array" in plan.source
     # small states (the step count, the last layer's) get buffers of the pool
-    assert "into Adam_t's array" not in plan.source and "into MLP_l1_W's" not in plan.source
+    assert "into optimizer_t's array" not in plan.source and "into model_l1_W's" not in plan.source
     for _ in range(4):
         ids = [id(a) for a in state_of(model, optimizer)]
         plan(X, T)

@@ -180,15 +180,22 @@ def test_an_update_writes_over_the_state_on_the_gpu_unless_someone_kept_it():
         np.testing.assert_allclose(cp.asnumpy(p_gpu.data), p_cpu.data, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("keep", ["rows", "transpose", "flat"])
-def test_a_view_someone_kept_of_a_gpu_parameter_keeps_its_values(keep):
-    # a view holds its base (cupy's as numpy's), so the update gets a new array
+def sgd_step_replayed_on_the_gpu():
+    """(model on the GPU, its traced SGD step, x, t), the step recorded and replayed
+    once: 300 x 256 weights, each update a kernel of its own (lowering._into)."""
     x = np.random.default_rng(0).standard_normal((8, 300)).astype(np.float32)
     t = np.arange(8) % 3
     _, gpu = twin_models(lambda: MLP((256, 3), activation=F.relu), x)
     step = training_step(gpu, optimizers.SGD(0.01).setup(gpu), traced=True)
     for _ in range(2):  # records, then replays writing in place
         step(cp.asarray(x), cp.asarray(t))
+    return gpu, step, x, t
+
+
+@pytest.mark.parametrize("keep", ["rows", "transpose", "flat"])
+def test_a_view_someone_kept_of_a_gpu_parameter_keeps_its_values(keep):
+    # a view holds its base (cupy's as numpy's), so the update gets a new array
+    gpu, step, x, t = sgd_step_replayed_on_the_gpu()
     W = gpu.l0.W
     kept = {"rows": lambda: W.data[3:5], "transpose": lambda: W.data.T,
             "flat": lambda: W.data.reshape(-1)}[keep]()
@@ -199,12 +206,7 @@ def test_a_view_someone_kept_of_a_gpu_parameter_keeps_its_values(keep):
 
 def test_no_gpu_state_is_written_over_while_another_thread_runs():
     # a thread that took W.data after the check would see the queued kernel's values
-    x = np.random.default_rng(0).standard_normal((8, 300)).astype(np.float32)
-    t = np.arange(8) % 3
-    _, gpu = twin_models(lambda: MLP((256, 3), activation=F.relu), x)
-    step = training_step(gpu, optimizers.SGD(0.01).setup(gpu), traced=True)
-    for _ in range(2):  # records, then replays writing in place
-        step(cp.asarray(x), cp.asarray(t))
+    gpu, step, x, t = sgd_step_replayed_on_the_gpu()
     done = threading.Event()
     other = threading.Thread(target=done.wait)
     other.start()
