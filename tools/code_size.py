@@ -36,7 +36,7 @@ BUDGETS = {
     "dezero/static/debugging.py": 24,
     "dezero/kernels/codegen.py": 133,
     "dezero/kernels/reductions.py": 128,
-    "dezero/static/lowering.py": 230,
+    "dezero/static/lowering.py": 229,
     "dezero/static/backends/__init__.py": 28,
     "dezero/static/backends/interpreter.py": 67,
     "dezero/static/backends/pycode.py": 200,
@@ -55,7 +55,7 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 3812,
+    "dezero/static/": 3811,
     "dezero/kernels/": 1344,
 }
 

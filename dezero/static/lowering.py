@@ -133,7 +133,7 @@ def lower(graph: Graph) -> Program:
         steps.append(Step("node", node) if group is None else
                      Step("kernel", group=group, body=[Step("node", n) for n in group.nodes],
                           into=_into(group, reads, producer, renews,
-                                     {at[id(n)] for n in group.nodes})))
+                                     at[id(group.nodes[-1])])))
         steps += [s for v in (group or node).outputs for s in stores.pop(v.name, ())]
     steps += stores.pop(None, [])  # in place: after every reader of the old array
     if stores:
@@ -146,18 +146,18 @@ def lower(graph: Graph) -> Program:
     return Program(graph, _with_frees(graph, steps))
 
 
-def _into(group: Group, reads: Counter, producer: dict, renews: dict, places: set) -> tuple:
+def _into(group: Group, reads: Counter, producer: dict, renews: dict, end: int) -> tuple:
     """For each output of a group, the input whose array its kernel may write it
     into, or None: an input of the group's shape and the output's dtype that only the
     group's nodes read, either made by an op whose array is its own
     (record.fresh_result: x @ W) or the array of a state that the output replaces
-    where no op node after the group's first (places: where its nodes are) reads
-    the old value (_renewals). The epilogue of a matmul (bias add, activation) then
-    runs in place, as numpy's `h += b` does, and so does an activation's mask times
-    its gradient; an optimizer's update writes over the old parameter and moments
-    where nobody else holds them (the kernel backends check at every call, so that an
-    array someone kept keeps its values, as in eager code). None for a horizontal or
-    a reduction group (values of other shapes)."""
+    where no op node after the group's last (at place `end`; a group's nodes are
+    consecutive, ir.check) reads the old value (_renewals). The epilogue of a matmul
+    (bias add, activation) then runs in place, as numpy's `h += b` does, and so does
+    an activation's mask times its gradient; an optimizer's update writes over the
+    old parameter and moments where nobody else holds them (the kernel backends check
+    at every call, so that an array someone kept keeps its values, as in eager code).
+    None for a horizontal or a reduction group (values of other shapes)."""
     if group.segments or group.axes is not None:
         return (None,) * len(group.outputs)
     inside = Counter(id(v) for n in group.nodes for v in n.inputs)
@@ -167,8 +167,7 @@ def _into(group: Group, reads: Counter, producer: dict, renews: dict, places: se
     into = []
     for out in group.outputs:
         old, read_at = renews.get(out.name, (None, ()))
-        mine = old in group.inputs and old.type == out.type and all(
-            p < min(places) or p in places for p in read_at)
+        mine = old in group.inputs and old.type == out.type and max(read_at) <= end
         into.append(old if mine else next((v for v in free if v.dtype == out.dtype), None))
         free = [v for v in free if v is not into[-1]]
     return tuple(into)
