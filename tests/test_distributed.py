@@ -557,6 +557,33 @@ def test_a_sharded_update_leaves_a_parameter_without_a_gradient_alone(comm):
         np.testing.assert_array_equal(a, b)
 
 
+def test_alone_the_allgather_returns_whole_pieces_and_kept_weights_keep_their_values(comm):
+    # A world of one: each piece is a whole parameter, so the new weights are the
+    # pieces' memory (no copy). An array kept from before a step keeps its values.
+    pieces = [np.arange(6.0), np.arange(3.0)]
+    x, y = dist.Allgather("world", ((2, 3), (3,)))(*[Variable(p) for p in pieces])
+    assert np.shares_memory(x.data, pieces[0]) and np.shares_memory(y.data, pieces[1])
+    x, t = classification()
+    runs = []
+    for traced in (False, True):
+        np.random.seed(0)
+        model = MLP((8, 3))
+        model(x[:1])
+        optimizer = dist.ShardedOptimizer(optimizers.Adam(alpha=0.01), comm).setup(model)
+        step = training_step(model, optimizer)
+        step = dezero.trace(step) if traced else step
+        kept = []
+        for _ in range(4):
+            kept.append([(p.data, p.data.copy()) for p in model.params()])
+            step(x, t)
+        for arrays in kept:
+            for array, values in arrays:
+                np.testing.assert_array_equal(array, values)
+        runs.append([p.data for p in model.params()])
+    for a, b in zip(*runs):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
 def test_a_rank_whose_block_is_empty_still_counts_the_update(comm, monkeypatch):
     # One element for two ranks: rank 1's block is empty, yet Adam's step count must
     # advance with rank 0's, and the parameter comes back from rank 0's block.
