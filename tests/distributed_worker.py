@@ -157,6 +157,39 @@ def unused():
         np.testing.assert_array_equal(together[-1], 1.0)  # spare, the last added
 
 
+def tiny():
+    """A model of fewer elements than ranks (a scalar weight and an empty one), sharded
+    and traced: ranks whose block is empty keep their first recording where the others
+    initialise their blocks' state in it, and every rank ends as one process."""
+    comm = dist.init()
+    x = np.arange(8, dtype=np.float32).reshape(8, 1)
+    mine = dist.shard_indices(8, comm.rank, comm.size, shuffle=False)
+
+    def run(parallel):
+        model = dezero.Layer()
+        model.w = dezero.Parameter(np.array([0.5], np.float32))
+        model.empty = dezero.Parameter(np.zeros(0, np.float32))
+        optimizer = optimizers.Adam(alpha=0.1)
+        if parallel:
+            optimizer = dist.ShardedOptimizer(optimizer, comm)
+        optimizer.setup(model)
+
+        def step(x):
+            loss = F.sum((x * model.w - 1.0) ** 2) / len(x) + F.sum(model.empty)
+            model.cleargrads()
+            loss.backward()
+            optimizer.update()
+            return loss
+        step = dezero.trace(step)
+        for _ in range(STEPS):
+            step(x[mine]) if parallel else step(x)
+        return model.w.data
+
+    together, alone = run(True), run(False)
+    assert all(np.array_equal(together, w) for w in comm.mpi.allgather(together))
+    np.testing.assert_allclose(together, alone, rtol=1e-6)
+
+
 def fail():
     comm = dist.init()
     if comm.rank == comm.size - 1:
@@ -183,4 +216,4 @@ def threads():
 
 if __name__ == "__main__":
     {"train": lambda: train(sys.argv[2]), "fail": fail, "mismatch": mismatch,
-     "unused": unused, "threads": threads}[sys.argv[1]]()
+     "unused": unused, "threads": threads, "tiny": tiny}[sys.argv[1]]()

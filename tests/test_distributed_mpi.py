@@ -110,6 +110,14 @@ def test_parameters_without_a_gradient_on_some_or_all_ranks(ranks):
     assert run.returncode == 0, run.stdout + run.stderr
 
 
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_a_traced_sharded_step_with_fewer_elements_than_ranks(ranks):
+    # Ranks with an empty block kept their first recording and replayed it while the
+    # others recorded again: each waited for the other in a different exchange, forever.
+    run = launch(ranks, "tiny", timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
 @pytest.mark.parametrize("runner", [("-m", "mpi4py"), ()], ids=["python -m mpi4py",
                                                                   "python"])
 @pytest.mark.parametrize("ranks", [2, 4])
