@@ -188,7 +188,7 @@ class Communicator:
     def print(self, *args, **kwargs):
         """print() on rank 0 only (one line of progress, not one per rank)."""
         if self.rank == 0:
-            print(*args, **kwargs, flush=True)
+            print(*args, **{"flush": True, **kwargs})
 
     def save_weights(self, model, path):
         """model.save_weights(path) on rank 0 only; every rank returns once it is

@@ -125,6 +125,8 @@ def test_broadcast_params_wants_an_initialised_model(comm):
 def test_rank_zero_prints_and_saves(comm, tmp_path, capsys):
     comm.print("epoch", 1)
     assert capsys.readouterr().out == "epoch 1\n"
+    comm.print("loss", 0.5, end="", flush=True)  # print's own keywords, flush too
+    assert capsys.readouterr().out == "loss 0.5"
     model = MLP((2,))
     model(np.ones((1, 3), np.float32))
     comm.save_weights(model, str(tmp_path / "w.npz"))
