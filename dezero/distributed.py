@@ -455,10 +455,12 @@ class _SharedExchange:
     def exchange(self, flat, what, op, out=None):
         """As Communicator._exchange, for a numpy array flat (an allreduce writes its
         result into out where given; an allgather takes this rank's block as flat and
-        every rank's into out); False where the window cannot hold flat, exchanging
-        nothing. flat may be this rank's slot (see slot): an allreduce or a
-        reduce_scatter then finds there every block but this rank's own, which the
-        caller put into its place in out."""
+        every rank's into out, or without out gathers in place, as MPI's); False where
+        the window cannot hold flat, exchanging nothing. flat may be this rank's slot
+        (see slot): an allreduce or a reduce_scatter then finds there every block but
+        this rank's own, which the caller put into its place in out."""
+        if what == "allgather" and out is None:  # (host copies of cupy arrays)
+            flat, out = flat.reshape(self.size, -1)[self.rank], flat
         if flat.size == 0:
             return True
         regions = self._regions(flat.nbytes)

@@ -2,7 +2,8 @@
 plain process): R ranks, each on its shard of a fixed batch, or one process on the
 whole batch. Rank 0 writes the final parameters to the .npz file named by argv[2].
 With DEZERO_WORKER_GPU=1 the models and batches live on the GPU (each rank on its
-local rank's), and the exchanges go through NCCL.
+local rank's), and the exchanges go through NCCL (DEZERO_WORKER_NCCL=0: through the
+host, as where NCCL is missing).
 
     python -m mpi4py tests/distributed_worker.py train out.npz
     python -m mpi4py tests/distributed_worker.py fail       # (or mismatch, unused)
@@ -81,6 +82,9 @@ def train(out):
     comm = dist.init()
     if GPU:
         comm.use_gpu()
+        if os.environ.get("DEZERO_WORKER_NCCL") == "0":
+            from cupy.cuda import nccl
+            nccl.available = False
     rng = np.random.default_rng(0)
     x = rng.standard_normal((32, 6)).astype(np.float32)
     t = rng.integers(0, 3, 32)

@@ -768,6 +768,28 @@ def test_a_rank_may_begin_the_next_exchange_while_a_late_one_still_reads(size):
             np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("size", [2, 3])
+def test_an_allgather_in_place_goes_through_the_shared_memory(size):
+    # cupy arrays where NCCL is missing are staged through host arrays and gathered in
+    # place (each rank's block already in its place in the whole): the window's
+    # exchange took only the form with a separate result, and raised AttributeError.
+    ranks = shared_exchanges(size, 64 * 8)
+    block = 3
+
+    def gather(ex):
+        comm = dist.Communicator.__new__(dist.Communicator)
+        comm.rank, comm.size, comm._shared, comm._nccl = ex.rank, ex.size, ex, None
+        flat = np.full(block * size, -1.0)
+        flat[ex.rank * block:(ex.rank + 1) * block] = np.arange(block) + 10 * ex.rank
+        comm._exchange(flat, "allgather")
+        return flat
+
+    expected = np.concatenate([np.arange(block) + 10 * r for r in range(size)])
+    for flat in on_all_ranks(ranks, gather):
+        np.testing.assert_array_equal(flat, expected)
+    assert [ex.exchanges for ex in ranks] == [1] * size
+
+
 def test_an_exchange_too_large_for_the_shared_memory_goes_through_mpi(comm, monkeypatch):
     assert dist._shared_memory_holds(1) and not dist._shared_memory_holds(2 ** 62)
     monkeypatch.setattr(dist, "_shared_memory_holds", lambda nbytes: False)
