@@ -397,18 +397,19 @@ class _SharedExchange:
     where every rank runs on one machine, unless DEZERO_MPI_SHARED_MEMORY=0.
 
     Window layout, regions of `capacity` bytes: the result area, then two sets of
-    slots, one per rank in each, which exchanges use in turn. An exchange writes its
-    set of slots before its first barrier and reads them after; the result area is
-    written only after a first barrier and read after the second. So a rank may
-    begin the next exchange, in the other set, while another still reads this one's
-    slots or result, and no exchange ends with a barrier: the set is used again only
-    after the next exchange's first barrier, which every rank passes once done
-    reading. A rank that raises aborts the job (init's excepthook), so no barrier
+    slots, one per rank in each, which exchanges use in turn; after them, the number
+    of bytes each rank passed, for each set (ranks passing different sizes are told).
+    An exchange writes its set of slots before its first barrier and reads them
+    after; the result area is written only after a first barrier and read after the
+    second. So a rank may begin the next exchange, in the other set, while another
+    still reads this one's slots or result, and no exchange ends with a barrier: the
+    set is used again only after the next exchange's first barrier, which every rank
+    passes once done reading. A rank that raises aborts the job (init's excepthook), so no barrier
     waits for it forever."""
 
     # No __dict__: a traced step's survey of the Python state it changes passes this
     # by. The exchange changes it as much in a replay as in the recorded run.
-    __slots__ = ("mpi", "window", "capacity", "memory", "rank", "size", "exchanges")
+    __slots__ = ("mpi", "window", "capacity", "memory", "sizes", "rank", "size", "exchanges")
 
     def __init__(self, mpi_comm):
         self.mpi, self.window, self.capacity = mpi_comm, None, 0
@@ -430,10 +431,12 @@ class _SharedExchange:
                 self.window.Unlock_all()
                 self.window.Free()
             self.capacity = capacity
-            mine = capacity * rows if self.rank == 0 else 0
+            mine = capacity * rows + 16 * self.size if self.rank == 0 else 0
             self.window = MPI.Win.Allocate_shared(mine, 1, comm=self.mpi)
             memory, _ = self.window.Shared_query(0)
-            self.memory = np.frombuffer(memory, np.uint8).reshape(rows, capacity)
+            self.memory = np.frombuffer(memory, np.uint8, capacity * rows).reshape(rows, -1)
+            self.sizes = np.frombuffer(memory, np.int64, 2 * self.size,
+                                       capacity * rows).reshape(2, self.size)
             self.window.Lock_all(MPI.MODE_NOCHECK)  # held for the window's lifetime
         first = 1 + self.exchanges % 2 * self.size  # (every rank counts alike)
         return self.memory[0, :nbytes], self.memory[first:first + self.size, :nbytes]
@@ -475,8 +478,16 @@ class _SharedExchange:
             slots[self.rank] = flat  # (not packed in the slot already)
             if what != "allgather" and out is not None:
                 mine[...] = flat[start:stop]
+        sizes = self.sizes[self.exchanges % 2]
+        sizes[self.rank] = flat.nbytes
         self._synchronize()
         self.exchanges += 1  # the next exchange uses the other set of slots
+        if (sizes != flat.nbytes).any():  # (MPI's own exchanges refuse them too)
+            passed = ", ".join(f"rank {rank}: {n // flat.itemsize} {flat.dtype}"
+                               for rank, n in enumerate(sizes))
+            raise ValueError(f"{what}: the {self.size} ranks passed arrays of different "
+                             f"sizes ({passed}); every rank passes the same shapes and "
+                             f"dtypes, in the same order")
         if what == "allgather":  # every rank's block, from its slot
             out.reshape(self.size, -1)[...] = slots
             return True

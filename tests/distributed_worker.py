@@ -201,6 +201,13 @@ def fail():
     comm.barrier()  # the others wait here for a rank that never comes
 
 
+def sizes():
+    """Rank 1 passes a longer array than the others to an allreduce."""
+    comm = dist.init()
+    comm.allreduce(np.ones(100))  # the window has room for both
+    comm.allreduce(np.arange(3.0 + 2 * (comm.rank == 1)))
+
+
 def mismatch():
     """The last rank builds a wider model: broadcast_params refuses it there."""
     comm = dist.init()
@@ -220,4 +227,5 @@ def threads():
 
 if __name__ == "__main__":
     {"train": lambda: train(sys.argv[2]), "fail": fail, "mismatch": mismatch,
-     "unused": unused, "threads": threads, "tiny": tiny}[sys.argv[1]]()
+     "unused": unused, "threads": threads, "tiny": tiny,
+     "sizes": sizes}[sys.argv[1]]()

@@ -648,6 +648,7 @@ def shared_exchanges(size, capacity, late=0.0):
     import time
     barrier = threading.Barrier(size, timeout=10)
     memory = np.zeros((1 + 2 * size, capacity), np.uint8)  # the result, two sets of slots
+    sizes = np.zeros((2, size), np.int64)  # the sizes each rank passed, in each set
 
     class Threaded(dist._SharedExchange):
         def _synchronize(self):
@@ -659,6 +660,7 @@ def shared_exchanges(size, capacity, late=0.0):
     for rank in range(size):
         ex = Threaded.__new__(Threaded)
         ex.rank, ex.size, ex.capacity, ex.memory, ex.exchanges = rank, size, capacity, memory, 0
+        ex.sizes = sizes
         ex.mpi = type("Mpi", (), {"Barrier": staticmethod(barrier.wait),
                                   "bcast": staticmethod(lambda value: bool(value))})()
         ranks.append(ex)
@@ -766,6 +768,25 @@ def test_a_rank_may_begin_the_next_exchange_while_a_late_one_still_reads(size):
     for seen in on_all_ranks(ranks, steps):
         for got, want in zip(seen, expected):
             np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_ranks_passing_arrays_of_different_sizes_are_told(size):
+    # MPI's allreduce refuses them ("message truncated"); through the window each rank
+    # read the others' slots as far as its own size, and returned a wrong sum.
+    ranks = shared_exchanges(size, 64 * 8)
+
+    def allreduce(ex):
+        comm = dist.Communicator.__new__(dist.Communicator)
+        comm.rank, comm.size, comm._shared, comm._nccl = ex.rank, ex.size, ex, None
+        with pytest.raises(ValueError) as error:
+            comm.allreduce(np.arange(3.0 + 2 * (ex.rank == 1)))
+        return str(error.value)
+
+    for message in on_all_ranks(ranks, allreduce):
+        assert f"allreduce: the {size} ranks passed arrays of different sizes (" in message
+        assert "rank 0: 3 float64, rank 1: 5 float64" in message
+        assert "same shapes and dtypes, in the same order" in message
 
 
 @pytest.mark.parametrize("size", [2, 3])

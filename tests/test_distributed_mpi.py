@@ -152,6 +152,13 @@ def test_ranks_with_different_models_are_refused_by_broadcast_params():
     assert "build the same model on every rank" in run.stderr
 
 
+def test_ranks_passing_arrays_of_different_sizes_end_the_job_with_an_error():
+    # MPI's allreduce says "message truncated"; the shared window gave a wrong sum.
+    run = launch(2, "sizes", timeout=60)
+    assert run.returncode != 0
+    assert "rank 0: 3 float64, rank 1: 5 float64" in run.stderr
+
+
 def test_import_dezero_does_not_import_mpi4py():
     code = "import sys, dezero, dezero.optimizers; print('mpi4py' in sys.modules)"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
