@@ -179,9 +179,8 @@ class Communicator:
         """For each of the booleans flags (the same number on every rank), whether it
         is true on some rank."""
         flags = np.array(flags, dtype=np.uint8)
-        if self.size > 1:
-            from mpi4py import MPI
-            self.mpi.Allreduce(MPI.IN_PLACE, flags, op=MPI.MAX)
+        if self.size > 1:  # (through the shared window where there is one, which tells
+            self._exchange(flags, "allreduce", "max")  # a replay's exchanges from it)
         return flags.astype(bool).tolist()
 
     # ---- rank 0 alone --------------------------------------------------------
@@ -397,8 +396,9 @@ class _SharedExchange:
     where every rank runs on one machine, unless DEZERO_MPI_SHARED_MEMORY=0.
 
     Window layout, regions of `capacity` bytes: the result area, then two sets of
-    slots, one per rank in each, which exchanges use in turn; after them, the number
-    of bytes each rank passed, for each set (ranks passing different sizes are told).
+    slots, one per rank in each, which exchanges use in turn; after them, what each
+    rank passed in each set (which exchange, how many bytes, the dtype), so that ranks
+    that reached different exchanges are told, where MPI's may wait for each other.
     An exchange writes its set of slots before its first barrier and reads them
     after; the result area is written only after a first barrier and read after the
     second. So a rank may begin the next exchange, in the other set, while another
@@ -409,7 +409,8 @@ class _SharedExchange:
 
     # No __dict__: a traced step's survey of the Python state it changes passes this
     # by. The exchange changes it as much in a replay as in the recorded run.
-    __slots__ = ("mpi", "window", "capacity", "memory", "sizes", "rank", "size", "exchanges")
+    __slots__ = ("mpi", "window", "capacity", "memory", "passed", "rank", "size",
+                 "exchanges")
 
     def __init__(self, mpi_comm):
         self.mpi, self.window, self.capacity = mpi_comm, None, 0
@@ -431,12 +432,12 @@ class _SharedExchange:
                 self.window.Unlock_all()
                 self.window.Free()
             self.capacity = capacity
-            mine = capacity * rows + 16 * self.size if self.rank == 0 else 0
+            mine = capacity * rows + 48 * self.size if self.rank == 0 else 0
             self.window = MPI.Win.Allocate_shared(mine, 1, comm=self.mpi)
             memory, _ = self.window.Shared_query(0)
             self.memory = np.frombuffer(memory, np.uint8, capacity * rows).reshape(rows, -1)
-            self.sizes = np.frombuffer(memory, np.int64, 2 * self.size,
-                                       capacity * rows).reshape(2, self.size)
+            self.passed = np.frombuffer(memory, np.int64, 6 * self.size,
+                                        capacity * rows).reshape(2, self.size, 3)
             self.window.Lock_all(MPI.MODE_NOCHECK)  # held for the window's lifetime
         first = 1 + self.exchanges % 2 * self.size  # (every rank counts alike)
         return self.memory[0, :nbytes], self.memory[first:first + self.size, :nbytes]
@@ -478,16 +479,19 @@ class _SharedExchange:
             slots[self.rank] = flat  # (not packed in the slot already)
             if what != "allgather" and out is not None:
                 mine[...] = flat[start:stop]
-        sizes = self.sizes[self.exchanges % 2]
-        sizes[self.rank] = flat.nbytes
+        passed = self.passed[self.exchanges % 2]
+        passed[self.rank] = _EXCHANGES.index(what), flat.nbytes, ord(flat.dtype.char)
         self._synchronize()
         self.exchanges += 1  # the next exchange uses the other set of slots
-        if (sizes != flat.nbytes).any():  # (MPI's own exchanges refuse them too)
-            passed = ", ".join(f"rank {rank}: {n // flat.itemsize} {flat.dtype}"
-                               for rank, n in enumerate(sizes))
-            raise ValueError(f"{what}: the {self.size} ranks passed arrays of different "
-                             f"sizes ({passed}); every rank passes the same shapes and "
-                             f"dtypes, in the same order")
+        if (passed != passed[self.rank]).any():
+            each = ", ".join(f"rank {rank}: {_EXCHANGES[kind]} of "
+                             f"{n // np.dtype(chr(char)).itemsize} {np.dtype(chr(char))}"
+                             for rank, (kind, n, char) in enumerate(passed))
+            raise ValueError(
+                f"{what}: the {self.size} ranks reached different exchanges ({each}); "
+                f"every rank passes arrays of the same shapes and dtypes, in the same "
+                f"order, and calls a traced step with the same shapes on every rank (one "
+                f"that records it again exchanges what the others' replays do not)")
         if what == "allgather":  # every rank's block, from its slot
             out.reshape(self.size, -1)[...] = slots
             return True
@@ -501,6 +505,9 @@ class _SharedExchange:
             whole[:start] = result[:start]
             whole[stop:] = result[stop:]
         return True
+
+
+_EXCHANGES = ("allreduce", "reduce_scatter", "allgather")  # (codes in the window)
 
 
 def _shared_memory_holds(nbytes):

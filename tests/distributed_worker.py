@@ -208,6 +208,24 @@ def sizes():
     comm.allreduce(np.arange(3.0 + 2 * (comm.rank == 1)))
 
 
+def shapes(sharded):
+    """Rank 1 gets a shorter batch once, in the fourth traced step: it records the step
+    again while the others replay it."""
+    comm = dist.init()
+    x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    model = MLP((8, 3))
+    model(x[:1])
+    optimizer = optimizers.Adam()
+    if sharded:
+        optimizer = dist.ShardedOptimizer(optimizer, comm).setup(model)
+    else:
+        optimizer.setup(model).add_hook(dist.AllreduceGrads(comm))
+    step = dezero.trace(step_of(model, optimizer, F.softmax_cross_entropy))
+    for i in range(5):
+        n = 3 if i == 3 and comm.rank == 1 else 4
+        step(x[:n], np.zeros(n, np.int64))
+
+
 def mismatch():
     """The last rank builds a wider model: broadcast_params refuses it there."""
     comm = dist.init()
@@ -228,4 +246,5 @@ def threads():
 if __name__ == "__main__":
     {"train": lambda: train(sys.argv[2]), "fail": fail, "mismatch": mismatch,
      "unused": unused, "threads": threads, "tiny": tiny,
-     "sizes": sizes}[sys.argv[1]]()
+     "sizes": sizes, "shapes": lambda: shapes(False),
+     "sharded_shapes": lambda: shapes(True)}[sys.argv[1]]()

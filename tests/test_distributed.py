@@ -631,7 +631,8 @@ def test_a_rank_whose_block_is_empty_still_counts_the_update(comm, monkeypatch):
     optimizer = dist.ShardedOptimizer(optimizers.Adam(), comm).setup(model)
     w.grad = Variable(np.array([0.5], np.float32))
     optimizer.update()
-    assert sent == [("reduce_scatter", 2), ("allgather", 2)]
+    # (which parameters have a gradient somewhere, then the gradients, then the values)
+    assert sent == [("allreduce", 1), ("reduce_scatter", 2), ("allgather", 2)]
     assert optimizer.t == 1 and optimizer.pieces == {}
     np.testing.assert_array_equal(w.data, [5.0])
 
@@ -648,7 +649,7 @@ def shared_exchanges(size, capacity, late=0.0):
     import time
     barrier = threading.Barrier(size, timeout=10)
     memory = np.zeros((1 + 2 * size, capacity), np.uint8)  # the result, two sets of slots
-    sizes = np.zeros((2, size), np.int64)  # the sizes each rank passed, in each set
+    passed = np.zeros((2, size, 3), np.int64)  # what each rank passed, in each set
 
     class Threaded(dist._SharedExchange):
         def _synchronize(self):
@@ -660,7 +661,7 @@ def shared_exchanges(size, capacity, late=0.0):
     for rank in range(size):
         ex = Threaded.__new__(Threaded)
         ex.rank, ex.size, ex.capacity, ex.memory, ex.exchanges = rank, size, capacity, memory, 0
-        ex.sizes = sizes
+        ex.passed = passed
         ex.mpi = type("Mpi", (), {"Barrier": staticmethod(barrier.wait),
                                   "bcast": staticmethod(lambda value: bool(value))})()
         ranks.append(ex)
@@ -784,9 +785,30 @@ def test_ranks_passing_arrays_of_different_sizes_are_told(size):
         return str(error.value)
 
     for message in on_all_ranks(ranks, allreduce):
-        assert f"allreduce: the {size} ranks passed arrays of different sizes (" in message
-        assert "rank 0: 3 float64, rank 1: 5 float64" in message
+        assert f"allreduce: the {size} ranks reached different exchanges (" in message
+        assert "rank 0: allreduce of 3 float64, rank 1: allreduce of 5 float64" in message
         assert "same shapes and dtypes, in the same order" in message
+
+
+def test_a_rank_recording_a_traced_step_while_another_replays_it_is_told():
+    # A rank given a batch of another shape records the step again while the others
+    # replay it: its exchange of gradient flags met their exchange of gradients (here
+    # of as many bytes), and they waited for each other or added flags to gradients.
+    ranks = shared_exchanges(2, 64 * 8)
+
+    def exchange(ex):
+        comm = dist.Communicator.__new__(dist.Communicator)
+        comm.rank, comm.size, comm._shared, comm._nccl = ex.rank, ex.size, ex, None
+        with pytest.raises(ValueError) as error:
+            if ex.rank == 0:
+                comm.allreduce(np.ones(4, np.float32), op="mean")
+            else:
+                comm._any_rank([True] * 16)
+        return str(error.value)
+
+    for message in on_all_ranks(ranks, exchange):
+        assert "rank 0: allreduce of 4 float32, rank 1: allreduce of 16 uint8" in message
+        assert "a traced step with the same shapes on every rank" in message
 
 
 @pytest.mark.parametrize("size", [2, 3])

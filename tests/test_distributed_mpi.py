@@ -156,7 +156,18 @@ def test_ranks_passing_arrays_of_different_sizes_end_the_job_with_an_error():
     # MPI's allreduce says "message truncated"; the shared window gave a wrong sum.
     run = launch(2, "sizes", timeout=60)
     assert run.returncode != 0
-    assert "rank 0: 3 float64, rank 1: 5 float64" in run.stderr
+    assert "rank 0: allreduce of 3 float64, rank 1: allreduce of 5 float64" in run.stderr
+
+
+@pytest.mark.parametrize("mode", ["shapes", "sharded_shapes"])
+def test_a_rank_recording_a_traced_step_the_others_replay_ends_the_job(mode):
+    # Its exchange of gradient flags met the others' exchange of gradients: the ranks
+    # waited for each other forever.
+    start = time.perf_counter()
+    run = launch(2, mode, timeout=60)
+    assert run.returncode != 0
+    assert "a traced step with the same shapes on every rank" in run.stderr
+    assert time.perf_counter() - start < 30
 
 
 def test_import_dezero_does_not_import_mpi4py():
