@@ -869,7 +869,11 @@ class ShardedOptimizer:
                     for i, start, stop in block_pieces([p.size for p in group],
                                                        self.comm.rank, self.comm.size):
                         name = f"{names.get(id(group[i]), group[i].name)}[{start}:{stop}]"
-                        pieces[name] = Parameter(None, name=name)
+                        # With its values: a piece without any is state initialised
+                        # in the run, so the first traced update would be recorded
+                        # again here but kept on a rank whose block is empty.
+                        piece = group[i].data.reshape(-1)[start:stop]
+                        pieces[name] = Parameter(piece, name=name)
                         cut.append((i, start, stop, name))
                     cuts.append(cut)
             self.__dict__.update(_layout=layout, _cuts=cuts, pieces=pieces)

@@ -637,6 +637,39 @@ def test_a_rank_whose_block_is_empty_still_counts_the_update(comm, monkeypatch):
     np.testing.assert_array_equal(w.data, [5.0])
 
 
+@pytest.mark.parametrize("rank", [0, 1])
+def test_every_rank_keeps_the_first_recording_of_a_sharded_step(comm, monkeypatch, rank):
+    # Ranks must record a step as many times as each other: one recording it again
+    # while the others replay it makes exchanges they skip, and they wait forever.
+    # With one element for two ranks, rank 1's block is empty and it kept its first
+    # recording, where rank 0's pieces got their first values in it, so rank 0 did not.
+    monkeypatch.setattr(comm, "size", 2)
+    monkeypatch.setattr(comm, "rank", rank)
+
+    def exchange(flat, what, op, root, out=None):
+        if what == "reduce_scatter":
+            out[...] = flat[:out.size]
+        elif what == "allgather":
+            flat[:1] = 0.25  # rank 0's new value
+
+    monkeypatch.setattr(comm, "_mpi_exchange", exchange)
+    model = dezero.Layer()
+    model.w = dezero.Parameter(np.array([0.5], np.float32), name="w")
+    optimizer = dist.ShardedOptimizer(optimizers.Adam(), comm).setup(model)
+
+    @dezero.trace
+    def step(x):
+        loss = F.sum((x * model.w) ** 2)
+        model.cleargrads()
+        loss.backward()
+        optimizer.update()
+        return loss
+
+    step(np.arange(3, dtype=np.float32))
+    assert step.entries == 1
+    np.testing.assert_array_equal(model.w.data, [0.25])
+
+
 # =============================================================================
 # The exchange through shared memory, its ranks played by threads
 # =============================================================================
