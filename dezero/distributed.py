@@ -605,12 +605,6 @@ def _plain_array(x, what):
 # =============================================================================
 
 
-def _on_every_rank(op, flag):
-    """Whether flag holds on every rank of op's communicator: a trace keeps a graph with
-    a collective op only where every rank keeps its own."""
-    return not _communicator(op.comm, op.op_name)._any_rank([not flag])[0]
-
-
 class Allreduce(Function):
     """y_i = x_i reduced over the ranks (op: sum, mean, max, min), for every input.
 
@@ -620,7 +614,6 @@ class Allreduce(Function):
     """
 
     collective = True
-    on_every_rank = _on_every_rank
 
     def __init__(self, comm="world", op="sum"):
         self.comm = comm
@@ -649,7 +642,6 @@ class ReduceScatter(Function):
     (r + 1) * block, block = ceil(total / R). A collective, kept as recorded."""
 
     collective = True
-    on_every_rank = _on_every_rank
 
     def __init__(self, comm="world", op="mean"):
         self.comm = comm
@@ -677,7 +669,6 @@ class Allgather(Function):
     A collective, kept as recorded."""
 
     collective = True
-    on_every_rank = _on_every_rank
 
     def __init__(self, comm="world", shapes=()):
         self.comm = comm

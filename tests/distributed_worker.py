@@ -226,6 +226,19 @@ def shapes(sharded):
         step(x[:n], np.zeros(n, np.int64))
 
 
+def evaluate():
+    """A traced evaluation whose only exchange is its allreduce, over parts of a test
+    set of different sizes: the rank with the shorter last part records the function
+    again while the others replay it, and both make the same exchange."""
+    comm = dist.init()
+    x = np.arange(6 * comm.size - 1, dtype=np.float32)  # 6 each, 5 for the last rank
+    parts = np.array_split(x, comm.size)[comm.rank]
+    total = dezero.trace(lambda batch: comm.allreduce(F.sum(batch * 2.0)))
+    sums = [float(total(parts[i:i + 3]).data) for i in range(0, 6, 3)]
+    assert sums == [float(sum(2 * p[i:i + 3].sum() for p in np.array_split(x, comm.size)))
+                    for i in range(0, 6, 3)], sums
+
+
 def mismatch():
     """The last rank builds a wider model: broadcast_params refuses it there."""
     comm = dist.init()
@@ -246,5 +259,5 @@ def threads():
 if __name__ == "__main__":
     {"train": lambda: train(sys.argv[2]), "fail": fail, "mismatch": mismatch,
      "unused": unused, "threads": threads, "tiny": tiny,
-     "sizes": sizes, "shapes": lambda: shapes(False),
+     "sizes": sizes, "evaluate": evaluate, "shapes": lambda: shapes(False),
      "sharded_shapes": lambda: shapes(True)}[sys.argv[1]]()

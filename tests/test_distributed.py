@@ -337,32 +337,6 @@ def test_no_pass_folds_merges_removes_or_fuses_across_a_collective(comm):
     np.testing.assert_array_equal(dezero.trace(f)(x, w).data, f(x, w).data)
 
 
-def test_a_traced_step_is_kept_on_every_rank_or_on_none(half_world, monkeypatch):
-    # A rank that records a step again while the others replay it waits forever in
-    # the recording's own exchange (the hook's flags), which replays skip. A rank whose
-    # block of a sharded update is empty keeps its first recording, the others
-    # initialise their blocks' state in it: so a graph with a collective is kept only
-    # where every rank keeps it.
-    x, t = classification()
-    model = MLP((4, 3))
-    model(x[:1])
-    optimizer = optimizers.SGD().setup(model)
-    optimizer.add_hook(dist.AllreduceGrads(half_world))
-    step = training_step(model, optimizer, traced=True)
-    asked = []
-    others_keep = iter([False, True])  # the other rank keeps its second recording
-
-    def any_rank(flags):
-        asked.append(len(flags))
-        return [True] * len(flags) if len(flags) > 1 else [not next(others_keep)]
-
-    monkeypatch.setattr(half_world, "_any_rank", any_rank)
-    for _ in range(3):
-        step(x, t)
-    # recorded twice, each time the hook's flags then whether all keep; then replayed
-    assert asked == [4, 1, 4, 1]
-
-
 def test_a_saved_graph_with_an_allreduce_runs_after_loading(comm, tmp_path):
     x = np.arange(4, dtype=np.float32)
     traced = dezero.trace(lambda x: comm.allreduce(x * 3.0, op="mean") + 1.0)

@@ -159,6 +159,14 @@ def test_ranks_passing_arrays_of_different_sizes_end_the_job_with_an_error():
     assert "rank 0: allreduce of 3 float64, rank 1: allreduce of 5 float64" in run.stderr
 
 
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_a_traced_evaluation_over_parts_of_different_sizes(ranks):
+    # A rank that records a function again while the others replay it makes the same
+    # exchanges where the function's only ones are its collective ops.
+    run = launch(ranks, "evaluate", timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
 @pytest.mark.parametrize("mode", ["shapes", "sharded_shapes"])
 def test_a_rank_recording_a_traced_step_the_others_replay_ends_the_job(mode):
     # Its exchange of gradient flags met the others' exchange of gradients: the ranks

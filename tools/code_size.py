@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BUDGETS = {
     "dezero/core.py": 355,
     "dezero/op_record.py": 71,
-    "dezero/static/trace.py": 477,
+    "dezero/static/trace.py": 474,
     "dezero/static/tracer.py": 356,
     "dezero/static/guard.py": 176,
     "dezero/static/ir.py": 297,
@@ -55,7 +55,7 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 3814,
+    "dezero/static/": 3811,
     "dezero/kernels/": 1344,
 }
 

@@ -557,11 +557,6 @@ class TracedFunction:
             (f"the run changed {', '.join(w for _, w in writes)}", writes),
             ("check=True waits for a call that initialises nothing before random ops",
              unchecked)) if holds]
-        # A graph with exchanges is kept on every process or on none: one recording
-        # again while the others replay would wait in exchanges that replays skip.
-        exchange = next((n for n in graph.of_kind("op") if n.record.collective), None)
-        if exchange and not exchange.record.function(exchange.attrs).on_every_rank(not not_kept):
-            not_kept.append("another process did not keep its graph")
         kept = not not_kept
         entry = Entry(graph, tracer, structure, watch.fresh_grads)
         if debugging.LEVEL >= 4:  # the interpreter generates no code: its program
