@@ -52,13 +52,13 @@ class Schedule:
 
 
 def _rate_name(optimizer, caller):
-    cls = type(optimizer)
-    if hasattr(cls, "alpha"):  # Adam, AdamW: their lr is derived from alpha
+    # (asked of the optimizer, not its class: dist.ShardedOptimizer has its optimizer's)
+    if hasattr(optimizer, "alpha"):  # Adam, AdamW: their lr is derived from alpha
         return "alpha"
-    if hasattr(cls, "lr"):  # SGD, MomentumSGD, AdaGrad
+    if hasattr(optimizer, "lr"):  # SGD, MomentumSGD, AdaGrad
         return "lr"
-    raise TypeError(f"{caller}: {cls.__name__} has no learning rate (lr or alpha) "
-                    f"to schedule")
+    raise TypeError(f"{caller}: {type(optimizer).__name__} has no learning rate (lr or "
+                    f"alpha) to schedule")
 
 
 def _check_positive_int(caller, name, value):

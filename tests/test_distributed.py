@@ -509,6 +509,19 @@ def test_a_traced_sharded_step_scatters_then_updates_then_gathers(comm):
     assert optimizer.optimizer.alpha == 0.5
 
 
+def test_a_schedule_sets_the_rate_of_a_sharded_optimizer(comm):
+    # The schedules looked for lr or alpha on the optimizer's class: ShardedOptimizer
+    # has them through its optimizer only, and StepDecay said it had no learning rate.
+    from dezero import schedules
+    for inner, name in ((optimizers.Adam(alpha=0.01), "alpha"), (optimizers.SGD(lr=0.01), "lr")):
+        optimizer = dist.ShardedOptimizer(inner, comm)
+        schedule = schedules.StepDecay(optimizer, step_size=1, gamma=0.5)
+        schedule.step()
+        assert getattr(inner, name) == 0.005
+    with pytest.raises(TypeError, match="ShardedOptimizer has no learning rate"):
+        schedules.StepDecay(dist.ShardedOptimizer(optimizers.AdaDelta(), comm), step_size=1)
+
+
 def test_a_sharded_update_refuses_hooks_that_need_the_whole_gradient(comm):
     optimizer = dist.ShardedOptimizer(optimizers.SGD(), comm)
     optimizer.add_hook(optimizers.WeightDecay(0.1))
