@@ -869,11 +869,16 @@ class ShardedOptimizer:
                     cuts.append(cut)
             self.__dict__.update(_layout=layout, _cuts=cuts, pieces=pieces)
         elif layout != self._layout:
+            i = next(i for i, (a, b) in enumerate(zip([*self._layout, None], [*layout, None]))
+                     if a != b)
+            was, now = (f"{e[2]}{list(e[1])}" if e else "none"
+                        for e in ([*self._layout, None][i], [*layout, None][i]))
+            change = f"{was} then, {now} now" if was != now else f"another Parameter of {now}"
             raise ValueError(
                 f"ShardedOptimizer: the model's parameters changed since the first "
-                f"update ({len(self._layout)} then, {len(params)} now), which cut them "
-                f"into the ranks' blocks; set up a new ShardedOptimizer, or use "
-                f"optimizer.add_hook(dist.AllreduceGrads(comm))")
+                f"update ({len(self._layout)} then, {len(params)} now; parameter {i}: "
+                f"{change}), which cut them into the ranks' blocks; set up a new "
+                f"ShardedOptimizer, or use optimizer.add_hook(dist.AllreduceGrads(comm))")
         return [(group, [(i, start, stop, self.pieces[name]) for i, start, stop, name in cut])
                 for group, cut in zip(groups, self._cuts)]
 

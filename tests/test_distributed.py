@@ -547,7 +547,18 @@ def test_a_sharded_update_refuses_a_model_that_changed_after_the_first_update(co
     step(x, t)
     model.extra = dezero.Parameter(np.ones(2, np.float32))
     with pytest.raises(ValueError, match=r"parameters changed since the first update "
-                                         r"\(4 then, 5 now\)"):
+                                         r"\(4 then, 5 now; parameter 4: none then, "
+                                         r"float32\[2\] now\)"):
+        step(x, t)
+    # The same number of parameters: the message says which one changed, and how.
+    del model.extra
+    model.l0.W.data = model.l0.W.data.astype(np.float64)
+    with pytest.raises(ValueError, match=r"\(4 then, 4 now; parameter 0: float32\[3, 8\] "
+                                         r"then, float64\[3, 8\] now\)"):
+        step(x, t)
+    model.l1.b = dezero.Parameter(np.zeros(3, np.float32))
+    model.l0.W.data = model.l0.W.data.astype(np.float32)
+    with pytest.raises(ValueError, match=r"parameter 3: another Parameter of float32\[3\]"):
         step(x, t)
 
 
