@@ -372,9 +372,10 @@ class Communicator:
             from mpi4py import MPI
             everywhere = self.mpi.allreduce(bool(nccl.available), op=MPI.LAND)
             if not everywhere:
-                warnings.warn("dezero.distributed: NCCL is missing, so cupy arrays are "
-                              "exchanged through host memory (slower); install "
-                              "nvidia-nccl-cu12 for direct GPU transfers", stacklevel=3)
+                if self.rank == 0:  # (once for the job)
+                    warnings.warn("dezero.distributed: NCCL is missing, so cupy arrays are "
+                                  "exchanged through host memory (slower); install "
+                                  "nvidia-nccl-cu12 for direct GPU transfers", stacklevel=3)
                 self._nccl = False
             else:
                 unique_id = self.mpi.bcast(nccl.get_unique_id() if self.rank == 0 else None)

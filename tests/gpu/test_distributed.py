@@ -108,6 +108,8 @@ def test_two_ranks_on_two_gpus_end_as_one_process(tmp_path, nccl):
          "mpi4py", worker, "train", str(tmp_path / "two.npz")],
         env=env, capture_output=True, text=True, timeout=300)
     assert together.returncode == 0, together.stdout + together.stderr
+    # said once for the job (by rank 0), not once per rank
+    assert together.stderr.count("NCCL is missing") == int(nccl == "0"), together.stderr
     one, two = np.load(tmp_path / "one.npz"), np.load(tmp_path / "two.npz")
     assert bool(two["nccl"]) == (nccl == "1") and two["traced_nodes"].tolist() == [1, 0, 0]
     assert two["sharded_traced_nodes"].tolist() == [0, 1, 1]
