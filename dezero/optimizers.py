@@ -272,6 +272,9 @@ class Optimizer:
         raise NotImplementedError(f"{type(self).__name__}.update_one is not defined")
 
     def add_hook(self, f):
+        if isinstance(f, type):  # update() would call the class on the parameters
+            raise TypeError(f"add_hook: {f.__name__} is a class; add a hook made from it, "
+                            f"with its arguments: optimizer.add_hook({f.__name__}(...))")
         self.hooks.append(f)
 
     # ---- state_dict / load_state_dict -------------------------------------------

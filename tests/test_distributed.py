@@ -200,6 +200,16 @@ def test_shard_of_a_world_of_one_is_the_whole_dataset(comm):
 # =============================================================================
 
 
+def test_the_hook_s_class_is_refused(comm):
+    # add_hook(dist.AllreduceGrads): update() called the class on the parameters, made a
+    # hook and ran nothing, so every rank trained on its own shard, silently.
+    with pytest.raises(TypeError, match=r"AllreduceGrads is a class.*"
+                                        r"optimizer.add_hook\(AllreduceGrads\(...\)\)"):
+        optimizers.SGD().add_hook(dist.AllreduceGrads)
+    with pytest.raises(TypeError, match=r"WeightDecay is a class"):
+        dist.ShardedOptimizer(optimizers.SGD(), comm).add_hook(optimizers.WeightDecay)
+
+
 def test_allreduce_grads_runs_before_the_other_hooks(half_world):
     x, t = classification()
     model = MLP((4, 3))

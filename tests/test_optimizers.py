@@ -246,6 +246,15 @@ def test_weight_decay_adds_rate_times_param_to_the_gradient():
     assert_history(run(opt, model), want)
 
 
+def test_add_hook_refuses_a_hook_s_class():
+    # update() called the class on the parameters: WeightDecay said to set it up with
+    # a model, and dezero.distributed.AllreduceGrads made a hook and ran nothing.
+    for hook in (O.WeightDecay, O.ClipGrad, O.FreezeParam):
+        with pytest.raises(TypeError, match=rf"add_hook: {hook.__name__} is a class.*"
+                                            rf"optimizer.add_hook\({hook.__name__}\(...\)\)"):
+            O.SGD().add_hook(hook)
+
+
 def test_hook_rates_are_hyperparameters_too():
     model = Pair()
     rates = [0.01, 0.01, 0.5, 0.5]
