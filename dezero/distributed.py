@@ -19,7 +19,7 @@ import warnings
 import numpy as np
 
 from dezero import cuda, layers, optimizers
-from dezero.core import Function, Parameter, TracedArray, Variable, no_grad
+from dezero.core import Function, Parameter, TracedArray, Variable, current_tracer, no_grad
 
 # =============================================================================
 # The world: init, Communicator
@@ -142,7 +142,10 @@ class Communicator:
         does an array inside a traced function."""
         if isinstance(x, (Variable, TracedArray)):  # an array that a trace records
             return Allreduce(self.name, op)(x)
-        return self._reduce_arrays([_plain_array(x, "allreduce")], op)[0]
+        x = _plain_array(x, "allreduce")
+        if current_tracer() is not None:  # recorded, not exchanged once while recording
+            return Allreduce(self.name, op)(x)
+        return self._reduce_arrays([x], op)[0]
 
     def broadcast(self, x, root=0):
         """Rank root's array, on every rank (each passes an array of the same shape

@@ -368,6 +368,17 @@ def test_arrays_inside_a_traced_function_are_exchanged_by_the_recorded_op(comm):
         dezero.trace(lambda x: comm.broadcast(x))(np.ones(2, np.float32))
 
 
+def test_a_numpy_array_exchanged_inside_a_traced_function_is_recorded(comm):
+    # It was exchanged once, while recording, and the replays returned that result
+    # without an exchange, whatever the array held by then.
+    counts = np.zeros(2, np.float32)
+    traced = dezero.trace(lambda x: x + comm.allreduce(counts))
+    for i in range(3):
+        counts[...] = i
+        np.testing.assert_array_equal(traced(np.zeros(2, np.float32)).data, [i, i])
+    assert [n.op for n in traced.graph.nodes if n.kind == "op"] == ["allreduce", "add"]
+
+
 def test_a_parameter_without_a_gradient_on_every_rank_is_left_alone(comm):
     # One process skips a parameter the loss does not reach; so must the ranks: zeros
     # averaged in would let weight decay and Adam's moments move it.
