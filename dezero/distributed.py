@@ -484,13 +484,14 @@ class _SharedExchange:
             if what != "allgather" and out is not None:
                 mine[...] = flat[start:stop]
         passed = self.passed[self.exchanges % 2]
-        passed[self.rank] = _EXCHANGES.index(what), flat.nbytes, ord(flat.dtype.char)
+        passed[self.rank] = (_EXCHANGES.index(what), flat.nbytes,  # (int64 and longlong
+                             flat.itemsize * 256 + ord(flat.dtype.kind))  # are one dtype)
         self._synchronize()
         self.exchanges += 1  # the next exchange uses the other set of slots
         if (passed != passed[self.rank]).any():
-            each = ", ".join(f"rank {rank}: {_EXCHANGES[kind]} of "
-                             f"{n // np.dtype(chr(char)).itemsize} {np.dtype(chr(char))}"
-                             for rank, (kind, n, char) in enumerate(passed))
+            each = ", ".join(f"rank {rank}: {_EXCHANGES[kind]} of {n // (code // 256)} "
+                             f"{np.dtype(f'{chr(code % 256)}{code // 256}')}"
+                             for rank, (kind, n, code) in enumerate(passed))
             raise ValueError(
                 f"{what}: the {self.size} ranks reached different exchanges ({each}); "
                 f"every rank passes arrays of the same shapes and dtypes, in the same "
