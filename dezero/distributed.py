@@ -859,13 +859,15 @@ class ShardedOptimizer:
         if self._layout is None:
             named = self.target._named() if hasattr(self.target, "_named") else []
             names = {id(p): key for key, p in named}
+            for k, p in enumerate(params):  # without a path, its place: names never repeat
+                names.setdefault(id(p), f"{k}/{p.name}")
             cuts, pieces = [], {}
             with layers._untraced():  # made once, not a step to replay
                 for group in groups:
                     cut = []
                     for i, start, stop in block_pieces([p.size for p in group],
                                                        self.comm.rank, self.comm.size):
-                        name = f"{names.get(id(group[i]), group[i].name)}[{start}:{stop}]"
+                        name = f"{names[id(group[i])]}[{start}:{stop}]"
                         # With its values: a piece without any is state initialised
                         # in the run, so the first traced update would be recorded
                         # again here but kept on a rank whose block is empty.

@@ -583,6 +583,38 @@ def test_a_sharded_update_refuses_a_model_that_changed_after_the_first_update(co
         step(x, t)
 
 
+def test_a_sharded_update_of_a_target_that_is_not_a_layer(comm):
+    # A target with params() only has no paths to name its parameters by: the pieces
+    # of two layers' W (and b) took one name, so one piece and one Adam state served
+    # both layers, and their parameters ended wrong.
+    class Both:
+        def __init__(self, a, b):
+            self.a, self.b = a, b
+
+        def params(self):
+            yield from self.a.params()
+            yield from self.b.params()
+
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    runs = []
+    for sharded in (False, True):
+        np.random.seed(0)
+        a, b = dezero.layers.Linear(3, in_size=3), dezero.layers.Linear(3, in_size=3)
+        optimizer = optimizers.Adam(alpha=0.1)
+        if sharded:
+            optimizer = dist.ShardedOptimizer(optimizer, comm)
+        optimizer.setup(Both(a, b))
+        for _ in range(3):
+            loss = F.sum(b(F.tanh(a(x))) ** 2)
+            a.cleargrads()
+            b.cleargrads()
+            loss.backward()
+            optimizer.update()
+        runs.append([p.data.copy() for p in (a.W, a.b, b.W, b.b)])
+    for hooked, sharded in zip(*runs):
+        np.testing.assert_array_equal(sharded, hooked)
+
+
 def test_a_sharded_update_leaves_a_parameter_without_a_gradient_alone(comm):
     x, t = classification()
     runs = []
