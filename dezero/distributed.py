@@ -408,8 +408,8 @@ class _SharedExchange:
     second. So a rank may begin the next exchange, in the other set, while another
     still reads this one's slots or result, and no exchange ends with a barrier: the
     set is used again only after the next exchange's first barrier, which every rank
-    passes once done reading. A rank that raises aborts the job (init's excepthook), so no barrier
-    waits for it forever."""
+    passes once done reading. A rank that raises aborts the job (init's excepthook),
+    so no barrier waits for it forever."""
 
     # No __dict__: a traced step's survey of the Python state it changes passes this
     # by. The exchange changes it as much in a replay as in the recorded run.
