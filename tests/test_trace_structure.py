@@ -336,6 +336,29 @@ def test_arrays_read_as_constants_changed_in_place_or_replaced_retrace():
         offsets_in_cell[...] = [0.5, -1.0, 2.0]
 
 
+table_in_cell = np.array([1.0, 2.0, 4.0], np.float32)
+
+
+def test_arrays_named_and_read_with_numpy_changed_in_place_retrace():
+    # np.sum(table) leaves no node in the graph, only the number it gave.
+    weights = np.ones(3, np.float32)
+
+    def f(x):
+        return x * np.sum(table_in_cell) + weights.max() + float(table_in_cell[0])
+
+    traced = dezero.trace(f)
+    x = np.arange(3, dtype=np.float32)
+    try:
+        for i in range(6):
+            if i == 2:
+                table_in_cell[1] = 10.0  # a global, in place
+            if i == 4:
+                weights[...] = 5.0  # a closure variable, in place
+            np.testing.assert_array_equal(traced(x).data, f(x), err_msg=f"call {i}")
+    finally:
+        table_in_cell[...] = [1.0, 2.0, 4.0]
+
+
 settings_in_cell = {"scale": 2.0, "mode": "tanh"}
 
 

@@ -78,7 +78,8 @@ class Structure:
     sequences   (list, snapshot, label): the list still holds the same objects
     cells       (cell, value, label): a closure variable still names value
     arrays      (array, copy, label): an array the graph copied as a constant (a
-                global mask) still holds the copy's values
+                global mask), or that a global or closure variable names, still
+                holds the copy's values
     generators  (generator, its state, label): the user's random generators reached
                 (not guarded: python_writes compares them across a recording)
     contents    (dict, list, set or deque, its items, label): the containers reached
@@ -421,6 +422,10 @@ class _Walk:
         whatever module it comes from, anything else visited."""
         if isinstance(value, types.FunctionType):
             self.add_function(value)
+        elif isinstance(value, cuda.array_types):
+            # numpy math on it (np.sum(mask)) records no node: a change to its values
+            # retraces, as for an array the graph copied as a constant
+            self.structure.arrays.append((value, value.copy(), name))
         else:
             self.visit(value, name, False)
 
