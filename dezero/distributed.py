@@ -20,6 +20,7 @@ import numpy as np
 
 from dezero import cuda, layers, optimizers
 from dezero.core import Function, Parameter, TracedArray, Variable, current_tracer, no_grad
+from dezero.errors import TraceError, where
 
 # =============================================================================
 # The world: init, Communicator
@@ -133,6 +134,7 @@ class Communicator:
     # ---- plain collectives ---------------------------------------------------
     def barrier(self):
         """Wait until every rank has come here."""
+        _refuse_while_tracing("comm.barrier()")
         self.mpi.Barrier()
 
     def allreduce(self, x, op="sum"):
@@ -151,6 +153,7 @@ class Communicator:
         """Rank root's array, on every rank (each passes an array of the same shape
         and dtype; numpy or cupy)."""
         x = _plain_array(x, "broadcast")
+        _refuse_while_tracing("comm.broadcast()")
         flat = x.reshape(-1).copy()
         self._exchange(flat, "broadcast", root=root)
         return flat.reshape(x.shape)
@@ -587,6 +590,14 @@ def _nccl_exchange(comm, flat, what, op, root, out, rank):
         else:
             comm.allReduce(flat.data.ptr, flat.data.ptr, flat.size, kind, reduce, stream)
     return True
+
+
+def _refuse_while_tracing(what):
+    if current_tracer() is not None:
+        raise TraceError(f"{what} inside a traced function ({where()}) would run only "
+                         f"while recording: a replay runs no Python, so it would not wait "
+                         f"or exchange again\n  fix: call it before or after the traced "
+                         f"function")
 
 
 def _plain_array(x, what):

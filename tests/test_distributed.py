@@ -13,6 +13,7 @@ import dezero.functions as F
 from dezero import Variable, optimizers
 from dezero.dataloaders import DataLoader
 from dezero.datasets import Spiral
+from dezero.errors import TraceError
 from dezero.models import MLP
 
 pytest.importorskip("mpi4py")
@@ -377,6 +378,16 @@ def test_a_numpy_array_exchanged_inside_a_traced_function_is_recorded(comm):
         counts[...] = i
         np.testing.assert_array_equal(traced(np.zeros(2, np.float32)).data, [i, i])
     assert [n.op for n in traced.graph.nodes if n.kind == "op"] == ["allreduce", "add"]
+
+
+def test_a_barrier_or_broadcast_inside_a_traced_function_is_refused(comm):
+    # A replay runs no Python: they would wait or exchange only while recording.
+    weights = np.ones(2, np.float32)
+    for call in (comm.barrier, lambda: comm.broadcast(weights)):
+        traced = dezero.trace(lambda x: (call(), x * 2.0)[1])
+        with pytest.raises(TraceError, match=r"inside a traced function "
+                                             r"\(test_distributed.py:\d+.*only while recording"):
+            traced(np.zeros(2, np.float32))
 
 
 def test_a_parameter_without_a_gradient_on_every_rank_is_left_alone(comm):
