@@ -479,6 +479,22 @@ def test_a_python_container_the_step_changes_at_every_call_raises_naming_it(muta
         traced(np.ones(3))
 
 
+def test_an_array_the_step_changes_in_place_at_every_call_raises_naming_it():
+    # A replay runs no Python: the count would reach 1 in five calls.
+    count = np.zeros(1)
+
+    def step(x):
+        count[0] += 1
+        return F.exp(x)
+
+    traced = dezero.trace(step)
+    traced(np.ones(3))  # eager, not kept: it may be a one-time initialisation
+    with pytest.raises(TraceError, match=r"changes Python state at every call \(array "
+                                         r"count changed in place\)"):
+        traced(np.ones(3))
+    assert count[0] == 2
+
+
 def test_a_python_container_filled_once_or_only_read_replays():
     cache, table = [], {"scale": [2.0, 3.0]}
 

@@ -158,9 +158,9 @@ class Structure:
 def python_writes(before: Structure) -> list[tuple[str, str]]:
     """(where, what) such as ('model.calls', 'model.calls 0 -> 1') for each number
     or string that `before` (the structure surveyed before a run) bound and the run
-    changed, each container it changed (log.append(n)), and each random generator
-    of the user's that it drew from: a replay runs no Python, so it would do none
-    of these again."""
+    changed, each container and named array it changed (log.append(n), count[0] +=
+    1), and each random generator of the user's that it drew from: a replay runs no
+    Python, so it would do none of these again."""
     found = []
     for mapping, keys, values, _, label, style in before.namespaces:
         for key, old in zip(keys, values):
@@ -171,6 +171,8 @@ def python_writes(before: Structure) -> list[tuple[str, str]]:
                 found.append((where, f"{where} {old!r} -> {new!r}"))
     found += [(label, f"random generator {label} drew numbers") for generator, state,
               label in before.generators if _generator_state(generator) != state]
+    found += [(label, f"array {label} changed in place") for array, copy, label
+              in before.arrays if not _same(array, copy)]  # (count[0] += 1)
     found += [(label, f"{label} changed ({len(items)} -> {len(container)} items)")
               for container, items, label in before.contents
               if not _same_items(_items(container), items)]
