@@ -493,6 +493,17 @@ def test_an_array_the_step_changes_in_place_at_every_call_raises_naming_it():
                                          r"count changed in place\)"):
         traced(np.ones(3))
     assert count[0] == 2
+    model = dezero.models.MLP((3,))  # a layer's array: the same
+    model.count = np.zeros(1)
+
+    def counting(x):
+        model.count[0] += 1
+        return model(x)
+
+    traced = dezero.trace(counting)
+    traced(np.ones((1, 2)))
+    with pytest.raises(TraceError, match=r"array model\.count changed in place"):
+        traced(np.ones((1, 2)))
 
 
 def test_a_python_container_filled_once_or_only_read_replays():

@@ -342,18 +342,23 @@ table_in_cell = np.array([1.0, 2.0, 4.0], np.float32)
 def test_arrays_named_and_read_with_numpy_changed_in_place_retrace():
     # np.sum(table) leaves no node in the graph, only the number it gave.
     weights = np.ones(3, np.float32)
+    layer = L.Linear(3)
+    layer.table = np.ones(2)
 
     def f(x):
-        return x * np.sum(table_in_cell) + weights.max() + float(table_in_cell[0])
+        return (x * np.sum(table_in_cell) + weights.max() + float(table_in_cell[0])
+                + np.sum(layer.table))
 
     traced = dezero.trace(f)
     x = np.arange(3, dtype=np.float32)
     try:
-        for i in range(6):
+        for i in range(7):
             if i == 2:
                 table_in_cell[1] = 10.0  # a global, in place
             if i == 4:
                 weights[...] = 5.0  # a closure variable, in place
+            if i == 5:
+                layer.table[0] = 3.0  # a layer's, in place
             np.testing.assert_array_equal(traced(x).data, f(x), err_msg=f"call {i}")
     finally:
         table_in_cell[...] = [1.0, 2.0, 4.0]

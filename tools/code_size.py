@@ -26,7 +26,7 @@ BUDGETS = {
     "dezero/static/names.py": 49,
     "dezero/static/slots.py": 35,
     "dezero/static/passes.py": 574,
-    "dezero/static/reach.py": 359,
+    "dezero/static/reach.py": 360,
     "dezero/static/horizontal.py": 95,
     "dezero/static/saving.py": 396,
     "dezero/static/randomness.py": 116,
@@ -55,7 +55,7 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 3815,
+    "dezero/static/": 3816,
     "dezero/kernels/": 1344,
 }
 

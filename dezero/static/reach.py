@@ -78,8 +78,8 @@ class Structure:
     sequences   (list, snapshot, label): the list still holds the same objects
     cells       (cell, value, label): a closure variable still names value
     arrays      (array, copy, label): an array the graph copied as a constant (a
-                global mask), or that a global or closure variable names, still
-                holds the copy's values
+                global mask), or that a global or closure variable names or a layer
+                or optimizer holds, still holds the copy's values
     generators  (generator, its state, label): the user's random generators reached
                 (not guarded: python_writes compares them across a recording)
     contents    (dict, list, set or deque, its items, label): the containers reached
@@ -387,7 +387,9 @@ class _Walk:
             if id(obj) in self.captured and "<" not in label:  # not a repr of an object
                 self.places[id(obj)] = min(label, self.places.get(id(obj), label), key=_rank)
             return id(obj) in self.captured
-        if self.constants.get(id(obj), _GONE) is obj:  # a global mask, model.mask
+        # A global mask, model.mask; a layer's table that numpy reads (np.sum(self.table)).
+        constant = self.constants.get(id(obj), _GONE) is obj
+        if constant or inside and isinstance(obj, cuda.array_types):
             self.structure.arrays.append((obj, obj.copy(), label))
             return True
         if isinstance(obj, _ATOMS):
