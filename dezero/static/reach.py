@@ -427,9 +427,9 @@ class _Walk:
         if isinstance(value, types.FunctionType):
             self.add_function(value)
         elif isinstance(value, cuda.array_types):
-            # numpy math on it (np.sum(mask)) records no node: a change to its values
-            # retraces, as for an array the graph copied as a constant
-            self.structure.arrays.append((value, value.copy(), name))
+            # numpy math on it (np.sum(mask)) records no node: watched as a layer's
+            # array is, so that a change to its values retraces
+            self.visit(value, name, True)
         else:
             self.visit(value, name, False)
 
