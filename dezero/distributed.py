@@ -888,10 +888,9 @@ class ShardedOptimizer:
                     cuts.append(cut)
             self.__dict__.update(_layout=layout, _cuts=cuts, pieces=pieces)
         elif layout != self._layout:
-            i = next(i for i, (a, b) in enumerate(zip([*self._layout, None], [*layout, None]))
-                     if a != b)
-            was, now = (f"{e[2]}{list(e[1])}" if e else "none"
-                        for e in ([*self._layout, None][i], [*layout, None][i]))
+            before, after = [*self._layout, None], [*layout, None]  # None: no parameter
+            i = next(i for i, (a, b) in enumerate(zip(before, after)) if a != b)
+            was, now = (f"{e[2]}{list(e[1])}" if e else "none" for e in (before[i], after[i]))
             change = f"{was} then, {now} now" if was != now else f"another Parameter of {now}"
             raise ValueError(
                 f"ShardedOptimizer: the model's parameters changed since the first "
