@@ -410,9 +410,10 @@ def as_variable(obj):
 def as_operand(x, like):
     """The array for a second operand of `like` (a Variable or an array).
 
-    Python scalars are weak, as in numpy 2 (NEP 50): `float32_var * 2.0` stays
-    float32 under numpy 1.x too; an int beyond an integer dtype's range widens
-    it (int8 * 200 is int16) under numpy 2 too. Everything else keeps its own dtype.
+    A Python number takes the dtype numpy gives it beside an array of like's dtype:
+    NEP 50 on numpy 2 (uint8 [3] * -1 raises OverflowError, as numpy does), value-based
+    casting on numpy 1.x (uint8 [3] * -1 is int16 [-3]). A 0-d like counts as an array
+    on both, so a float32 loss * 0.5 stays float32. Everything else keeps its own dtype.
     """
     if isinstance(x, _OPERAND_TYPES):
         return x
@@ -420,16 +421,13 @@ def as_operand(x, like):
     # Fast path for the usual case, a Python float or int meeting a float array.
     if type(ref) is np.ndarray and (type(x) is float or type(x) is int) \
             and ref.dtype.kind == "f":
-        return _scalar_array(x, ref.dtype)
-    if isinstance(x, (bool, int, float)) and isinstance(ref, cuda.array_types):
-        xp, dtype = cuda.get_array_module(ref), ref.dtype
-        if dtype.kind in "iu" and not isinstance(x, float) and \
-                not np.iinfo(dtype).min <= x <= np.iinfo(dtype).max:
-            # What numpy 1.x's value-based casting gives (int8 [1, 2] * 200 is
-            # int16 [200, 400]) rather than wrapping around or numpy 2's error.
-            dtype = np.min_scalar_type(x)
-        weak = dtype.kind in "fc" or (dtype.kind in "iu" and not isinstance(x, float))
-        return xp.array(x, dtype=dtype if weak else None)
+        return _scalar_array(x, ref.dtype if _NEP50 else np.result_type(ref.dtype, x))
+    if isinstance(x, (bool, int, float, complex)) and isinstance(ref, cuda.array_types):
+        x = x.item() if isinstance(x, np.generic) else x  # a numpy float64 is weak too
+        try:
+            return cuda.get_array_module(ref).array(x, dtype=np.result_type(ref.dtype, x))
+        except OverflowError as e:  # numpy 2: the array's dtype cannot hold the int
+            raise OverflowError(f"{e}: widen the array first, e.g. x.astype(np.int64)") from None
     if np.isscalar(x):
         return np.array(x)
     if isinstance(x, TracedArray):
@@ -437,6 +435,7 @@ def as_operand(x, like):
     return x if x is None else np.asarray(x)  # None is refused by the op, by name
 
 
+_NEP50 = int(np.__version__.split(".")[0]) >= 2  # numpy 2 promotes Python numbers weakly
 _OPERAND_TYPES = (Variable, *cuda.array_types)
 _INPUT_ARRAYS = (*cuda.array_types, TracedArray)  # the tracer unwraps a TracedArray
 

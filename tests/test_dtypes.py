@@ -79,16 +79,64 @@ def test_0d_float32_stays_float32_in_a_replay(name, backend):
     np.testing.assert_array_equal(gx.data, eager_gx.data)
 
 
+NUMPY_2 = int(np.__version__.split(".")[0]) >= 2
+SCALAR_OPS = {"mul": lambda v, n: v * n, "add": lambda v, n: v + n, "sub": lambda v, n: v - n,
+              "rsub": lambda v, n: n - v, "div": lambda v, n: v / n}
+
+
 @pytest.mark.parametrize("dtype, values, op, number", [
-    (np.int8, [1, 2], "mul", 200), (np.uint8, [3], "mul", -1), (np.int8, [1], "add", -200),
-    (np.uint8, [3], "rsub", 1000), (np.int16, [7, -7], "mul", 3)], ids=str)
-def test_a_python_int_beyond_an_integer_dtype_widens_it_rather_than_wrapping(
-        dtype, values, op, number):
-    # numpy 1.x value-based casting: the int's smallest dtype joins the array's.
+    (np.uint8, [3], "mul", -1), (np.uint8, [10], "sub", 300), (np.int32, [1], "mul", 2**40),
+    (np.int8, [1, 2], "mul", 200), (np.int8, [1], "add", -200), (np.uint8, [3], "rsub", 1000),
+    (np.uint64, [1], "add", -1), (np.int16, [7, -7], "mul", 3), (np.uint8, [3], "add", True),
+    (np.bool_, [True], "add", 2), (np.int8, [1], "mul", 2.5), (np.uint8, [7], "mul", 0.5),
+    (np.int32, [3], "div", 2), (np.float32, [1.5], "mul", 2.5), (np.float32, [1.5], "add", 2),
+    (np.float16, [1.5], "mul", 1e6), (np.float32, [1.5], "mul", 1e300),
+    (np.float32, [1.5], "mul", 1j), (np.float64, [1.5], "sub", 2**40)], ids=str)
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+@pytest.mark.parametrize("ndim", [1, 0])
+def test_a_python_number_meets_an_array_as_in_numpy(dtype, values, op, number, ndim):
+    # numpy 2 (NEP 50): the array's dtype holds the number or OverflowError; numpy 1.x:
+    # value-based casting (uint8 [3] * -1 is int16). A 0-d Variable counts as an array.
     a = np.array(values, dtype)
-    ops = {"mul": lambda v: v * number, "add": lambda v: v + number,
-           "rsub": lambda v: number - v}
-    y = ops[op](Variable(a))
-    wide = ops[op](a.astype(np.int64))
-    np.testing.assert_array_equal(y.data, wide)
-    assert y.dtype == np.promote_types(dtype, np.min_scalar_type(number))
+    try:
+        expected = SCALAR_OPS[op](a, number)
+    except OverflowError:
+        with pytest.raises(OverflowError, match=f"Python integer {number} out of bounds.*widen"):
+            SCALAR_OPS[op](Variable(a if ndim else np.array(a[0])), number)
+        return
+    y = SCALAR_OPS[op](Variable(a if ndim else np.array(a[0])), number)
+    assert y.dtype == expected.dtype
+    np.testing.assert_array_equal(y.data, expected if ndim else expected[0])
+
+
+def test_numpy_2_refuses_a_python_int_beyond_the_dtype_and_numpy_1_widens():
+    a = Variable(np.array([3], np.uint8))
+    if NUMPY_2:
+        for number in (-1, 300, 2**40):
+            with pytest.raises(OverflowError, match="out of bounds for uint8"):
+                a * number
+    else:
+        assert (a * -1).dtype == np.int16 and (a * -1).data[0] == -3
+    assert (Variable(np.array([1.0], np.float32)) * 2.5).dtype == np.float32
+
+
+@pytest.mark.filterwarnings("ignore:step. output . depends on no argument")
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+@pytest.mark.parametrize("backend", ["python", "interpreter"])
+@pytest.mark.parametrize("dtype, number", [(np.uint8, 3), (np.uint8, 300), (np.int8, -200),
+                                           (np.float16, 1e6), (np.int8, 2.5)], ids=str)
+def test_a_python_number_in_a_replay_as_in_eager(dtype, number, backend):
+    # The trace's constant is the array the eager op was given: same dtype, same refusal.
+    def step(x):
+        return x * number - 1
+
+    x = np.array([1, 2], dtype)
+    try:
+        expected = np.array([1, 2], dtype) * number - 1
+    except OverflowError:
+        with pytest.raises(OverflowError, match="out of bounds"):
+            dezero.trace(step).lower(Variable(x))
+        return
+    y = dezero.trace(step).lower(Variable(x)).compile(backend)(Variable(x))
+    assert y.dtype == step(Variable(x)).dtype == expected.dtype
+    np.testing.assert_array_equal(y.data, expected)
