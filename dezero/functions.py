@@ -1116,8 +1116,8 @@ def softmax_cross_entropy(x, t):
     >>> float(softmax_cross_entropy(np.zeros((2, 4)), np.array([0, 3])).data)  # log 4
     1.3862943611198906
     """
-    x, = _floating(x)
-    loss, _ = SoftmaxCrossEntropy()(x, t)
+    x, = _floating(_given("softmax_cross_entropy", "x", x))
+    loss, _ = SoftmaxCrossEntropy()(x, _given("softmax_cross_entropy", "t", t))
     return loss
 
 
@@ -1128,6 +1128,22 @@ def _labels_like(t, x):
     if t.dtype != x.dtype:
         t = AsType(x.dtype.name)(t)
     return t
+
+
+def _given(op, what, x):
+    """x as a Variable of numbers, or a TypeError naming op and what x was: None (a
+    target left out) or a string otherwise failed further in on a missing attribute."""
+    if isinstance(x, (bool, int, float, complex, np.generic)):
+        x = np.asarray(x)
+    data = x.data if isinstance(x, Variable) else x
+    dtype = getattr(data, "dtype", None)  # an array's, or the tracer's guard of one
+    if isinstance(dtype, np.dtype) and dtype.kind in "biufc":
+        return as_variable(x)
+    given = ("a Variable holding " if isinstance(x, Variable) else "") + (
+        "None" if data is None else f"an array of dtype {dtype}" if dtype is not None
+        else f"a {type(data).__name__} ({repr(data)[:40]})")
+    raise TypeError(f"{op}: {what} is {given}; it takes a Variable or an array of numbers, "
+                    f"e.g. np.asarray({what}, dtype=np.float32) (class labels: np.int64)")
 
 
 def _floating(*xs):
@@ -1182,8 +1198,8 @@ def sigmoid_cross_entropy(x, t):
     >>> float(sigmoid_cross_entropy(np.zeros((2, 1)), np.array([[0], [1]])).data)  # log 2
     0.6931471805599453
     """
-    x, = _floating(x)
-    t = _targets("sigmoid_cross_entropy", x, t)
+    x, = _floating(_given("sigmoid_cross_entropy", "x", x))
+    t = _targets("sigmoid_cross_entropy", x, _given("sigmoid_cross_entropy", "t", t))
     return sum(softplus(x) - t * x) * _per_example(x)
 
 
@@ -1210,8 +1226,8 @@ def binary_cross_entropy(p, t):
     >>> float(binary_cross_entropy(np.array([0.5, 0.5]), np.array([0, 1])).data)  # log 2
     0.6931471805599453
     """
-    p, = _floating(p)
-    t = _targets("binary_cross_entropy", p, t)
+    p, = _floating(_given("binary_cross_entropy", "p", p))
+    t = _targets("binary_cross_entropy", p, _given("binary_cross_entropy", "t", t))
     p = Probabilities()(p)
     log_p = log(clip(p, 1e-15, 1.0))
     log_q = log(clip(1 - p, 1e-15, 1.0))
@@ -1241,7 +1257,8 @@ def mean_squared_error(x0, x1):
     >>> float(mean_squared_error(np.array([[1.0], [3.0]]), np.array([[0.0], [0.0]])).data)
     5.0
     """
-    x0, x1 = _floating(x0, as_operand(x1, x0))
+    x0 = _given("mean_squared_error", "x0", x0)
+    x0, x1 = _floating(x0, _given("mean_squared_error", "x1", as_operand(x1, x0)))
     x1 = _paired("mean_squared_error", x0, x1, "x1")
     return MeanSquaredError()(x0, x1)
 
@@ -1272,8 +1289,7 @@ def accuracy(y, t):
     >>> float(accuracy(np.array([[0.1, 0.9], [0.8, 0.2]]), np.array([1, 1])).data)
     0.5
     """
-    y = as_variable(y)
-    t = as_variable(t)
+    y, t = _given("accuracy", "y", y), _given("accuracy", "t", t)
     if y.ndim < 2 or t.size != y.shape[0]:
         raise ValueError(f"accuracy: y of shape {y.shape} needs one label per row, "
                          f"got t of shape {t.shape}")
@@ -1462,8 +1478,8 @@ def softmax_simple(x, axis=1):
 
 def softmax_cross_entropy_simple(x, t):
     """softmax_cross_entropy composed: -mean(log(clip(softmax(x)))[i, t[i]])."""
-    x, = _floating(x)
-    t = as_variable(t)
+    x, = _floating(_given("softmax_cross_entropy_simple", "x", x))
+    t = _given("softmax_cross_entropy_simple", "t", t)
     _check_labels("softmax_cross_entropy_simple", x, t)
     n = len(x)
     p = clip(softmax(x), 1e-15, 1.0)  # keeps log away from log(0)
@@ -1477,7 +1493,8 @@ def softmax_cross_entropy_simple(x, t):
 
 def mean_squared_error_simple(x0, x1):
     """mean_squared_error composed: sum((x0 - x1) ** 2) / len(x0)."""
-    x0, x1 = _floating(x0, as_operand(x1, x0))
+    x0 = _given("mean_squared_error_simple", "x0", x0)
+    x0, x1 = _floating(x0, _given("mean_squared_error_simple", "x1", as_operand(x1, x0)))
     x1 = _paired("mean_squared_error_simple", x0, x1, "x1")
     diff = x0 - x1
     return sum(diff ** 2) * _per_example(diff)

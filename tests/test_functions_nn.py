@@ -584,6 +584,33 @@ def test_cross_entropies_refuse_targets_of_another_shape_of_the_same_size(name):
     assert getattr(F, name)(x, t[:, None, :]).data == getattr(F, name)(x, t).data
 
 
+LOSSES = ["mean_squared_error", "mean_squared_error_simple", "softmax_cross_entropy",
+          "softmax_cross_entropy_simple", "sigmoid_cross_entropy", "binary_cross_entropy",
+          "accuracy"]
+
+
+@pytest.mark.parametrize("target, given", [
+    (None, "None"), (Variable(None), "a Variable holding None"),
+    ("ab", r"(a str \('ab'\)|an array of dtype <U2)"),
+    ({"a": 1}, r"(a dict \(\{'a': 1\}\)|an array of dtype object)"),
+    (np.array(["a", "b"]), "an array of dtype <U1")], ids=str)
+@pytest.mark.parametrize("name", LOSSES)
+def test_losses_name_a_target_that_holds_no_numbers(name, target, given):
+    # None failed further in: AttributeError 'NoneType' object has no attribute 'dtype'.
+    with pytest.raises(TypeError, match=rf"^{name}: (t|x1) is {given}; it takes a Variable or "
+                                        r"an array of numbers, e.g. np.asarray"):
+        getattr(F, name)(np.full((2, 3), 0.5), target)
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_losses_name_an_input_that_is_none_or_a_list(name):
+    with pytest.raises(TypeError, match=rf"^{name}: (x|x0|p|y) is None; it takes a Variable"):
+        getattr(F, name)(None, np.zeros(2, int))
+    if "mean_squared" not in name:  # mean_squared_error takes a list target as numpy would
+        with pytest.raises(TypeError, match=rf"^{name}: t is a list \(\[0, 1\]\); it takes"):
+            getattr(F, name)(np.full((2, 1), 0.5), [0, 1])
+
+
 def test_torch_refuses_targets_of_another_shape_too(torch):
     with pytest.raises(ValueError):
         torch.nn.functional.binary_cross_entropy(torch.full((2, 3), 0.5), torch.zeros(3, 2, 1))
