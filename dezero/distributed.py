@@ -803,7 +803,7 @@ class ShardedOptimizer:
             setattr(self.optimizer, name, value)
 
     def setup(self, target):
-        self.__dict__["target"] = target
+        self.__dict__["target"] = optimizers._checked_target("ShardedOptimizer", target)
         return self
 
     def add_hook(self, hook):

@@ -142,6 +142,19 @@ def _refuse_parameters(obj, name, value):
             f"is given its model with setup: optimizer = optimizers.{cls}().setup(model)")
 
 
+def _checked_target(cls, target):
+    # PyTorch's habit, setup([param]) or setup(model.params()): update() failed later
+    # on a missing params attribute, naming nothing.
+    if not callable(getattr(target, "params", None)):
+        given = "None" if target is None else f"a {type(target).__name__}" + (
+            f" of length {len(target)}" if isinstance(target, list | tuple) else "")
+        raise TypeError(
+            f"{cls}.setup: the target must be a Layer or a Model (whose params() it "
+            f"updates), got {given}; set parameters of your own on a Layer first "
+            f"(layer.W = param), then optimizers.{cls}().setup(layer)")
+    return target
+
+
 @functools.cache
 def _hyperparameters(cls):
     return tuple(attr for klass in cls.__mro__ for attr in vars(klass).values()
@@ -219,7 +232,7 @@ class Optimizer:
         self.hooks = []
 
     def setup(self, target):
-        self.target = target
+        self.target = _checked_target(type(self).__name__, target)
         return self
 
     def update(self):

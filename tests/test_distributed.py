@@ -211,6 +211,12 @@ def test_the_hook_s_class_is_refused(comm):
         dist.ShardedOptimizer(optimizers.SGD(), comm).add_hook(optimizers.WeightDecay)
 
 
+def test_sharded_optimizer_setup_refuses_a_list_of_parameters(comm):
+    with pytest.raises(TypeError, match=r"^ShardedOptimizer.setup: the target must be a Layer "
+                                        r"or a Model .*, got a list of length 1"):
+        dist.ShardedOptimizer(optimizers.SGD(), comm).setup([dezero.Parameter(np.ones(2))])
+
+
 def test_allreduce_grads_runs_before_the_other_hooks(half_world):
     x, t = classification()
     model = MLP((4, 3))

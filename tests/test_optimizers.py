@@ -255,6 +255,30 @@ def test_add_hook_refuses_a_hook_s_class():
             O.SGD().add_hook(hook)
 
 
+@pytest.mark.parametrize("target, given", [
+    (lambda p: [p], "a list of length 1"), (lambda p: (p, p), "a tuple of length 2"),
+    (lambda p: iter([p]), "a list_iterator"), (lambda p: p, "a Parameter"),
+    (lambda p: None, "None")], ids=["list", "tuple", "iterator", "parameter", "none"])
+@pytest.mark.parametrize("make", [O.SGD, O.Adam])
+def test_setup_refuses_what_is_not_a_layer_naming_it(make, target, given):
+    # PyTorch's habit, setup([param]): update() failed on "'list' object has no
+    # attribute 'params'", naming neither the optimizer nor what it takes.
+    name = make.__name__
+    with pytest.raises(TypeError, match=rf"^{name}\.setup: the target must be a Layer or a "
+                                        rf"Model .*, got {given}; .*layer\.W = param.*"
+                                        rf"optimizers\.{name}\(\)\.setup\(layer\)"):
+        make().setup(target(Parameter(np.ones(2, np.float32))))
+
+
+def test_parameters_of_one_s_own_train_on_a_layer_as_the_refusal_says():
+    param = Parameter(np.ones(2, np.float32))
+    layer = Layer()
+    layer.W = param
+    param.grad = Variable(np.full(2, 4.0, np.float32))
+    O.SGD(lr=0.5).setup(layer).update()
+    np.testing.assert_array_equal(param.data, [-1.0, -1.0])
+
+
 def test_hook_rates_are_hyperparameters_too():
     model = Pair()
     rates = [0.01, 0.01, 0.5, 0.5]
