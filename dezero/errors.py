@@ -30,27 +30,38 @@ class GraphFileError(ValueError):
 
 
 # =============================================================================
-# Locating the user's line: user_frame, where
+# Locating the user's line: user_frame, user_stacklevel, where
 # =============================================================================
 
 _DEZERO_DIR = os.path.dirname(os.path.abspath(__file__))
 _IN_DEZERO: dict[str, bool] = {}  # filename -> whether it lies in the dezero package
 
 
+def _in_dezero(frame) -> bool:
+    filename = frame.f_code.co_filename
+    inside = _IN_DEZERO.get(filename)
+    if inside is None:
+        inside = _IN_DEZERO[filename] = os.path.abspath(filename).startswith(
+            _DEZERO_DIR + os.sep)
+    return inside
+
+
 def user_frame():
     """The innermost stack frame outside the dezero package (the user's code).
     Every recorded op asks (for its node's source line), hence the cache."""
     frame = sys._getframe(1)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        inside = _IN_DEZERO.get(filename)
-        if inside is None:
-            inside = _IN_DEZERO[filename] = os.path.abspath(filename).startswith(
-                _DEZERO_DIR + os.sep)
-        if not inside:
-            break
+    while frame is not None and _in_dezero(frame):
         frame = frame.f_back
     return frame
+
+
+def user_stacklevel() -> int:
+    """The stacklevel that makes its caller's warnings.warn name the user's line, so
+    that Python's default filters show a warning once per line of the user's code."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and _in_dezero(frame):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def where(frame=None) -> str:

@@ -9,12 +9,13 @@ Sits on core.py; layers, optimizers and the tracer build on it.
 """
 import math
 import operator
+import warnings
 
 import numpy as np
 
 from dezero import core, cuda, utils
 from dezero.core import Config, Constant, Function, Variable, as_operand, as_variable, no_grad
-from dezero.errors import TraceError, where
+from dezero.errors import TraceError, user_stacklevel, where
 
 # =============================================================================
 # Arithmetic: add, sub, rsub, mul, div, rdiv, neg, pow
@@ -1340,12 +1341,14 @@ def batch_norm(x, gamma, beta, mean, var, decay=0.9, eps=2e-5):
     In training (dezero.Config.train) mu and sigma2 are the batch's mean and
     variance, and the running statistics (shape (C,)) are updated:
         mean <- decay * mean + (1 - decay) * mu
-        var  <- decay * var + (1 - decay) * sigma2 * m / (m - 1)
+        var  <- decay * var + (1 - decay) * sigma2 * m / max(m - 1, 1)
     with m the number of values per feature (the running variance is unbiased,
-    as in the book and in PyTorch). A Variable gets its new value assigned to
-    `.data`, which a traced step sees as a state write; an array is updated in
-    place, as the book does, which only eager mode allows (a trace raises
-    TraceError). In test mode `mean` and `var` are used as they are.
+    as in the book, Chainer and PyTorch). One value per channel (m = 1) has
+    variance 0: the output is beta, as in the book and Chainer, and a RuntimeWarning
+    says so. A Variable gets its new value assigned to `.data`, which a traced step
+    sees as a state write; an array is updated in place, as the book does, which
+    only eager mode allows (a trace raises TraceError). In test mode `mean` and
+    `var` are used as they are.
     gamma and beta: shape (C,).
 
     >>> with dezero.test_mode(): batch_norm(np.ones((1, 2)), np.ones(2), np.zeros(2),
@@ -1380,11 +1383,12 @@ def batch_norm(x, gamma, beta, mean, var, decay=0.9, eps=2e-5):
     m = x.size // channels
     if m == 0:  # an empty batch: an empty output, the running statistics unchanged
         return x * reshape(gamma, stat_shape) + reshape(beta, stat_shape)
-    if m == 1:
-        raise ValueError(f"batch_norm: one value per channel in training (x of shape "
-                         f"{x.shape}) has variance 0: the output would be beta and the "
-                         f"running variance would shrink to 0; use a batch of two or more, "
-                         f"or test mode (dezero.test_mode())")
+    if m == 1:  # computed as the book and Chainer do; an error under simplefilter("error")
+        warnings.warn(f"batch_norm: x of shape {x.shape} has one value per channel in "
+                      f"training, and a batch of one has no spread: its variance is 0, so "
+                      f"the output is beta and the running variance shrinks toward 0; "
+                      f"train on batches of two or more, or use dezero.test_mode()",
+                      RuntimeWarning, stacklevel=user_stacklevel())
     # Batch statistics are outputs of Functions, so backward reaches them.
     mu = sum(x, axis=axes, keepdims=True) * (1 / m)
     xc = x - mu
@@ -1392,7 +1396,7 @@ def batch_norm(x, gamma, beta, mean, var, decay=0.9, eps=2e-5):
     inv_std = (sigma2 + eps) ** -0.5
     y = xc * inv_std * reshape(gamma, stat_shape) + reshape(beta, stat_shape)
 
-    unbias = m / (m - 1)
+    unbias = m / (m - 1) if m > 1 else 1.0  # one value: its variance, 0, folds in as it is
     with no_grad():
         new_mean = as_variable(mean) * decay + reshape(mu, mean.shape) * (1 - decay)
         new_var = as_variable(var) * decay + reshape(sigma2, var.shape) * ((1 - decay) * unbias)

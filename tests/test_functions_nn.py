@@ -5,6 +5,7 @@ Gradients are checked numerically in float64 (and once more for the gradient of
 the gradient); values are compared against PyTorch where it is installed.
 """
 import doctest
+import warnings
 
 import numpy as np
 import pytest
@@ -552,6 +553,88 @@ def test_batch_norm_array_running_stats_raise_under_trace():
         eager_mean = mean.data.copy() * 0.9 + 0.1 * x.mean(axis=0)
         step(Variable(x))
         np.testing.assert_allclose(mean.data, eager_mean, rtol=1e-12)
+
+
+ONE_VALUE = r"batch_norm: x of shape \(1, 10\) has one value per channel in training.*" \
+            r"no spread.*the output is beta and the running variance shrinks toward 0"
+
+
+def test_batch_norm_of_a_batch_of_one_gives_beta_as_the_book_s_test_expects():
+    # The book's TestBatchNorm.test_forward2 (N=1, C=10) against Chainer: a batch of one
+    # has variance 0, so x_hat = 0 / sqrt(0 + eps) = 0 and y = beta. dezero raised.
+    r = rng()
+    x, gamma, beta, mean = (r.randn(*shape).astype(np.float32) for shape in
+                            ((1, 10), (10,), (10,), (10,)))
+    var = np.abs(r.randn(10)).astype(np.float32)
+    mean0, var0 = mean.copy(), var.copy()
+    xv, gv, bv = Variable(x), Variable(gamma), Variable(beta)
+    with pytest.warns(RuntimeWarning, match=ONE_VALUE):
+        y = F.batch_nrom(xv, gv, bv, mean, var)
+    np.testing.assert_array_equal(y.data, beta[None])
+    # Chainer's running variance folds the batch's 0 in with the factor m / max(m - 1, 1).
+    np.testing.assert_allclose(var, np.float32(0.9) * var0, rtol=1e-6)
+    np.testing.assert_allclose(mean, 0.9 * mean0 + 0.1 * x[0], rtol=1e-5, atol=1e-6)
+    F.sum(y * r.randn(1, 10)).backward()
+    assert not xv.grad.data.any() and not gv.grad.data.any()  # y does not depend on them
+    assert all(np.isfinite(a).all() for a in (var, mean, bv.grad.data))
+
+
+def test_batch_norm_of_a_batch_of_one_warns_once_per_line_or_raises_as_an_error():
+    x, gamma, beta = np.ones((1, 10)), np.ones(10), np.zeros(10)
+    mean, var = Variable(np.zeros(10)), Variable(np.ones(10))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # Python's filter for RuntimeWarning
+        for _ in range(3):
+            F.batch_norm(x, gamma, beta, mean, var)
+        F.batch_norm(x, gamma, beta, mean, var)  # another line warns again
+    assert [(w.category, w.filename) for w in caught] == [(RuntimeWarning, __file__)] * 2
+    assert caught[0].lineno != caught[1].lineno
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the refusal, for who wants it
+        with pytest.raises(RuntimeWarning, match=ONE_VALUE):
+            F.batch_norm(x, gamma, beta, mean, var)
+
+
+@pytest.mark.filterwarnings("ignore:batch_norm. x of shape:RuntimeWarning")
+def test_a_traced_step_of_batch_norm_on_a_batch_of_one_equals_eager():
+    from dezero import layers as L
+    from dezero import models, optimizers
+
+    class Net(models.Model):
+        def __init__(self):
+            super().__init__()
+            self.l1, self.bn = L.Linear(10, in_size=4), L.BatchNorm()
+
+        def forward(self, x):
+            return self.bn(self.l1(x))
+
+    def step_of(model):
+        optimizer = optimizers.SGD(0.1).setup(model)
+
+        def step(x, w):
+            loss = F.sum(model(x) * w)
+            model.cleargrads()
+            loss.backward()
+            optimizer.update()
+            return loss
+        return step
+
+    nets = []
+    for _ in range(2):
+        np.random.seed(0)
+        nets.append(Net())
+    eager, traced = step_of(nets[0]), dezero.trace(check=True)(step_of(nets[1]))
+    r = rng()
+    for _ in range(3):
+        x, w = r.randn(1, 4).astype(np.float32), r.randn(1, 10).astype(np.float32)
+        np.testing.assert_array_equal(traced(x, w).data, eager(x, w).data)
+        for a, b in zip(nets[0].params(), nets[1].params()):
+            np.testing.assert_allclose(a.data, b.data, rtol=1e-6)
+        for name in ("avg_mean", "avg_var"):
+            a, b = getattr(nets[0].bn, name).data, getattr(nets[1].bn, name).data
+            np.testing.assert_allclose(a, b, rtol=1e-6)
+            assert np.isfinite(a).all()
+    assert traced.entries == 1  # recorded once, replayed twice
 
 
 def test_embed_id_matches_torch_with_repeated_ids(torch):

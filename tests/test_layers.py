@@ -1,6 +1,7 @@
 """Layers: gradients against central differences (float64), initialisation,
 parameter order, devices of state, and save_weights / load_weights."""
 import os
+import re
 
 import numpy as np
 import pytest
@@ -542,19 +543,19 @@ def test_torch_refuses_a_hidden_state_of_another_batch_size_too(torch):
 
 
 @pytest.mark.parametrize("shape", [(1, 3), (1, 2, 1, 1)], ids=str)
-def test_batch_norm_refuses_one_value_per_channel_in_training(shape):
+def test_batch_norm_of_one_value_per_channel_in_training_gives_beta_with_a_warning(shape):
+    # As the book and Chainer compute it (PyTorch refuses it); dezero raised ValueError.
     layer = L.BatchNorm()
-    with pytest.raises(ValueError, match=r"batch_norm: one value per channel in training"):
-        layer(np.ones(shape, np.float32))
+    layer(np.ones((2,) + shape[1:], np.float32))  # initialises beta, here zeros
+    layer.beta.data = np.arange(1, shape[1] + 1, dtype=np.float32)
+    with pytest.warns(RuntimeWarning, match=rf"batch_norm: x of shape {re.escape(str(shape))} "
+                                            r"has one value per channel in training"):
+        y = layer(np.random.RandomState(1).randn(*shape).astype(np.float32))
+    np.testing.assert_array_equal(y.data.reshape(-1), layer.beta.data)
     with dezero.test_mode():  # the running statistics normalise a single example
         assert layer(np.ones(shape, np.float32)).shape == shape
     assert layer(np.ones((1, shape[1], 2, 2) if len(shape) == 4 else (2, 3),
                          np.float32)).data.shape  # two values per channel train
-
-
-def test_torch_refuses_one_value_per_channel_in_training_too(torch):
-    with pytest.raises(ValueError, match="more than 1 value per channel"):
-        torch.nn.BatchNorm1d(3)(torch.ones(1, 3))
 
 
 @pytest.mark.parametrize("shape", [(0, 3), (0, 2, 4, 4)], ids=str)
