@@ -771,10 +771,11 @@ class ShardedOptimizer:
 
     The parameters end as under AllreduceGrads, element for element, with optimizers
     that update each element on its own (SGD, MomentumSGD, AdaGrad, AdaDelta, Adam,
-    AdamW) and WeightDecay, the hook that does too. Hooks that read the whole gradient
-    (ClipGrad's norm) or pick parameters (FreezeParam) would see one block: they are
-    refused. A parameter without a gradient on any rank is not updated, as in one
-    process; the parameters' own .grad keep this rank's gradient. The blocks are cut
+    AdamW, which judges each piece by the parameter it is cut from) and WeightDecay, the
+    hook that does too. Hooks that read the whole gradient (ClipGrad's norm) or pick
+    parameters (FreezeParam) would see one block: they are refused. A parameter
+    without a gradient on any rank is not updated, as in one process; the
+    parameters' own .grad keep this rank's gradient. The blocks are cut
     at the first update, so the model cannot gain parameters after it. The optimizer's
     hyperparameters read and set through this object (optimizer.alpha = 1e-4).
     """
@@ -787,7 +788,7 @@ class ShardedOptimizer:
         for hook in optimizer.hooks:
             _check_elementwise(hook)
         own = {"optimizer": optimizer, "comm": comm, "target": optimizer.target,
-               "_layout": None, "_cuts": None, "pieces": None}
+               "_layout": None, "_cuts": None, "pieces": None, "_owners": None}
         self.__dict__.update(own)
         optimizer.target = _Pieces()  # the optimizer itself updates this rank's pieces
 
@@ -846,6 +847,9 @@ class ShardedOptimizer:
                 exchanged.append((group, pieces))
             self.optimizer.target.pieces = [piece for _, pieces in exchanged
                                             for *_, piece in pieces]
+            self.optimizer.target.wholes = [(self._owners[piece.name], group[i])
+                                            for group, pieces in exchanged
+                                            for i, _, _, piece in pieces]
             if exchanged and not any(piece.grad is not None
                                      for piece in self.optimizer.target.pieces):
                 # This rank's block has no gradient, another's has: the step counters
@@ -859,7 +863,7 @@ class ShardedOptimizer:
                     param.data = value.data
                 for *_, piece in pieces:
                     piece.grad = None
-        self.optimizer.target.pieces = []
+        self.optimizer.target.pieces = self.optimizer.target.wholes = []
 
     def _cut(self, params):
         """(parameters of one device and dtype, this rank's pieces of them): each piece
@@ -872,7 +876,7 @@ class ShardedOptimizer:
             names = {id(p): key for key, p in named}
             for k, p in enumerate(params):  # without a path, its place: names never repeat
                 names.setdefault(id(p), f"{k}/{p.name}")
-            cuts, pieces = [], {}
+            cuts, pieces, owners = [], {}, {}
             with layers._untraced():  # made once, not a step to replay
                 for group in groups:
                     cut = []
@@ -884,9 +888,10 @@ class ShardedOptimizer:
                         # again here but kept on a rank whose block is empty.
                         piece = group[i].data.reshape(-1)[start:stop]
                         pieces[name] = Parameter(piece, name=name)
+                        owners[name] = names[id(group[i])]
                         cut.append((i, start, stop, name))
                     cuts.append(cut)
-            self.__dict__.update(_layout=layout, _cuts=cuts, pieces=pieces)
+            self.__dict__.update(_layout=layout, _cuts=cuts, pieces=pieces, _owners=owners)
         elif layout != self._layout:
             before, after = [*self._layout, None], [*layout, None]  # None: no parameter
             i = next(i for i, (a, b) in enumerate(zip(before, after)) if a != b)
@@ -902,9 +907,10 @@ class ShardedOptimizer:
 
 
 class _Pieces:
-    """The target of a sharded optimizer's own optimizer: this update's pieces."""
+    """The target of a sharded optimizer's own optimizer: this update's pieces, and
+    the (name, Parameter) each is cut from (AdamW decides by them which decay)."""
 
-    pieces = []
+    pieces = wholes = []
 
     def params(self):
         return iter(self.pieces)

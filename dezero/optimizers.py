@@ -624,21 +624,92 @@ class Adam(Optimizer):
         param.data = (param - lr * m / (F.sqrt(v) + self._eps)).data
 
 
+def matrices(name, param):
+    """AdamW's default `decay`: the parameters of two or more dimensions decay (the W
+    of Linear, Conv2d and EmbedID), those of one do not (biases, BatchNorm's and
+    LayerNorm's gamma and beta), as GPT-2 and nanoGPT train."""
+    return param.ndim >= 2
+
+
 class AdamW(Adam):
-    """Adam with decoupled weight decay: param <- param * (1 - alpha * weight_decay)
-    before the Adam step (the decay does not pass through m and v)."""
+    """Adam with decoupled weight decay (PyTorch's torch.optim.AdamW): before the
+    Adam step, param <- param * (1 - alpha * weight_decay); the decay does not pass
+    through m and v, and it follows alpha's schedule.
+
+    `decay(name, param) -> bool` says which parameters decay, where PyTorch takes
+    two parameter groups, one with weight_decay=0. name is the parameter's path in
+    the model, as save_weights names it ("l0/W", "l0/b"). The default,
+    `optimizers.matrices`, decays those of two or more dimensions: weight matrices
+    and embeddings, not biases nor normalisations' gamma and beta. Other choices:
+    embeddings left out too, or every parameter, as torch.optim.AdamW(model.parameters()):
+
+        AdamW(decay=lambda name, p: p.ndim >= 2 and not name.startswith("embed"))
+        AdamW(decay=lambda name, p: True)
+
+    The choice is asked at every update (a traced step records it, and a new decay
+    function records again); it is configuration, not state: state_dict leaves it out.
+    As in Adam, eps is added to sqrt(v); PyTorch adds it to sqrt(v / (1 - beta2^t)),
+    which changes a step by a fraction of about eps / sqrt(v): nothing unless the
+    gradients are as small as eps.
+    """
 
     weight_decay = Hyperparameter()
-    per_update = Adam.per_update + ("_keep",)
+    per_update = Adam.per_update + ("_keep", "_keep_undecayed")
 
-    def __init__(self, alpha=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01):
+    def __init__(self, alpha=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01,
+                 decay=matrices):
         super().__init__(alpha, beta1, beta2, eps)
+        if not callable(decay):
+            raise TypeError(f"AdamW: decay must be a function of (name, param) that says "
+                            f"whether the parameter decays, got {type(decay).__name__}: "
+                            f"AdamW(decay=lambda name, p: p.ndim >= 2)")
         self.weight_decay = weight_decay
+        self.decay = decay
+
+    def update(self):
+        # The ids of the parameters that decay, held only while the update runs.
+        self._decaying = set() if self.target is None else self._decided()
+        try:
+            super().update()
+        finally:
+            del self._decaying
+
+    def _decided(self):
+        """The ids of the target's parameters for which decay(name, param) is true."""
+        decided = set()
+        for name, param, judged in _named_for_decay(self.target):
+            if param.data is not None and self.decay(name, judged):
+                decided.add(id(param))
+        return decided
 
     def _prepare(self, like, mixed=False):
         super()._prepare(like, mixed)
-        self._keep = 1 - self._alpha * self._weight_decay
+        shrink = self._alpha * self._weight_decay
+        self._keep = 1 - shrink
+        # The factor of the parameters that do not decay: 1, computed (from the same
+        # product, so that both factors are one small kernel) rather than a literal 1,
+        # which the compiler would drop: then every parameter's update has one body,
+        # and a traced step runs them all as one horizontal kernel. param * 1 == param.
+        self._keep_undecayed = 1 - shrink * 0
 
     def update_one(self, param):
         m, v, lr = self._moments(param)
-        param.data = (param * self._keep - lr * m / (F.sqrt(v) + self._eps)).data
+        keep = self._keep if id(param) in self._decaying else self._keep_undecayed
+        param.data = (param * keep - lr * m / (F.sqrt(v) + self._eps)).data
+
+
+def _named_for_decay(target):
+    """(name, parameter, the parameter decay judges) of each parameter of target: a
+    Layer's by their paths (a parameter under two names by its first); the pieces of
+    a dist.ShardedOptimizer as the whole parameters they are cut from."""
+    wholes = getattr(target, "wholes", None)
+    if wholes is not None:
+        return [(name, piece, whole) for piece, (name, whole) in zip(target.pieces, wholes)]
+    if not hasattr(target, "_named"):
+        return [(p.name or "", p, p) for p in target.params()]  # no paths to name them by
+    named, seen = [], set()
+    for name, var in target._named():
+        if isinstance(var, Parameter) and id(var) not in seen:
+            seen.add(id(var))
+            named.append((name, var, var))
+    return named

@@ -490,14 +490,15 @@ def test_reduce_scatter_and_allgather_are_each_other_s_backward(rank0_of_2):
     np.testing.assert_array_equal(piece.grad.data, [9, 9, 9, 9, 9])
 
 
-def sharded_or_hooked(comm, sharded, traced, steps=4, hooks=()):
-    """The parameters after `steps` Adam steps of an MLP, with the gradients averaged
-    by AllreduceGrads or the update sharded."""
+def sharded_or_hooked(comm, sharded, traced, steps=4, hooks=(),
+                      make=lambda: optimizers.Adam(alpha=0.01)):
+    """The parameters after `steps` Adam steps (or another optimizer's) of an MLP,
+    with the gradients averaged by AllreduceGrads or the update sharded."""
     x, t = classification()
     np.random.seed(0)
     model = MLP((8, 3))
     model(x[:1])
-    optimizer = optimizers.Adam(alpha=0.01)
+    optimizer = make()
     if sharded:
         optimizer = dist.ShardedOptimizer(optimizer, comm).setup(model)
     else:
@@ -523,6 +524,19 @@ def test_a_sharded_update_ends_with_the_hook_s_parameters_to_the_bit(comm, trace
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
         else:
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_a_sharded_adamw_decays_the_pieces_of_matrices_only(comm, traced):
+    # A piece is a flat slice of one parameter: AdamW judged it, one-dimensional, a
+    # vector, and decayed none of the matrices, in silence.
+    def make():
+        return optimizers.AdamW(alpha=0.01, weight_decay=0.5)
+
+    _, params, _, _ = sharded_or_hooked(comm, True, traced, make=make)
+    _, expected, _, _ = sharded_or_hooked(comm, False, False, make=make)
+    for a, b in zip(params, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
 def test_a_traced_sharded_step_scatters_then_updates_then_gathers(comm):

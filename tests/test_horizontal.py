@@ -15,7 +15,8 @@ from dezero.static.backends.pycode import Compiled
 needs_compiler = pytest.mark.skipif(cpu.missing_reason() is not None,
                                     reason=str(cpu.missing_reason()))
 OPTIMIZERS = {"SGD": lambda: optimizers.SGD(0.1), "MomentumSGD": optimizers.MomentumSGD,
-              "Adam": lambda: optimizers.Adam(0.01), "AdaGrad": optimizers.AdaGrad}
+              "Adam": lambda: optimizers.Adam(0.01), "AdaGrad": optimizers.AdaGrad,
+              "AdamW": lambda: optimizers.AdamW(0.01, weight_decay=0.1)}
 
 
 def traced_step(make_optimizer, sizes=(10, 3)):

@@ -115,13 +115,15 @@ def test_adadelta_matches_closed_form():
     assert_history(got, want)
 
 
-def adam_rule(alphas, weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8):
+def adam_rule(alphas, weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8,
+              decays=lambda p: p.ndim >= 2):
     def rule(p, g, s, k):
         t = k + 1
         s["m"] = s["m"] + (1 - b1) * (g - s["m"])
         s["v"] = s["v"] + (1 - b2) * (g * g - s["v"])
         lr = alphas[k] * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
-        return p * (1 - alphas[k] * weight_decay) - lr * s["m"] / (np.sqrt(s["v"]) + eps)
+        keep = 1 - alphas[k] * weight_decay if decays(p) else 1.0
+        return p * keep - lr * s["m"] / (np.sqrt(s["v"]) + eps)
     return rule
 
 
@@ -145,28 +147,137 @@ def test_adam_matches_closed_form_with_bias_correction_at_every_step():
     assert opt.lr == pytest.approx(0.05 * np.sqrt(1 - 0.999 ** STEPS) / (1 - 0.9 ** STEPS))
 
 
-def test_adamw_matches_closed_form_with_decoupled_decay():
-    model = Pair()
+def test_adamw_matches_closed_form_with_decoupled_decay_of_matrices_only():
+    model = Pair()  # w (3, 2) decays, b (2,) does not
     want = reference(model, adam_rule([0.01, 0.01, 0.05, 0.05], weight_decay=0.1), adam_state)
     got = run(O.AdamW(alpha=0.01, weight_decay=0.1), model, alpha_schedule)
     assert_history(got, want)
 
 
-def test_adamw_agrees_with_torch(torch):
-    model = Pair(np.float64)
-    got = run(O.AdamW(alpha=0.01, weight_decay=0.1), model)
-    fresh = Pair(np.float64)
-    tparams = [torch.tensor(p.data.copy(), requires_grad=True) for p in fresh.params()]
-    topt = torch.optim.AdamW(tparams, lr=0.01, weight_decay=0.1, eps=1e-8)
-    for step in range(STEPS):
-        for p, g in zip(tparams, model.grads[step]):
-            p.grad = torch.tensor(g)
+def test_adamw_decay_chooses_the_parameters_by_name_and_parameter():
+    asked = []
+
+    def decay(name, param):
+        asked.append((name, param.shape))
+        return name == "b"  # the vector only, where the default picks the matrix
+
+    model = Pair()
+    want = reference(model, adam_rule([0.01] * STEPS, weight_decay=0.1,
+                                      decays=lambda p: p.ndim == 1), adam_state)
+    assert_history(run(O.AdamW(alpha=0.01, weight_decay=0.1, decay=decay), model), want)
+    assert asked[:2] == [("w", (3, 2)), ("b", (2,))]  # asked at every update
+    assert len(asked) == 2 * STEPS
+    model = Pair()
+    want = reference(model, adam_rule([0.01] * STEPS, weight_decay=0.1,
+                                      decays=lambda p: True), adam_state)
+    assert_history(run(O.AdamW(0.01, weight_decay=0.1, decay=lambda n, p: True), model), want)
+    with pytest.raises(TypeError, match=r"AdamW: decay must be a function of \(name, param\)"):
+        O.AdamW(decay={"b"})
+
+
+def test_adamw_names_parameters_by_their_path_and_shared_ones_once():
+    from dezero.models import MLP
+    model = MLP((3, 2))
+    model(np.zeros((1, 4), np.float32))
+    model.l1.W = model.l0.b  # shared: the name it has first
+    asked = []
+    opt = O.AdamW(decay=lambda name, p: asked.append(name) or True).setup(model)
+    for p in model.params():
+        p.grad = Variable(np.ones_like(p.data))
+    opt.update()
+    assert asked == ["l0/W", "l0/b", "l1/b"]
+    # The choice is configuration, not state: state_dict keeps none of it.
+    assert {key.partition("/")[0] for key in opt.state_dict()} == {
+        "type", "hyperparameters", "counters", "ms", "vs", "joined"}
+
+
+class Shapes(Layer):
+    """A weight matrix, a bias, a convolution's kernel and a norm's gamma, with a
+    gradient sequence of 20 steps."""
+
+    def __init__(self, dtype, steps=20):
+        super().__init__()
+        rng = np.random.RandomState(3)
+        self.W = Parameter(rng.randn(4, 3).astype(dtype))
+        self.b = Parameter(rng.randn(3).astype(dtype))
+        self.K = Parameter(rng.randn(2, 1, 3, 3).astype(dtype))
+        self.gamma = Parameter(rng.randn(5).astype(dtype))
+        self.grads = [[rng.randn(*p.shape).astype(dtype) for p in self.params()]
+                      for _ in range(steps)]
+
+
+def torch_adamw(torch, model, lrs, weight_decay, eps=1e-8):
+    """torch.optim.AdamW on copies of model's parameters, matrices in a group that
+    decays and the others in one that does not, fed model.grads; lrs[k] is the rate
+    of step k (a schedule's). Returns the parameters after the last step."""
+    tparams = [torch.tensor(p.data.copy(), requires_grad=True) for p in model.params()]
+    groups = [{"params": [t for t in tparams if t.ndim >= 2], "weight_decay": weight_decay},
+              {"params": [t for t in tparams if t.ndim < 2], "weight_decay": 0.0}]
+    topt = torch.optim.AdamW(groups, lr=lrs[0], eps=eps)
+    for k, grads in enumerate(model.grads):
+        for group in topt.param_groups:
+            group["lr"] = lrs[k]
+        for t, g in zip(tparams, grads):
+            t.grad = torch.tensor(g)
         topt.step()
-    tparams = [p.detach() for p in tparams]
-    # torch adds eps to sqrt(v_hat) rather than sqrt(v); with eps 1e-8 that is
-    # far below the tolerance.
-    for g, p in zip(got[-1], tparams):
-        np.testing.assert_allclose(g, p.numpy(), rtol=1e-5, atol=1e-6)
+    return [t.detach().numpy() for t in tparams]
+
+
+def adamw_tolerance(dtype, lrs, eps=1e-8, b2=0.999):
+    """How far dezero's AdamW and PyTorch's may part after len(lrs) steps: float32
+    rounding of values of order 1 (a few ulps a step), and where eps goes. PyTorch
+    divides by sqrt(v / (1 - b2^t)) + eps, dezero by (sqrt(v) + eps) / sqrt(1 - b2^t):
+    eps / sqrt(1 - b2^t) where PyTorch has eps, a step of lr * m / sqrt(v_hat) changed
+    by at most lr * eps / sqrt(1 - b2^t) / sqrt(v_hat); with gradients of order 1
+    (v_hat of order 1), at most lr * eps / sqrt(1 - b2) per step."""
+    spacing = float(np.finfo(dtype).eps) * 4 * len(lrs)
+    placement = sum(lrs) * eps / np.sqrt(1 - b2) * 100  # v_hat down to 1e-4
+    return spacing + placement
+
+
+@pytest.mark.parametrize("eps", [1e-8, 0.0])  # 0: only rounding parts them
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_adamw_agrees_with_torch_over_20_steps_decaying_matrices_only(torch, dtype, eps):
+    model = Shapes(dtype)
+    lrs = [0.01] * len(model.grads)
+    got = run_all(O.AdamW(alpha=0.01, weight_decay=0.1, eps=eps), model)
+    want = torch_adamw(torch, Shapes(dtype), lrs, weight_decay=0.1, eps=eps)
+    tol = adamw_tolerance(dtype, lrs, eps)
+    for g, w in zip(got, want):
+        assert g.dtype == dtype
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+    # The decay is seen: without it the matrices end elsewhere.
+    plain = run_all(O.Adam(alpha=0.01, eps=eps), Shapes(dtype))
+    assert np.abs(plain[0] - got[0]).max() > 100 * tol
+    np.testing.assert_array_equal(plain[1], got[1])  # the bias: the same Adam steps
+
+
+def test_adamw_follows_a_warmup_and_cosine_schedule_as_torch(torch):
+    from dezero import schedules
+    model = Shapes(np.float64)
+    opt = O.AdamW(alpha=0.02, weight_decay=0.1)
+    schedule = schedules.LinearWarmup(opt, 5, then=schedules.CosineDecay(opt, epochs=15))
+    lrs = [schedule.rate(k) for k in range(len(model.grads))]
+    assert lrs[0] == pytest.approx(0.004) and lrs[4] == pytest.approx(0.02)
+    assert lrs[-1] < lrs[6] < lrs[5] == lrs[4]
+    got = run_all(opt, model, between=lambda k: schedule.step() if k else None)
+    assert opt.alpha == pytest.approx(lrs[-1])
+    want = torch_adamw(torch, Shapes(np.float64), lrs, weight_decay=0.1)
+    tol = adamw_tolerance(np.float64, lrs)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+
+
+def run_all(opt, model, between=None):
+    """All of model's gradient steps; between(k) before step k. The last parameters."""
+    opt.setup(model)
+    for k, grads in enumerate(model.grads):
+        if between is not None:
+            between(k)
+        for p, g in zip(model.params(), grads):
+            p.grad = Variable(g.copy())
+        opt.update()
+    return [p.data.copy() for p in model.params()]
 
 
 @pytest.mark.parametrize("make", [O.Adam, O.AdamW])

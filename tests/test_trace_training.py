@@ -88,6 +88,31 @@ def test_optimizer_hooks_weight_decay_and_clip_grad():
     run_lockstep(a, b, opts[0], opts[1], batches)
 
 
+def test_adamw_s_choice_of_parameters_replays_and_a_new_choice_retraces(capsys):
+    # The choice is Python, asked while recording: a replay keeps it, and a new
+    # `decay` function is a new optimizer structure, recorded again.
+    rng = np.random.default_rng(5)
+    batches = classification_batches(rng)
+    a, b = twins(mlp, batches[0][0])
+    opts = [optimizers.AdamW(alpha=0.05, weight_decay=0.5,
+                             decay=lambda name, p: name != "l1/W") for _ in range(2)]
+
+    def between(i, opt_a, opt_b):
+        if i == 3:
+            for opt in (opt_a, opt_b):
+                opt.decay = optimizers.matrices
+
+    traced = dezero.trace(make_step(b, opts[1].setup(b), F.softmax_cross_entropy))
+    eager = make_step(a, opts[0].setup(a), F.softmax_cross_entropy)
+    with dezero.static.debug(1):
+        for i, (x, t) in enumerate(batches):
+            between(i, *opts)
+            np.testing.assert_allclose(traced(x, t).data, eager(x, t).data,
+                                       rtol=1e-5, atol=1e-6)
+            assert_same_params(a, b)
+    assert "retrace step: optimizer.decay was replaced" in capsys.readouterr().err
+
+
 def test_learning_rate_change_between_steps_is_read_afresh():
     rng = np.random.default_rng(2)
     batches = classification_batches(rng)
