@@ -15,7 +15,7 @@ import weakref
 import numpy as np
 
 import dezero.functions as F
-from dezero import cuda, layers
+from dezero import cuda, layers, utils
 from dezero.core import Parameter, Variable, no_grad
 from dezero.layers import _untraced
 
@@ -401,7 +401,7 @@ class WeightDecay:
 
 class ClipGrad:
     """Scale all gradients by min(1, max_norm / (norm + 1e-6)), where norm is the
-    L2 norm of all gradients together."""
+    L2 norm of all gradients together (utils.clip_grad_norm, as a hook)."""
 
     max_norm = Hyperparameter()
 
@@ -409,16 +409,7 @@ class ClipGrad:
         self.max_norm = max_norm
 
     def __call__(self, params):
-        if not params:
-            return
-        total = None
-        for param in params:
-            s = F.sum(F.square(param.grad))
-            total = s if total is None else total + s
-        # Branch-free min(1, .): a traced step cannot branch on a computed value.
-        rate = F.clip(self._max_norm / (F.sqrt(total) + 1e-6), 0.0, 1.0)
-        for param in params:  # rate in each gradient's dtype
-            param.grad = param.grad * F.astype(rate, param.grad.dtype)
+        utils.clip_grad_norm(params, self._max_norm)
 
 
 class FreezeParam:

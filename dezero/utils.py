@@ -1,5 +1,6 @@
 """Helpers shared by the ops and by users: shape utilities, numerical gradients,
-gradient checking, and DOT drawings of the dynamic graph.
+gradient checking, gradient clipping (clip_grad_norm) and DOT drawings of the
+dynamic graph.
 
 Sits beside core.py: functions.py uses the shape helpers; tests and learners
 use gradient_check and plot_dot_graph.
@@ -171,6 +172,52 @@ def array_allclose(a, b, rtol=1e-4, atol=1e-5):
     a = a.data if isinstance(a, Variable) else a
     b = b.data if isinstance(b, Variable) else b
     return bool(np.allclose(cuda.as_numpy(a), cuda.as_numpy(b), rtol=rtol, atol=atol))
+
+
+# =============================================================================
+# Gradients: clip_grad_norm
+# =============================================================================
+
+
+def clip_grad_norm(params, max_norm, eps=1e-6):
+    """Scale the gradients of params together so that their norm, taken as one vector,
+    is at most max_norm: grad <- grad * min(1, max_norm / (norm + eps)), as PyTorch's
+    torch.nn.utils.clip_grad_norm_. Returns the norm before the scaling (a 0-d Variable).
+
+    params: Parameters (model.params()), a Layer, or one Parameter; those without a
+    gradient are left out. The scale is computed with dezero functions, no Python
+    branch on the norm, so a traced step computes it afresh at every replay.
+
+    >>> w = dezero.Parameter(np.zeros(2)); w.grad = dezero.Variable(np.array([3.0, 4.0]))
+    >>> float(dezero.utils.clip_grad_norm([w], 1.0).data), w.grad.data.round(4).tolist()
+    (5.0, [0.6, 0.8])
+    """
+    import dezero.functions as F
+    from dezero.core import Parameter, Variable, no_grad
+    from dezero.layers import Layer
+    if isinstance(max_norm, int | float | np.integer | np.floating) and \
+            not (np.isfinite(max_norm) and max_norm >= 0):
+        raise ValueError(f"clip_grad_norm: max_norm must be a finite number >= 0, "
+                         f"got {max_norm}")
+    params = params.params() if isinstance(params, Layer) else \
+        [params] if isinstance(params, Parameter) else params
+    params = [p for p in params if p.grad is not None]
+    if not params:
+        return Variable(np.array(0.0, dtype=np.float32))
+    with no_grad():
+        total = None
+        for param in params:
+            grad = param.grad
+            if grad.dtype == np.float16:  # squares of float16 overflow past 256
+                grad = F.astype(grad, np.float32)
+            s = F.sum(F.square(grad))
+            total = s if total is None else total + s
+        norm = F.sqrt(total)
+        # min(1, .) without a branch: a traced step cannot branch on a computed value.
+        scale = F.clip(max_norm / (norm + eps), 0.0, 1.0)
+        for param in params:  # the scale in each gradient's dtype
+            param.grad = param.grad * F.astype(scale, param.grad.dtype)
+    return norm
 
 
 # =============================================================================

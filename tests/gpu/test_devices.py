@@ -60,6 +60,7 @@ def test_optimizer_state_follows_its_parameters_both_ways(name, traced):
     optimizer, reference_optimizer = (OPTIMIZERS[name]().setup(m) for m in (moved, reference))
     for opt in (optimizer, reference_optimizer):  # a hook's hyperparameter moves too
         opt.add_hook(optimizers.WeightDecay(1e-3))
+        opt.add_hook(optimizers.ClipGrad(0.5))  # the norm of gradients on either device
     reference_step = training_step(reference, reference_optimizer)
     step = training_step(moved, optimizer, traced)
     for device in ("cpu", "gpu", "gpu", "cpu", "cpu"):
