@@ -3,7 +3,9 @@
 datasets.py sits between the files on disk (downloads.py fetches them into the
 cache directory) and dataloaders.py, which batches what a Dataset returns.
 Spiral and SinCurve are generated; MNIST, CIFAR10/100 and Shakespear read the
-original file formats (offline, a DownloadError says where to place a file).
+original file formats (offline, a DownloadError says where to place a file);
+CharText serves any text, by default source files of Python's own library, as
+character ids for a small language model.
 
     x, t = dezero.datasets.Spiral(train=True)[0]
 """
@@ -19,6 +21,8 @@ import zlib
 
 import numpy as np
 
+from dezero import cuda
+from dezero.core import Variable
 from dezero.downloads import get_cache_dir, get_file, make_cache_dir
 from dezero.files import atomic_file
 from dezero.transforms import Compose, Flatten, Normalize, ToFloat
@@ -411,7 +415,7 @@ class ImageNet(Dataset):
 
 
 # =============================================================================
-# Sequential datasets: SinCurve, Shakespear
+# Sequential datasets: SinCurve, Shakespear, CharText
 # =============================================================================
 class SinCurve(Dataset):
     """A sine wave for next-value prediction: data[i] = y[i], label[i] = y[i + 1].
@@ -458,6 +462,152 @@ def _read_text(path):
             return f.read()
     except UnicodeDecodeError as e:
         raise _corrupt(path, e, 'UTF-8 text') from e
+
+
+# The standard library modules whose source is CharText's default corpus: single .py
+# files in every CPython 3.10 and later (a venv reads its base install's), read in this
+# order; in Python 3.11, 334 kB of ASCII text, 95 characters.
+PYTHON_SOURCES = ('argparse.py', 'calendar.py', 'configparser.py', 'contextlib.py',
+                  'difflib.py', 'pprint.py', 'textwrap.py')
+
+
+def python_source_text():
+    """CharText's default corpus: the source of the PYTHON_SOURCES modules of the
+    running Python, read from its own library folder (no network), one after the
+    other. The same text on every machine with the same Python version, unless a
+    distribution patched one of these modules."""
+    folder = os.path.dirname(os.__file__)
+    parts = []
+    for name in PYTHON_SOURCES:
+        path = os.path.join(folder, name)
+        try:
+            with open(path, encoding='utf-8') as f:  # newlines read as '\n' everywhere
+                parts.append(f.read())
+        except OSError as e:
+            raise FileNotFoundError(
+                f'CharText: the default corpus is the source of Python modules in '
+                f'{folder}, and {name} cannot be read there ({e}); give the text '
+                f'yourself: CharText(text, block_size)') from e
+    return ''.join(parts)
+
+
+def _code_points(text):
+    # One uint32 a character (lone surrogates pass as themselves).
+    return np.frombuffer(text.encode('utf-32-le', 'surrogatepass'), dtype=np.uint32)
+
+
+class CharText(Dataset):
+    """A text as character ids, for next-character prediction (a small GPT's data).
+
+    The vocabulary is the sorted set of the text's characters (`vocab`, a str, and
+    `vocab_size`), shared by both splits; `encode(str)` gives int64 ids and
+    `decode(ids)` the str back. The first 1 - val_fraction of the text (90%, as
+    nanoGPT) is the training split, the rest the validation split (train=False).
+    Example i is the window x = ids[i:i + block_size] and its next characters
+    t = ids[i + 1:i + block_size + 1], so a DataLoader batches (B, block_size)
+    pairs; `get_batch(batch_size)` draws random windows instead. text defaults to
+    python_source_text(), the source of a few modules of Python's own library.
+
+        train = CharText(block_size=64); x, t = train.get_batch(32)
+        print(train.decode(x[0]))
+    """
+
+    def __init__(self, text=None, block_size=64, train=True, val_fraction=0.1):
+        if text is not None and not isinstance(text, str):
+            hint = ' (decode bytes first: data.decode("utf-8"))' if isinstance(
+                text, bytes | bytearray) else ''
+            raise TypeError(f'CharText: text must be a str, got {type(text).__name__}{hint}')
+        if isinstance(block_size, bool) or not isinstance(block_size, int | np.integer) \
+                or block_size < 1:
+            raise ValueError(f'CharText: block_size must be a positive int, got {block_size!r}')
+        if not 0 <= val_fraction < 1:
+            raise ValueError(f'CharText: val_fraction must be in [0, 1), got {val_fraction!r}')
+        self.text = python_source_text() if text is None else text
+        self.block_size, self.val_fraction = int(block_size), val_fraction
+        super().__init__(train)
+
+    def prepare(self):
+        codes = _code_points(self.text)
+        self._codes = np.unique(codes)  # sorted: id i is the i-th smallest character
+        self.vocab = self._codes.astype('<u4').tobytes().decode('utf-32-le', 'surrogatepass')
+        self.char_to_id = {ch: i for i, ch in enumerate(self.vocab)}
+        self.id_to_char = dict(enumerate(self.vocab))
+        ids = np.searchsorted(self._codes, codes).astype(np.int64)
+        cut = int(len(ids) * (1 - self.val_fraction))
+        self.ids = ids[:cut] if self.train else ids[cut:]
+        if len(self.ids) <= self.block_size:
+            split = 'training' if self.train else 'validation'
+            raise ValueError(
+                f'CharText: block_size {self.block_size} needs more than {self.block_size} '
+                f'characters, and the {split} split has {len(self.ids)} (of a text of '
+                f'{len(ids)}, val_fraction={self.val_fraction}); use a smaller block_size '
+                f'or a longer text')
+        windows = np.lib.stride_tricks.sliding_window_view
+        self.data = windows(self.ids[:-1], self.block_size)  # views: no copies
+        self.label = windows(self.ids[1:], self.block_size)
+
+    @property
+    def vocab_size(self):
+        return len(self.vocab)
+
+    def encode(self, text):
+        """The ids of text's characters, an int64 array; a character outside the
+        vocabulary is a ValueError naming it."""
+        if not isinstance(text, str):
+            raise TypeError(f'CharText.encode: takes a str, got {type(text).__name__}')
+        codes = _code_points(text)
+        ids = np.searchsorted(self._codes, codes)
+        known = self._codes[np.minimum(ids, len(self._codes) - 1)] == codes
+        if not known.all():
+            first = int(np.argmin(known))
+            unknown = ''.join(sorted({text[i] for i in np.flatnonzero(~known)}))
+            raise ValueError(
+                f'CharText.encode: {unknown!r} not in the vocabulary (first at position '
+                f'{first}: {text[first]!r}); the vocabulary has the {self.vocab_size} '
+                f'characters of the text the dataset was made from')
+        return ids.astype(np.int64)
+
+    def decode(self, ids):
+        """The str of a sequence of ids (a list, a numpy or cupy array, a Variable),
+        or the character of one id."""
+        ids = cuda.as_numpy(ids) if isinstance(ids, (Variable, *cuda.array_types)) else \
+            np.asarray(ids)
+        if ids.ndim == 0:  # one id: one character
+            ids = ids.reshape(1)
+        if ids.size == 0:
+            return ''
+        if ids.dtype.kind not in 'iu':
+            raise TypeError(f'CharText.decode: ids must be integers, got {ids.dtype} '
+                            f'(the argmax of logits, or a sample drawn from them, gives them)')
+        if ids.ndim != 1:
+            raise ValueError(f'CharText.decode: takes one sequence of ids, got shape '
+                             f'{ids.shape}; decode each row: [data.decode(row) for row in ids]')
+        wrong = (ids < 0) | (ids >= self.vocab_size)
+        if wrong.any():
+            raise ValueError(f'CharText.decode: id {int(ids[wrong][0])} at position '
+                             f'{int(np.argmax(wrong))} is not in 0..{self.vocab_size - 1}, '
+                             f'the ids of the vocabulary')
+        return self._codes[ids].astype('<u4').tobytes().decode('utf-32-le', 'surrogatepass')
+
+    def get_batch(self, batch_size, rng=None):
+        """batch_size windows at random places: (x, t), two int64 arrays of shape
+        (batch_size, block_size), t being x shifted by one character. rng: a numpy
+        Generator or RandomState; by default numpy's global one (np.random.seed
+        repeats the draws, and a checkpoint keeps its state)."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) \
+                or batch_size < 1:
+            raise ValueError(f'CharText.get_batch: batch_size must be a positive int, '
+                             f'got {batch_size!r}')
+        if rng is None:
+            rng = np.random
+        if isinstance(rng, np.random.Generator):
+            starts = rng.integers(0, len(self), size=batch_size)
+        elif isinstance(rng, np.random.RandomState) or rng is np.random:
+            starts = rng.randint(0, len(self), size=batch_size)
+        else:
+            raise TypeError(f'CharText.get_batch: rng must be a numpy Generator or '
+                            f'RandomState, got {type(rng).__name__}')
+        return self.data[starts], self.label[starts]
 
 
 # =============================================================================

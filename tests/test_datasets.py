@@ -17,10 +17,12 @@ import numpy as np
 import pytest
 from zip_damage import FIELDS, damaged
 
+import dezero
 from dezero.datasets import (
     CIFAR10,
     CIFAR100,
     MNIST,
+    CharText,
     Dataset,
     ImageNet,
     Shakespear,
@@ -484,3 +486,117 @@ def test_a_malformed_imagenet_labels_file_names_the_file_to_delete(cache, conten
 def test_imagenet_images_are_not_provided():
     with pytest.raises(NotImplementedError, match='labels'):
         ImageNet()
+
+
+# =============================================================================
+# CharText: characters as ids, windows, splits, the default corpus
+# =============================================================================
+TEXT = 'hello world, hello dezero\n' * 4  # 104 characters
+
+
+def test_char_text_vocabulary_encode_and_decode():
+    data = CharText(TEXT, block_size=8)
+    assert data.vocab == ''.join(sorted(set(TEXT))) and data.vocab_size == len(set(TEXT))
+    ids = data.encode('hello dezero')
+    assert ids.dtype == np.int64
+    np.testing.assert_array_equal(ids, [data.vocab.index(ch) for ch in 'hello dezero'])
+    assert data.decode(ids) == 'hello dezero' and data.decode(list(ids)) == 'hello dezero'
+    assert data.decode(dezero.Variable(ids)) == 'hello dezero'
+    assert data.decode(ids[0]) == 'h' and data.decode([]) == ''
+    assert data.char_to_id['h'] == ids[0] and data.id_to_char[int(ids[0])] == 'h'
+
+
+def test_char_text_examples_are_windows_with_the_next_characters():
+    data = CharText(TEXT, block_size=8)
+    ids = data.encode(TEXT)
+    cut = int(len(TEXT) * 0.9)  # 93 characters to train on, 11 to validate
+    np.testing.assert_array_equal(data.ids, ids[:cut])
+    assert len(data) == cut - 8
+    for i in (0, 5, len(data) - 1):
+        x, t = data[i]
+        np.testing.assert_array_equal(x, ids[i:i + 8])
+        np.testing.assert_array_equal(t, ids[i + 1:i + 9])
+    validation = CharText(TEXT, block_size=8, train=False)
+    assert validation.vocab == data.vocab  # one vocabulary for both splits
+    np.testing.assert_array_equal(validation.ids, ids[cut:])
+    assert len(validation) == len(TEXT) - cut - 8
+    x, t = next(iter(dezero.DataLoader(data, batch_size=4, shuffle=False)))
+    assert x.shape == t.shape == (4, 8) and x.dtype == np.int64
+    np.testing.assert_array_equal(t[:, :-1], x[:, 1:])
+    np.testing.assert_array_equal(x[1], ids[1:9])
+
+
+def test_char_text_get_batch_draws_random_windows_repeatably(global_rng):
+    data = CharText(TEXT, block_size=8)
+    x, t = data.get_batch(16, rng=np.random.default_rng(0))
+    assert x.shape == t.shape == (16, 8) and x.dtype == t.dtype == np.int64
+    for row_x, row_t in zip(x, t):
+        text = data.decode(np.concatenate([row_x, row_t[-1:]]))
+        assert text in TEXT[:int(len(TEXT) * 0.9)]  # a window of the training split
+    again, _ = data.get_batch(16, rng=np.random.default_rng(0))
+    np.testing.assert_array_equal(again, x)
+    np.random.seed(1)
+    first, _ = data.get_batch(4)
+    np.random.seed(1)
+    np.testing.assert_array_equal(data.get_batch(4)[0], first)  # the global RNG by default
+    np.testing.assert_array_equal(data.get_batch(4, np.random.RandomState(2))[0],
+                                  data.get_batch(4, np.random.RandomState(2))[0])
+    with pytest.raises(TypeError, match='rng must be a numpy Generator or RandomState'):
+        data.get_batch(4, rng=3)
+    with pytest.raises(ValueError, match='batch_size must be a positive int, got 0'):
+        data.get_batch(0)
+
+
+def test_char_text_refuses_bad_input_naming_it():
+    data = CharText(TEXT, block_size=8)
+    with pytest.raises(ValueError, match=r"CharText.encode: 'QZ' not in the vocabulary "
+                                         r"\(first at position 6: 'Z'\); the vocabulary "
+                                         r"has the \d+ characters"):
+        data.encode('hello Z Q')
+    with pytest.raises(ValueError, match=r'id 99 at position 1 is not in 0..\d+'):
+        data.decode([0, 99])
+    with pytest.raises(ValueError, match=r'id -1 at position 0'):
+        data.decode(np.array([-1]))
+    with pytest.raises(TypeError, match='ids must be integers, got float32'):
+        data.decode(np.zeros(3, np.float32))
+    with pytest.raises(ValueError, match=r'one sequence of ids, got shape \(2, 8\).*'
+                                         r'\[data.decode\(row\) for row in ids\]'):
+        data.decode(data.get_batch(2)[0])
+    with pytest.raises(TypeError, match='encode: takes a str'):
+        data.encode([1, 2])
+    with pytest.raises(ValueError, match=r'block_size 200 needs more than 200 characters, '
+                                         r'and the training split has 93 \(of a text of '
+                                         r'104, val_fraction=0.1\); use a smaller'):
+        CharText(TEXT, block_size=200)
+    with pytest.raises(ValueError, match='the validation split has 11'):
+        CharText(TEXT, block_size=11, train=False)
+    with pytest.raises(ValueError, match='block_size must be a positive int'):
+        CharText(TEXT, block_size=0)
+    with pytest.raises(ValueError, match=r'val_fraction must be in \[0, 1\)'):
+        CharText(TEXT, val_fraction=1.0)
+    with pytest.raises(TypeError, match=r'text must be a str, got bytes \(decode bytes'):
+        CharText(TEXT.encode(), block_size=8)
+
+
+def test_char_text_default_corpus_is_python_s_own_library_source(no_network):
+    import dezero.datasets as D
+    text = D.python_source_text()
+    folder = os.path.dirname(os.__file__)
+    expected = ''
+    for name in D.PYTHON_SOURCES:
+        with open(os.path.join(folder, name), encoding='utf-8') as f:
+            expected += f.read()
+    assert text == expected and len(text) >= 100_000  # enough to learn from
+    data = CharText(block_size=32)
+    assert data.text == text and data.vocab_size < 200
+    assert len(data) + len(CharText(block_size=32, train=False)) == len(text) - 64
+    assert data.decode(data.encode('def __init__(self):')) == 'def __init__(self):'
+    assert no_network == []  # nothing downloaded
+
+
+def test_char_text_says_how_to_go_on_without_the_default_corpus(monkeypatch):
+    import dezero.datasets as D
+    monkeypatch.setattr(D, 'PYTHON_SOURCES', ('argparse.py', 'no_such_module.py'))
+    with pytest.raises(FileNotFoundError, match=r'no_such_module.py cannot be read there.*'
+                                                r'CharText\(text, block_size\)'):
+        CharText()
