@@ -111,18 +111,16 @@ class Layer:
         return None
 
     def __repr__(self):
-        """The layer tree: each sub-layer, each Variable's shape and dtype, and
-        the number of trained values (print(model))."""
-        lines, seen, counts = [], {}, {"values": 0, "unmade": 0}
-        self._describe("", "  ", lines, seen, counts, {id(self)})
-        total = f"{counts['values']} parameters"
-        if counts["unmade"]:
-            total += f" so far; {counts['unmade']} arrays not made yet"
-        return "\n".join([f"{type(self).__name__}  ({total})"] + lines)
+        """The layer tree: each sub-layer with its number of trained values, each
+        Variable's shape and dtype, and the total on the first line (print(model))."""
+        lines, counts = [], {"values": 0, "unmade": 0}
+        self._describe("", "  ", lines, {}, counts, {id(self)})
+        return "\n".join([f"{type(self).__name__}  ({_count_text(counts)})"] + lines)
 
     def _describe(self, prefix, indent, lines, seen, counts, path):
         # path: the ids of the layers above, so a layer that refers back to one of
-        # them is named, not walked again; seen: Variable id -> its first key.
+        # them is named, not walked again; seen: Variable id -> its first key;
+        # counts: the values and unmade arrays found so far, a shared one counted once.
         registered = self.__dict__.get("_params", ())
         for name, obj in list(self.__dict__.items()):
             if name not in registered:
@@ -133,9 +131,13 @@ class Layer:
                 if id(obj) in path:
                     lines.append(f"{indent}{name}: {type(obj).__name__}, shown above")
                     continue
+                head, own = len(lines), {"values": 0, "unmade": 0}
                 lines.append(f"{indent}{name}: {type(obj).__name__}")
-                obj._describe(prefix + name + "/", indent + "  ", lines, seen, counts,
+                obj._describe(prefix + name + "/", indent + "  ", lines, seen, own,
                               path | {id(obj)})
+                lines[head] += f"  ({_count_text(own, brief=True)})"
+                counts["values"] += own["values"]
+                counts["unmade"] += own["unmade"]
                 continue
             lines.append(f"{indent}{name}  {self._var_text(name, obj, seen, counts)}")
             seen.setdefault(id(obj), prefix + name)
@@ -275,6 +277,16 @@ class Layer:
         for (_, dim), (layer, size) in sizes.items():
             if hasattr(layer, dim) and getattr(layer, dim) is None:
                 setattr(layer, dim, size)  # Linear.in_size, Conv2d.in_channels
+
+
+def _count_text(counts, brief=False):
+    """'1,024 parameters', and for arrays not made yet 'so far' (with how many)."""
+    text = f"{counts['values']:,} parameter{'' if counts['values'] == 1 else 's'}"
+    if counts["unmade"]:
+        unmade = counts["unmade"]
+        text += " so far" if brief else \
+            f" so far; {unmade} array{'' if unmade == 1 else 's'} not made yet"
+    return text
 
 
 def _var_shape(var, layer, name):

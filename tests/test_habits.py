@@ -51,10 +51,10 @@ def test_print_model_shows_the_tree_shapes_and_count():
     assert text.splitlines() == [
         "MLP  (63 parameters)",
         "  activation: sigmoid (function)",
-        "  l0: Linear",
+        "  l0: Linear  (30 parameters)",
         "    W  (2, 10) float32",
         "    b  (10,) float32",
-        "  l1: Linear",
+        "  l1: Linear  (33 parameters)",
         "    W  (10, 3) float32",
         "    b  (3,) float32",
     ]
@@ -64,8 +64,9 @@ def test_print_model_shows_the_tree_shapes_and_count():
 def test_print_sequential_shows_its_functions_in_place():
     model = Sequential(L.Linear(4, in_size=2), F.relu, L.Linear(1, in_size=4))
     assert repr(model).splitlines() == [
-        "Sequential  (17 parameters)", "  l0: Linear", "    W  (2, 4) float32",
-        "    b  (4,) float32", "  l1: relu (function)", "  l2: Linear",
+        "Sequential  (17 parameters)", "  l0: Linear  (12 parameters)",
+        "    W  (2, 4) float32", "    b  (4,) float32", "  l1: relu (function)",
+        "  l2: Linear  (5 parameters)",
         "    W  (4, 1) float32", "    b  (1,) float32"]
 
 
@@ -73,6 +74,9 @@ def test_print_model_before_the_first_call_shows_open_sizes():
     text = repr(MLP((10, 3)))
     assert "W  (in_size, 10) float32, made at the first call" in text
     assert text.splitlines()[0] == "MLP  (13 parameters so far; 2 arrays not made yet)"
+    assert "  l0: Linear  (10 parameters so far)" in text
+    assert repr(L.Linear(1)).splitlines()[0] == \
+        "Linear  (1 parameter so far; 1 array not made yet)"
 
 
 def test_print_model_shows_state_and_counts_a_shared_parameter_once():
@@ -86,6 +90,22 @@ def test_print_model_shows_state_and_counts_a_shared_parameter_once():
     assert lines[0] == "Model  (15 parameters)"  # gamma, beta and one W of 9
     assert "    avg_mean  (3,) float32, state" in lines
     assert "    W  (3, 3) float32, shared with a/W" in lines
+    assert "  b: Linear  (0 parameters)" in lines  # its W is counted under a
+
+
+def test_print_model_counts_each_sub_layer_and_groups_thousands():
+    model = dezero.Model()
+    model.block = dezero.Model()
+    model.block.fc = L.Linear(1000, in_size=1000)
+    model.block.bn = L.BatchNorm()
+    model.block.bn(np.zeros((2, 1000), dtype=np.float32))
+    model.head = L.Linear(1, in_size=1000, nobias=True)
+    lines = repr(model).splitlines()
+    assert lines[0] == "Model  (1,004,000 parameters)"
+    assert "  block: Model  (1,003,000 parameters)" in lines
+    assert "    fc: Linear  (1,001,000 parameters)" in lines
+    assert "    bn: BatchNorm  (2,000 parameters)" in lines
+    assert "  head: Linear  (1,000 parameters)" in lines
 
 
 def test_print_model_survives_a_layer_that_refers_back_to_its_parent():
