@@ -994,21 +994,66 @@ def test_an_inputs_gradient_is_not_the_array_of_state():
 # =============================================================================
 
 
-@pytest.mark.parametrize("returned", ["parameter", "argument"])
+@pytest.mark.parametrize("returned", ["parameter", "unread"])
 def test_returning_a_variable_made_before_the_call_raises_naming_the_rule(returned):
     # Eager code returns that very object (later updates of it show through);
-    # a replay returned a copy.
+    # a replay returned a copy, also of a Variable the run never read.
     model = dezero.layers.Linear(2, in_size=3)
+    other = Variable(np.zeros(2, np.float32), name="other")
 
     def step(x):
         loss = F.sum(model(x))
         model.cleargrads()
         loss.backward()
-        return loss, (model.W if returned == "parameter" else x)
+        return loss, (model.W if returned == "parameter" else other)
 
-    with pytest.raises(TraceError, match=r"returns (model\.)?(W|x), a Variable made before the "
+    with pytest.raises(TraceError, match=r"returns (W|other), a Variable made before the "
                                          r"call[\s\S]*fix: return a new value"):
         dezero.trace(step)(Variable(np.ones((4, 3), np.float32)))
+
+
+def test_a_function_returning_its_argument_returns_that_very_object_like_eager():
+    # Dropout in test mode returns its input: eager code hands back the object passed
+    # in, and so does a replay (it was refused as "a Variable made before the call").
+    traced = dezero.trace(lambda x: F.dropout(x, 0.5))
+    rng = np.random.default_rng(0)
+    with dezero.test_mode():
+        for i in range(4):
+            x = Variable(f32(rng, 3, 2))
+            assert traced(x) is x and F.dropout(x, 0.5) is x, f"call {i}"
+    assert traced.entries == 1
+
+
+def test_an_argument_returned_beside_new_values_keeps_its_gradient_like_eager():
+    def step(x, a):
+        loss = F.sum(x * x) * 0.5
+        loss.backward()
+        return {"x": x, "pair": (loss, a)}
+
+    traced, rng = dezero.trace(step), np.random.default_rng(1)
+    for i in range(4):
+        data, a = f32(rng, 3), f32(rng, 2)
+        x, x_eager = Variable(data), Variable(data.copy())
+        got, want = traced(x, a), step(x_eager, a)
+        assert got["x"] is x and got["pair"][1] is a and want["pair"][1] is a, f"call {i}"
+        assert_replay_equal(got["pair"][0].data, want["pair"][0].data, err_msg=f"call {i}")
+        assert_replay_equal(x.grad.data, x_eager.grad.data, err_msg=f"call {i}")
+    assert traced.entries == 1
+    with_check = dezero.trace(step, check=True)
+    x = Variable(f32(rng, 3))
+    assert with_check(x, a)["x"] is x and with_check(x, a)["x"] is x
+
+
+def test_a_saved_graph_returning_its_argument_returns_what_it_is_given(tmp_path):
+    x = Variable(np.ones(3, np.float32))
+    graph = dezero.trace(lambda x, y: (x, F.exp(y))).lower(x, np.zeros(2, np.float32))
+    graph.save(str(tmp_path / "g"))
+    loaded = dezero.static.load(str(tmp_path / "g"))
+    y = np.arange(2, dtype=np.float32)
+    for run in (graph, loaded):
+        got = run(x, y)
+        assert got[0] is x
+        np.testing.assert_allclose(got[1].data, np.exp(y), rtol=1e-6)
 
 
 def test_returning_a_new_value_of_a_parameter_replays_like_eager():

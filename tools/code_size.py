@@ -19,7 +19,7 @@ BUDGETS = {
     "dezero/core.py": 355,
     "dezero/op_record.py": 71,
     "dezero/static/trace.py": 474,
-    "dezero/static/tracer.py": 356,
+    "dezero/static/tracer.py": 360,
     "dezero/static/guard.py": 176,
     "dezero/static/ir.py": 297,
     "dezero/static/graph.py": 64,
@@ -28,7 +28,7 @@ BUDGETS = {
     "dezero/static/passes.py": 574,
     "dezero/static/reach.py": 360,
     "dezero/static/horizontal.py": 95,
-    "dezero/static/saving.py": 396,
+    "dezero/static/saving.py": 397,
     "dezero/static/randomness.py": 116,
     "dezero/static/watch.py": 106,
     "dezero/static/drawing.py": 55,
@@ -36,10 +36,10 @@ BUDGETS = {
     "dezero/static/debugging.py": 24,
     "dezero/kernels/codegen.py": 133,
     "dezero/kernels/reductions.py": 128,
-    "dezero/static/lowering.py": 229,
+    "dezero/static/lowering.py": 235,
     "dezero/static/backends/__init__.py": 28,
     "dezero/static/backends/interpreter.py": 67,
-    "dezero/static/backends/pycode.py": 200,
+    "dezero/static/backends/pycode.py": 204,
     "dezero/kernels/gpu.py": 93,
     "dezero/kernels/gpu_reductions.py": 203,
     "dezero/kernels/cpu.py": 380,
@@ -55,7 +55,7 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 3816,
+    "dezero/static/": 3831,
     "dezero/kernels/": 1344,
 }
 

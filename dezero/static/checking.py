@@ -46,7 +46,7 @@ def check_replay(name, tracer, recorded, entry, leaves, result, random_state,
     put_back(before, attrs_before, random_state)
     try:
         replayed = pycode.compile_graph(entry.graph).run(leaves)
-        pairs = list(zip(_arrays(result), _arrays(replayed),
+        pairs = list(zip(_arrays(result, leaves), _arrays(replayed, leaves),
                          (f"output {v.name}" for v in entry.graph.output_values)))
         pairs += [(data, slot.read(), f"state {name}") for slot, data, name in carried]
         for (var, data, grad), (node, with_grad) in zip(eager_state, tracer.state_names()):
@@ -134,10 +134,11 @@ def put_back(state, attributes, random_state):
     np.random.set_state(random_state)
 
 
-def _arrays(result):
-    """The arrays a function returned (a Variable's .data), in order."""
-    return [getattr(x, "_data", x) for x in flat([result])
-            if isinstance(x, (Variable, *cuda.array_types))]
+def _arrays(result, leaves):
+    """The arrays a function returned (a Variable's .data), in order, but for the
+    arguments it returned as they were (no output of the graph)."""
+    return [getattr(x, "_data", x) for x in flat([result]) if isinstance(
+        x, (Variable, *cuda.array_types)) and not any(x is leaf for leaf in leaves)]
 
 
 def _difference(eager, replay) -> str:

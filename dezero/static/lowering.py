@@ -95,9 +95,10 @@ class Program:
     graph: Graph
     steps: list
 
-    def outputs(self, flat):
-        """The structure the traced function returned, around the arrays returned."""
-        return build_outputs(self.graph.out_tree, flat)
+    def outputs(self, flat, leaves=()):
+        """The structure the traced function returned, around the arrays returned
+        (and the arguments it returned as they were: `leaves`, by position)."""
+        return build_outputs(self.graph.out_tree, flat, leaves)
 
     def __str__(self):
         inputs = ", ".join(repr(v) for v in self.graph.input_values)
@@ -364,19 +365,28 @@ def replayed_output(array):
     return y
 
 
-def build_outputs(tree, flat):
+def build_outputs(tree, flat, leaves=()):
     """The structure the traced function returned (see saving.py for out_tree),
-    rebuilt around the flat output arrays."""
-    kind = tree[0]
+    rebuilt around the flat output arrays and the arguments `leaves`."""
+    kind, inner = tree[0], lambda t: build_outputs(t, flat, leaves)
     if kind == "var":
         return replayed_output(flat[tree[1]])
     if kind == "array":
         return flat[tree[1]]
+    if kind == "input":
+        return leaves[tree[1]]
     if kind == "dict":
-        return rebuilt(kind, tree[2:], {key: build_outputs(t, flat) for key, t in tree[1]})
+        return rebuilt(kind, tree[2:], {key: inner(t) for key, t in tree[1]})
     if kind in ("tuple", "list"):
-        return rebuilt(kind, tree[2:], [build_outputs(t, flat) for t in tree[1]])
+        return rebuilt(kind, tree[2:], [inner(t) for t in tree[1]])
     return tree[1]  # "static": a Python value returned as is
+
+
+def returned_arguments(tree) -> list:
+    """The positions of the arguments an output tree returns as they were passed."""
+    if tree[0] in ("tuple", "list", "dict"):
+        return [i for t in tree[1] for i in returned_arguments(t[1] if tree[0] == "dict" else t)]
+    return [tree[1]] if tree[0] == "input" else []
 
 
 def container(obj):

@@ -36,7 +36,8 @@ overwrote the array itself), or inputs [source] and the "attr" attrs above.
 every const node and "state/<name>" for every state node's value at save time.
 
 TREE rebuilds what the function returned from the flat outputs:
-["var", i] a Variable of output i, ["array", i] the array itself, ["tuple", [TREE..]],
+["var", i] a Variable of output i, ["array", i] the array itself, ["input", i] input i
+as the caller passed it (the function returned its argument), ["tuple", [TREE..]],
 ["list", [TREE..]], ["dict", [[key, TREE]..]], ["static", value] a Python value
 returned as it is (None, a bool, int, float or str, encoded as attributes are).
 graph.out_tree holds the same lists, its static values decoded; in memory a tuple's
@@ -453,7 +454,8 @@ def _build(description, arrays, make=Graph) -> Graph:
     if unread:
         raise GraphFileError(f"arrays: the .npz holds {min(unread)!r}, which no node reads")
     n_outputs = len(nodes[-1].inputs) if nodes and nodes[-1].kind == "output" else 0
-    tree = _read_tree(description["out_tree"], Field("out_tree"), n_outputs)
+    tree = _read_tree(description["out_tree"], Field("out_tree"),
+                      (n_outputs, sum(n.kind == "input" for n in nodes)))
     graph = make(name, _own_attributes(nodes), tree)
     graph.owns_state = True
     return graph
@@ -548,11 +550,12 @@ def _payload(kind, value, attrs, arrays, at, owned):
 
 
 def _read_tree(tree, at, n_outputs):
-    """The structure of the returned value (see the format above), checked."""
+    """The structure of the returned value (see the format above), checked; n_outputs:
+    the number of outputs and of inputs."""
     kind, part = at.items(tree, 2)
-    kind = at[0].one_of(kind, ("var", "array", "tuple", "list", "dict", "static"))
-    if kind in ("var", "array"):
-        return [kind, at[1].integer(part, 0, n_outputs - 1)]
+    kind = at[0].one_of(kind, ("var", "array", "input", "tuple", "list", "dict", "static"))
+    if kind in ("var", "array", "input"):
+        return [kind, at[1].integer(part, 0, n_outputs[kind == "input"] - 1)]
     if kind in ("tuple", "list"):
         return [kind, [_read_tree(t, at[1][i], n_outputs) for i, t in
                        enumerate(at[1].items(part))]]

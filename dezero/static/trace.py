@@ -667,8 +667,9 @@ def trace(fn=None, *, static_argnames=(), check=False, max_entries=8):
                      state is not replayed, so leave check off for GPU dropout)
     max_entries      how many graphs to keep; beyond that, new signatures run eagerly
 
-    Outputs of a replay are fresh Variables without a graph behind them: call
-    backward() inside the traced function. See dezero.static for the tour.
+    Outputs of a replay are fresh Variables without a graph behind them (an argument
+    returned as it is comes back as that very object): call backward() inside the
+    traced function. See dezero.static for the tour.
     """
     if fn is None:
         return functools.partial(trace, static_argnames=static_argnames, check=check,

@@ -342,15 +342,21 @@ class Tracer(TracerHooks):
         return graph
 
     def _flatten_output(self, obj, outputs):
+        # An argument returned as it is (dropout in test mode): the replay returns the
+        # very object passed in, as eager code does.
+        argument = [i for i, (_, arg) in enumerate(self.inputs)
+                    if arg is obj or arg is getattr(obj, "array", None)]
+        if argument:
+            return ["input", argument[0]]
         if isinstance(obj, Variable):
             known = self.known.get(id(obj))
-            if known is not None and (known.node is not None or known.input):
-                name = known.value.name if known.input else self.label(obj)
+            if known is None or known.node is not None:  # (None: not read in the run)
+                name = self.label(obj)
                 raise TraceError(
                     f"{self.name} returns {name}, a Variable made before the call; eager "
                     f"code returns that very object (later changes to it show through), a "
-                    f"replay can only return new Variables\n  fix: return a new value "
-                    f"({name} * 1.0), or read {name} itself after the call")
+                    f"replay only its arguments or new Variables\n  fix: return a new "
+                    f"value ({name} * 1.0), or read {name} itself after the call")
             outputs.append(self.resolve(obj))
             return ["var", len(outputs) - 1]
         if isinstance(obj, GuardedArray):

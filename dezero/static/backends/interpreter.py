@@ -47,7 +47,7 @@ class Interpreter(Plan):
 
     def run(self, leaves):
         self.refuse_while_recording()
-        return self.program.outputs(self.execute(leaves))
+        return self.program.outputs(self.execute(leaves), leaves)
 
     def execute(self, leaves, state=None) -> list:
         """The arrays the program returns, run on `leaves` (arrays or Variables) and

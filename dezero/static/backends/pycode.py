@@ -22,7 +22,7 @@ from dezero.errors import GraphError
 from dezero.op_record import as_result_array
 from dezero.static.backends.interpreter import reraise
 from dezero.static.ir import Graph, format_attr, format_node
-from dezero.static.lowering import Plan, holder, lower
+from dezero.static.lowering import Plan, holder, lower, returned_arguments
 from dezero.static.names import identifier, is_source_name, printable, source_literal
 from dezero.static.slots import AttrSlot, GradSlot
 
@@ -107,6 +107,9 @@ def generate(graph: Graph, factory=None, program=None):
     if consts:
         code.lines.append(f"    # constants (globals of this code): {', '.join(consts)}")
     leaves = {s.node.inputs[0].name for s in program.steps if s.target == "input"}
+    # Arguments returned as they were passed: the return hands back the caller's object.
+    code.returned = {i: inputs[i] for i in returned_arguments(graph.out_tree)}
+    leaves.update(code.returned.values())
     for name in inputs:
         if name in leaves:  # its .grad is stored: keep what the caller passed
             code.lines.append(f"    _i_{name} = {name}")
@@ -245,7 +248,9 @@ class _Code:
 
     def returns(self, step):
         items = [f"{n}.copy()" if n in step.copies else n for n in step.names]
-        self.emit(f"return _outputs(({', '.join(items)}{',' if len(items) == 1 else ''}))")
+        arguments = ", ".join(f"{i}: _i_{name}" for i, name in self.returned.items())
+        self.emit(f"return _outputs(({', '.join(items)}{',' if len(items) == 1 else ''})"
+                  + (f", {{{arguments}}})" if arguments else ")"))
 
 
 # =============================================================================
