@@ -125,6 +125,140 @@ def test_a_gradient_read_before_clearing_still_retraces():
             np.testing.assert_allclose(pb.data, pa.data, rtol=1e-5)
 
 
+class TwoHeads(models.Model):
+    def __init__(self, built):
+        super().__init__()
+        size = 4 if built else None  # lazy: a head's parameters exist once it runs
+        self.body, self.a, self.b = L.Linear(4), L.Linear(2, in_size=size), \
+            L.Linear(3, in_size=size)
+
+    def forward(self, x, head):
+        return getattr(self, head)(F.tanh(self.body(x)))
+
+
+def same_parameters(a, b, call):
+    for (name, pa), (_, pb) in zip(a._named(), b._named()):
+        assert (pa.data is None) == (pb.data is None), f"{name} after call {call}"
+        if pa.data is not None:
+            np.testing.assert_allclose(pb.data, pa.data, rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{name} after call {call}")
+        assert (pa.grad is None) == (pb.grad is None), f"{name}.grad after call {call}"
+        if pa.grad is not None:
+            np.testing.assert_allclose(pb.grad.data, pa.grad.data, rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{name}.grad after call {call}")
+
+
+@pytest.mark.parametrize("built", [True, False], ids=["built", "lazy"])
+def test_cleargrads_clears_the_gradient_of_a_head_this_call_does_not_use(built):
+    # Eager cleargrads() sets every .grad to None; a replay of head a's graph left
+    # head b's gradient of the call before, which the update outside applied again.
+    a, b = TwoHeads(built), TwoHeads(built)
+    rng = np.random.default_rng(0)
+    with dezero.no_grad():
+        for net in (a, b):
+            net(np.zeros((1, 3), np.float32), "a")
+    for pa, pb in zip(a.params(), b.params()):
+        pb.data = pa.data.copy() if pa.data is not None else None
+    keep, keep_eager = (Variable(np.ones(2, np.float32)) for _ in range(2))
+    for var in (keep, keep_eager):
+        var.grad = Variable(np.full(2, 5.0, np.float32))  # never cleared: kept
+
+    def make(model):
+        def step(x, head):
+            model.cleargrads()
+            loss = F.sum(model(x, head) ** 2)
+            loss.backward()
+            return loss
+        return step
+
+    eager, traced = make(a), dezero.trace(make(b), static_argnames="head")
+    opt_eager, opt = optimizers.MomentumSGD(0.1).setup(a), optimizers.MomentumSGD(0.1).setup(b)
+    for i, head in enumerate(["a", "b", "a", "a", "b", "a", "b"]):
+        x = rng.standard_normal((5, 3)).astype(np.float32)
+        np.random.seed(i)  # a lazy head draws its weights on its first call
+        got = traced(x, head)
+        np.random.seed(i)
+        np.testing.assert_allclose(got.data, eager(x, head).data, rtol=1e-5)
+        same_parameters(a, b, i)
+        opt_eager.update(), opt.update()  # outside the traced step
+        same_parameters(a, b, i)
+    np.testing.assert_array_equal(keep.grad.data, keep_eager.grad.data)
+    assert traced.entries <= 3
+
+
+class LazyScale(L.Layer):
+    """The book's lazy initialisation, in a layer of the user's: W has no .data until
+    the first call, and nothing else of the layer changes when it gets one."""
+
+    def __init__(self):
+        super().__init__()
+        self.W = dezero.Parameter(None, name="W")
+
+    def forward(self, x):
+        if self.W.data is None:
+            self.W.data = np.full(x.shape[1:], 0.5, np.float32)
+        return x * self.W
+
+
+def test_cleargrads_clears_the_gradient_of_a_parameter_built_after_the_recording():
+    # The recording cleared a .grad of a parameter without .data; built and given a
+    # gradient by eager code later, the parameter kept it through the replay.
+    def make():
+        model = models.Model()
+        model.body, model.head = L.Linear(3, in_size=2), LazyScale()
+        return model
+
+    a, b = make(), make()
+    b.body.W.data = a.body.W.data.copy()
+
+    def step(model, x):
+        model.cleargrads()
+        loss = F.sum(model.body(x) ** 2)
+        loss.backward()
+        return loss
+
+    traced = dezero.trace(lambda x: step(b, x))
+    rng = np.random.default_rng(2)
+    for i in range(4):
+        x = rng.standard_normal((4, 2)).astype(np.float32)
+        np.testing.assert_allclose(traced(x).data, step(a, x).data, rtol=1e-5)
+        same_parameters(a, b, i)
+        for net in (a, b):  # eager code that builds the head and leaves it a gradient
+            F.sum(net.head(net.body(x))).backward()
+    assert traced.entries == 1  # the graph that clears head.W.grad replaced the first
+
+
+def test_cleargrads_clears_the_gradient_of_a_frozen_part_set_between_calls():
+    # The backbone runs under no_grad: the traced step reads it but gives it no
+    # gradient. A gradient set between calls (pretraining it eagerly) was left by the
+    # replay, and the update outside moved the frozen backbone with it.
+    a, b = twins(lambda: models.MLP((4, 2)), np.ones((1, 3), np.float32))
+    rng = np.random.default_rng(1)
+
+    def make(model):
+        def step(x):
+            model.cleargrads()
+            with dezero.no_grad():
+                h = F.relu(model.l0(x))
+            loss = F.sum(model.l1(h) ** 2)
+            loss.backward()
+            return loss
+        return step
+
+    eager, traced = make(a), dezero.trace(make(b))
+    opts = optimizers.SGD(0.05).setup(a), optimizers.SGD(0.05).setup(b)
+    for i in range(5):
+        x = rng.standard_normal((4, 3)).astype(np.float32)
+        for net in (a, b):  # an eager pass that leaves the backbone a gradient
+            F.sum(net(x)).backward()
+        np.testing.assert_allclose(traced(x).data, eager(x).data, rtol=1e-5)
+        same_parameters(a, b, i)
+        for opt in opts:
+            opt.update()
+        same_parameters(a, b, i)
+    assert traced.entries == 1
+
+
 class Scaled:
     def __init__(self, w):
         self.w = Variable(np.array(w, np.float32))

@@ -239,6 +239,7 @@ class Entry:
                            if c.before_grad is None and c.var.grad is not None
                            and c.node.attrs["field"] != "attr"
                            and id(c.var) not in fresh_grads]
+        self.grad_unset += [GradUnset(tracer.label(v), v) for v in tracer.unbuilt]
 
     def subsumes(self, other: Entry) -> bool:
         """True if `other` differs from this entry only in requiring .grad unset,
@@ -510,10 +511,12 @@ class TracedFunction:
                 f"runs no Python, so the change would reach neither the caller nor later "
                 f"calls\n  fix: return what you add and change the container outside the "
                 f"traced function, or keep a number that changes in a Variable")
+        tracer.left_cleared(watch.clears.values())
         # 2. What the function reached besides its arguments: the structure to guard,
         # attributes carrying values to the next call, Python state it changed.
         structure, attr_writes, transient, places = survey(
-            self.fn, args, kwargs, {id(c.var) for c in tracer.captures}, tracer.computed,
+            self.fn, args, kwargs, {id(v) for v in [c.var for c in tracer.captures] +
+                                    tracer.unbuilt}, tracer.computed,
             {(id(h), n) for h, n in self._carried}, tracer.const_sources)
         attr_writes += watch.carried(attr_writes)
         writes = python_writes(before)

@@ -72,6 +72,8 @@ class Tracer(TracerHooks):
         self.const_sources: list = []          # the arrays the constants copy
         self.overwritten: list = []            # the arrays the run overwrote in place
         self.uninitialised: list[str] = []     # state whose .data was None before the run
+        self.grads_cleared: set = set()        # ids of state whose .grad the run left cleared
+        self.unbuilt: list = []                # Variables of no .data whose .grad it cleared
         self.recorded: set = set()             # the Functions called in the run
         self.finished = False
         self.random: RandomWatch | None = None
@@ -142,6 +144,22 @@ class Tracer(TracerHooks):
         observer = layers.observer()
         if observer is not None:
             observer.cleared([var])
+
+    def left_cleared(self, clears) -> None:
+        """(Variable, its old .grad) of those the run cleared (model.cleargrads()): each
+        left None is state the replay clears too, read or not (a head this call does
+        not use, a frozen backbone), so that no update outside sees a stale gradient;
+        one without .data yet, a guard that its .grad stays None."""
+        for var, grad in clears:
+            known = self.known.get(id(var))
+            if var.grad is not None or known is not None and (
+                    known.node is None or known.node.attrs["field"] != "data"):
+                continue  # set again, made in the run, an argument or carried state
+            if known is None and var._data is None:
+                self.unbuilt.append(var)
+            elif known is None:
+                self.capture(var).before_grad = grad  # (lower() and check put it back)
+            self.grads_cleared.add(id(var))
 
     def backward_step(self, function) -> None:
         # A Function made before the call belongs to a graph the replay will not have
@@ -384,7 +402,7 @@ class Tracer(TracerHooks):
         for capture in self.captures:
             if capture.node.attrs["field"] == "attr":
                 continue  # the attribute write replaces this Variable, grad and all
-            if capture.var.grad is not capture.before_grad:
+            if capture.var.grad is not capture.before_grad or id(capture.var) in self.grads_cleared:
                 writes.append((capture.node.outputs[0], capture.var.grad))
         for node, arg in self.inputs:
             before = getattr(self.known.get(id(arg)), "before_grad", None)

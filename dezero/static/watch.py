@@ -124,6 +124,7 @@ class Watch:
         self.attributes = {}           # (id(holder), name) -> (holder, name)
         self.before = {}               # (id(holder), name) -> (holder, name, old value)
         self.fresh_grads = set()       # ids of Variables whose old .grad was dropped unread
+        self.clears = {}               # id -> (Variable, its .grad) of those the run cleared
         self.updated = False
         self.did_initialise = False     # a layer or optimizer initialised state in the run
 
@@ -132,6 +133,8 @@ class Watch:
         self.before.setdefault((id(holder), name), (holder, name, holder.__dict__.get(name)))
 
     def cleared(self, params):
+        for param in params:
+            self.clears.setdefault(id(param), (param, param.grad))
         # An old gradient cleared before any update() and before backward() added to
         # it was never read: the graph does not depend on whether it was set.
         if self.updated:
