@@ -49,6 +49,8 @@ class Hyperparameter:
     def __get__(self, obj, owner=None):
         if obj is None:
             return self
+        if layers.observer() is not None:  # a recording: the number read is frozen in
+            layers.observer().hyperparameter_read(obj, self)  # its graph, so guarded
         return obj.__dict__[self.value_key]
 
     def __set__(self, obj, value):

@@ -3,7 +3,8 @@
 A schedule reads the optimizer's rate when it is made (lr, or alpha for Adam and
 AdamW) as the base rate, sets the rate of epoch 0 at once, and the rate of the
 next epoch at each step(). The rate is a hyperparameter, a Variable that a traced
-training step reads at every replay: changing it never retraces.
+training step reads at every replay: changing it never retraces (unless the step
+reads optimizer.lr as a Python number itself: then each new rate records anew).
 
     schedule = schedules.CosineDecay(optimizer, epochs=100)
     for epoch in range(100): ...train one epoch...; schedule.step()

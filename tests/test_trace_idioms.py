@@ -10,7 +10,7 @@ import pytest
 
 import dezero
 import dezero.functions as F
-from dezero import Variable, models, optimizers
+from dezero import Variable, models, optimizers, schedules
 from dezero import layers as L
 from dezero.static import TraceError
 
@@ -535,3 +535,56 @@ def test_carried_state_updated_through_data_replays_like_eager(in_place, check):
         x = Variable(np.full(3, i + 1.0, np.float32))
         np.testing.assert_array_equal(traced(x).data, b(x).data)
         np.testing.assert_array_equal(a.total.data, b.total.data)
+
+
+def rate_step(spelling, model, optimizer):
+    def step(x):
+        model.cleargrads()
+        loss = F.sum(model(x) ** 2)
+        if spelling == "branch" and optimizer.lr < 0.07:  # Python control flow on it
+            loss = loss * 0.5
+        loss.backward()
+        if spelling == "by hand":  # the book's update
+            for p in model.params():
+                p.data -= optimizer.lr * p.grad.data
+            return loss
+        optimizer.update()
+        return (loss, optimizer.lr) if spelling == "returned" else loss
+    return step
+
+
+@pytest.mark.parametrize("spelling", ["returned", "by hand", "branch"])
+def test_a_learning_rate_read_as_a_number_follows_a_schedule_like_eager(spelling, capsys):
+    # opt.lr is a Python number: the graph held the first call's value (returned,
+    # multiplied or branched on) while the schedule halved the rate, in silence.
+    a, b = twins(lambda: models.MLP((4, 2)), np.ones((1, 3), np.float32))
+    opts = [optimizers.SGD(0.1).setup(net) for net in (a, b)]
+    decays = [schedules.StepDecay(opt, step_size=1, gamma=0.5) for opt in opts]
+    eager, traced = rate_step(spelling, a, opts[0]), dezero.trace(rate_step(spelling, b, opts[1]))
+    rng = np.random.default_rng(3)
+    with dezero.static.debug(1):
+        for epoch in range(4):
+            for i in range(3):
+                x = rng.standard_normal((5, 3)).astype(np.float32)
+                got, want = traced(x), eager(x)
+                if spelling == "returned":
+                    assert got[1] == want[1] == opts[0].lr, f"epoch {epoch}"
+                    got, want = got[0], want[0]
+                np.testing.assert_allclose(got.data, want.data, rtol=1e-5, atol=1e-6)
+                same_parameters(a, b, f"{i} of epoch {epoch}")
+            for decay in decays:
+                decay.step()
+    err = capsys.readouterr().err
+    assert recordings(err) == 4 and "SGD.lr 0.1 -> 0.05" in err and traced.entries == 1
+
+
+def test_a_learning_rate_only_the_optimizer_reads_never_retraces(capsys):
+    model = models.MLP((4, 2))
+    optimizer = optimizers.Adam(0.01).setup(model)
+    decay = schedules.StepDecay(optimizer, step_size=1, gamma=0.5)
+    traced = dezero.trace(rate_step("update", model, optimizer))
+    with dezero.static.debug(1):
+        for _ in range(3):
+            traced(np.ones((2, 3), np.float32))
+            decay.step()
+    assert recordings(capsys.readouterr().err) == 1

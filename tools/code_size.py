@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BUDGETS = {
     "dezero/core.py": 355,
     "dezero/op_record.py": 71,
-    "dezero/static/trace.py": 477,
+    "dezero/static/trace.py": 480,
     "dezero/static/tracer.py": 373,
     "dezero/static/guard.py": 176,
     "dezero/static/ir.py": 297,
@@ -26,11 +26,11 @@ BUDGETS = {
     "dezero/static/names.py": 49,
     "dezero/static/slots.py": 35,
     "dezero/static/passes.py": 574,
-    "dezero/static/reach.py": 360,
+    "dezero/static/reach.py": 362,
     "dezero/static/horizontal.py": 95,
     "dezero/static/saving.py": 397,
     "dezero/static/randomness.py": 116,
-    "dezero/static/watch.py": 109,
+    "dezero/static/watch.py": 112,
     "dezero/static/drawing.py": 55,
     "dezero/static/checking.py": 111,
     "dezero/static/debugging.py": 24,
@@ -55,7 +55,7 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 3850,
+    "dezero/static/": 3858,
     "dezero/kernels/": 1344,
 }
 

@@ -139,8 +139,10 @@ class Structure:
     def _explain(self) -> str:
         for mapping, keys, values, length, label, style in self.namespaces:
             for key, value in zip(keys, values):
-                if mapping.get(key, _GONE) is not value:
+                if mapping.get(key, _GONE) is not value and style != "number":
                     return f"{_spell(label, key, style)} was replaced or removed"
+                if style == "number" and mapping[key] != value:  # a hyperparameter read
+                    return f"{label} {value!r} -> {mapping[key]!r}, a number the graph holds"
             if length is not None and len(mapping) != length:
                 return f"{label} gained or lost an {style}"
         for items, snapshot, label in self.sequences:
@@ -324,7 +326,8 @@ def survey(fn, args, kwargs, captured: set, computed, known: set, constants=()):
 @functools.cache
 def _read_afresh(cls) -> frozenset:
     """The attributes behind an optimizer's hyperparameters (opt.lr): every replay
-    reads them afresh from their Variables, so a new value needs no new graph."""
+    reads them afresh from their Variables, so a new value needs no new graph (trace.py
+    guards those a run read as Python numbers, Watch.hyperparameter_read)."""
     return frozenset(attr.value_key for klass in cls.__mro__ for attr in vars(klass).values()
                      if isinstance(attr, Hyperparameter))
 

@@ -519,6 +519,9 @@ class TracedFunction:
                                     tracer.unbuilt}, tracer.computed,
             {(id(h), n) for h, n in self._carried}, tracer.const_sources)
         attr_writes += watch.carried(attr_writes)
+        for holder, number in watch.numbers.values():  # read as numbers: a change retraces
+            structure.add(vars(holder), {number.value_key: vars(holder)[number.value_key]},
+                          None, f"{type(holder).__name__}.{number.name}", "number")
         writes = python_writes(before)
         again = [what for where, what in writes if where in self._python_writes]
         if again:

@@ -125,6 +125,7 @@ class Watch:
         self.before = {}               # (id(holder), name) -> (holder, name, old value)
         self.fresh_grads = set()       # ids of Variables whose old .grad was dropped unread
         self.clears = {}               # id -> (Variable, its .grad) of those the run cleared
+        self.numbers = {}              # (id(holder), name) -> (holder, Hyperparameter) read
         self.updated = False
         self.did_initialise = False     # a layer or optimizer initialised state in the run
 
@@ -155,6 +156,11 @@ class Watch:
             f"a replay runs no Python assignments, so the value passed in would be "
             f"ignored by every replay\n  fix: set it outside the traced function, before "
             f"the call (every replay reads it afresh): optimizer.{name} = value; step(x, t)")
+
+    def hyperparameter_read(self, holder, hyperparameter):
+        # opt.lr as a Python number (return loss, opt.lr; p.data -= opt.lr * ...; if
+        # opt.lr < 0.07:): the graph keeps the value read, so a new one must retrace.
+        self.numbers[(id(holder), hyperparameter.name)] = (holder, hyperparameter)
 
     def carried(self, found) -> list:
         """(holder, name, Variable) for layer attributes the run left holding a Variable
