@@ -86,13 +86,12 @@ def reduction_source(spec) -> str:
     lines += [f"    {ctype} {p.name};" for j, p in enumerate(outs)
               if spec.levels[n_in + j] == "row"]
     lines += [f"    {line}" for line in spec.setup]
-    for element, folds, after in spec.passes:
+    for stores, (element, folds, after) in zip(spec.stores, spec.passes, strict=True):
         lines += [f"    {ctype} {a} = {_START[kind]};" for kind, a, _ in folds]
         lines.append("    for (npy_intp _r = 0; _r < _R; ++_r) {")
         lines += [f"      const {ctype} {p.name} = _p{j}[_k * _k{j} + _r * _r{j}];"
                   for j, p in enumerate(ins) if spec.levels[j] == "full" and not once(spec, j)]
-        stored = [(j, p) for j, p in enumerate(outs) if spec.levels[n_in + j] == "full"
-                  and f"{p.name} = " in "\n".join(element)]
+        stored = [(j, p) for j, p in enumerate(outs) if p.name in stores]
         lines += [f"      {ctype} {p.name};" for _, p in stored]
         lines += [f"      {line}" for line in element]
         m = 0

@@ -203,11 +203,10 @@ def row_params(spec) -> tuple[str, str, str]:
     lines += [f"{ctype}* const _keep{m} = &_r__keep{m}[_k * _R];" for m in range(spec.kept)]
     lines += [f"{ctype} {p.name};" for p, level in outs if level == "row"]
     lines += list(spec.setup)
-    for element, folds, after in spec.passes:
+    for stores, (element, folds, after) in zip(spec.stores, spec.passes, strict=True):
         lines += [f"{ctype} {a} = {_IDENTITY.get(kind, '0').format(inf=_INFINITY[ctype])};"
                   for kind, a, _ in folds]
-        stored = [p for p, level in outs if level == "full" and f"{p.name} = " in
-                  "\n".join(element)]
+        stored = [p for p in spec.outputs if p.name in stores]
         lines.append("for (ptrdiff_t _r = 0; _r < _R; ++_r) {")
         used = "\n".join([*element, *(v for _, _, v in folds)])  # the inputs this pass reads
         lines += [f"  const {p.ctype} {p.name} = _r_{p.name}[_k * _R + _r];"
@@ -244,7 +243,7 @@ def totals_spec(spec):
         tuple(outputs), ("full",) + ("row",) * (len(inputs) + len(outputs)), (rows,), (0,),
         (), (((), (("sum", acc, "_t0"),), spec.finish),), False,
         f"// kernel {spec.name}_total: the sum over the rows of kernel {spec.name}, then "
-        f"the work on it")
+        f"the work on it", stores=((),))
 
 
 def row_source(spec) -> str:

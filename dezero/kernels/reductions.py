@@ -43,6 +43,7 @@ class ReductionSpec:
     totals: tuple = ()  # (accumulator, row value): sums over all rows, after them
     finish: tuple = ()  # statements on the totals (level "total": one value)
     kept: int = 0       # row buffers _keep0, _keep1 ...: full values passes share
+    stores: tuple = ()  # per pass: the names of the full outputs it computes and stores
 
     def key(self) -> str:
         return hashlib.sha256(repr(self).encode()).hexdigest()
@@ -109,7 +110,7 @@ def reduction_spec(group: Group, names: dict, expression, param) -> ReductionSpe
     count = max([stage[id(n.inputs[0])] + 1 for n in rows] +
                 [stage[id(v)] + 1 for v in group.outputs if full[id(v)]])
     passes = [([], [], []) for _ in range(count)]
-    setup, totals, finish = [], [], []
+    setup, totals, finish, stores = [], [], [], []
     # The full values a pass needs: computed there, or kept in a row buffer (_keep)
     # by the earlier pass that computed them (softmax's exp is computed once).
     made: dict = {}  # id(value) -> [the pass that computed it, its buffer or None]
@@ -129,8 +130,8 @@ def reduction_spec(group: Group, names: dict, expression, param) -> ReductionSpe
             text = f"{made[i][1]}[_r]" if i in made else expression(node, reads["full"])
             passes[p][0].append(f"const {ctype} {local[i]} = {text};")
             made.setdefault(i, [p, None])
-        passes[p][0].extend(f"{names[id(v)]} = {local[id(v)]};" for v in group.outputs
-                            if full[id(v)] and stage[id(v)] == p)
+        stores.append(tuple(v for v in group.outputs if full[id(v)] and stage[id(v)] == p))
+        passes[p][0].extend(f"{names[id(v)]} = {local[id(v)]};" for v in stores[p])
     for node in group.nodes:
         value = node.outputs[0]
         mine, acc = level[id(value)], f"_acc_{local[id(value)]}"
@@ -165,6 +166,7 @@ def reduction_spec(group: Group, names: dict, expression, param) -> ReductionSpe
         not kept or not wide or max(kept) < min(wide),
         f"// kernel {group.name}: " + ", ".join(n.op for n in group.nodes),
         totals=tuple(totals), finish=tuple(finish),
+        stores=tuple(tuple(names[id(v)] for v in values) for values in stores),
         kept=sum(m[1] is not None for m in made.values()))
 
 
