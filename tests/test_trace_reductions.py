@@ -378,3 +378,31 @@ def test_a_reduction_kernel_source_is_logged_at_level_four(capsys, monkeypatch):
     with dezero.static.debug(4):
         dezero.trace(spread)(Variable(np.ones((64, 300), np.float32)))
     assert "kernel k0 of spread:\n// kernel k0: mul, exp, sum, add" in capsys.readouterr().err
+
+
+def masked_token_losses(h, mask):
+    """Per-token values of (B, T, V) scores times a (B, T) mask, which has the
+    reduced axis not at all: a sum (one fold) and a softmax's mean score (passes)."""
+    return (F.sum(h * 2.0, axis=-1) * mask,
+            F.sum(F.softmax(h, axis=-1) * h, axis=-1) * mask + 1.0)
+
+
+@needs_compiler
+def test_a_per_token_loss_masked_by_a_value_of_the_kept_shape_replays_as_eager(
+        monkeypatch, tmp_path):
+    # the kernels asked np.broadcast_shapes whether the (4, 3) mask has the reduced
+    # axis as 1, that is broadcasts to (4, 3, 1): a ValueError at the first call
+    # with the library in the cache
+    monkeypatch.setattr(backends, "DEFAULT", "cpu")
+    monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(8)
+    h = rng.standard_normal((4, 3, 5)).astype(np.float32)
+    mask = (rng.random((4, 3)) > 0.3).astype(np.float32)
+    dezero.trace(masked_token_losses).lower(h, mask).compile().wait()  # fills the cache
+    traced = dezero.trace(masked_token_losses)
+    for _ in range(3):
+        for got, want in zip(traced(h, mask), masked_token_losses(h, mask), strict=True):
+            close_to_the_interpreter(got.data, want.data, np.float32)
+    assert len(traced.graph.groups) == 2 and all(
+        g.axes == (2,) and g.compiled for g in traced.graph.groups)
+    assert hasattr(traced.graph.compile(), "library")

@@ -175,11 +175,11 @@ def reduction_call(spec, fn, threads: int, numpy=None):
     plain = order == sorted(order)  # no axis moves: views need no transpose
     back = tuple(int(d) for d in np.argsort(order_out))
     ones = tuple(1 if d in axes else n for d, n in enumerate(shape))
-    targets = []
-    for p, level in zip(spec.inputs, spec.levels):
-        fits = len(p.shape) <= len(ones) and np.broadcast_shapes(p.shape, ones) == ones
-        targets.append(shape if level == "full" else () if level == "total" else ones if fits
-                       else tuple(n for d, n in enumerate(shape) if d not in axes))
+    kept = tuple(n for d, n in enumerate(shape) if d not in axes)
+    # A row value has the reduced axes as 1 or not at all (a (B, T) mask of a sum of
+    # (B, T, V) over its last axis, which does not broadcast to (B, T, 1)).
+    targets = [shape if level == "full" else () if level == "total" else
+               ones if p.shape == ones else kept for p, level in zip(spec.inputs, spec.levels)]
     n_in = len(spec.inputs)
     # Where numpy computes the values a sum adds from arrays laid out column by column
     # (Fortran order, a transpose's view), it lays them out so too and adds each row

@@ -150,9 +150,9 @@ def reduction_launch(spec):
     ones = tuple(1 if d in spec.axes else n for d, n in enumerate(spec.shape))
     kept = tuple(n for d, n in enumerate(spec.shape) if d not in spec.axes)
     drop = tuple(0 if d in spec.axes else slice(None) for d in range(len(spec.shape)))
-    # A row value has the reduced axes as 1 (then dropped from a view) or not at all.
-    with_ones = [len(spec.inputs[k].shape) <= len(ones) and
-                 np.broadcast_shapes(spec.inputs[k].shape, ones) == ones for k in rows]
+    # A row value has the reduced axes as 1 (then dropped from a view) or not at all
+    # (a (B, T) mask of a sum of (B, T, V) over its last axis).
+    with_ones = [spec.inputs[k].shape == ones for k in rows]
     scalar = (0,) if "cub_off" in args["in_params"] else ()
     stored = [level == "full" for level in spec.levels[n_in:]]
 
@@ -277,8 +277,8 @@ def row_launch(spec, elementwise_kernel):
             return x
         if level == "full":
             return cupy.broadcast_to(x, shape).transpose(order)
-        fits = len(p.shape) <= len(ones) and np.broadcast_shapes(p.shape, ones) == ones
-        return cupy.broadcast_to(x, ones)[drop] if fits else cupy.broadcast_to(x, kept)
+        return cupy.broadcast_to(x, ones)[drop] if p.shape == ones else \
+            cupy.broadcast_to(x, kept)
 
     def launch(*arrays):
         arrays = [arrays[i] for i in spec.sources]

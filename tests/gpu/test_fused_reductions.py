@@ -209,3 +209,20 @@ def test_a_graph_fused_on_the_cpu_and_moved_runs_its_kernels_on_the_gpu():
     x, t = cp.asarray(x), cp.asarray(t)
     for got, want in zip(graph.compile()(x, t), _interpreted(graph, x, t)):
         np.testing.assert_allclose(cp.asnumpy(got.data), want, rtol=2e-5, atol=2e-5)
+
+
+def test_a_per_token_loss_masked_by_a_value_of_the_kept_shape_replays_as_eager():
+    """A (B, T) mask times sums of (B, T, V) scores over their last axis: a row input
+    that has the reduced axis not at all (the launch asked np.broadcast_shapes whether
+    it broadcasts to (B, T, 1): a ValueError), in a ReductionKernel and a row kernel."""
+    def losses(h, mask):
+        return (F.sum(h * 2.0, axis=-1) * mask,
+                F.sum(F.softmax(h, axis=-1) * h, axis=-1) * mask + 1.0)
+    rng = np.random.default_rng(8)
+    h, mask = rng.standard_normal((4, 3, 5)), (rng.random((4, 3)) > 0.3).astype(np.float64)
+    traced = dezero.trace(losses)
+    for _ in range(3):
+        for got, want in zip(traced(cp.asarray(h), cp.asarray(mask)), losses(h, mask),
+                             strict=True):
+            np.testing.assert_allclose(cp.asnumpy(got.data), want.data, rtol=1e-12)
+    assert len(traced.graph.groups) == 2 and all(g.compiled for g in traced.graph.groups)
