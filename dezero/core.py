@@ -523,6 +523,12 @@ class Function:
                 joins only a CPU kernel over the rows of a 2-d value
       fresh_result  forward returns a new array that shares memory with nothing
                 (x @ W): a kernel reading it last may write its result into it
+      types     a function (input types, attrs) -> the result types, each type a
+                (shape, dtype), for an op whose forward cannot run on zeros (a
+                collective would exchange) or would run long for nothing (a product
+                of the whole shared axis); None: what forward makes of zeros of the
+                inputs' types (OpRecord.result_types), which load() checks a graph
+                file's declared results against. Not inherited past forward
     Subclasses store their constructor arguments under the same names, so that
     `type(f)(**f.attrs)` rebuilds an equivalent op.
     """
@@ -532,7 +538,7 @@ class Function:
     collective = False
     commutative = False
     py = None
-    neutral = neutral_attrs = epilogue = parts = None
+    neutral = neutral_attrs = epilogue = parts = types = None
     fresh_result = False
     op_name = "function"
 

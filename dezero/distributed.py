@@ -631,6 +631,10 @@ class Allreduce(Function):
 
     collective = True
 
+    @staticmethod
+    def types(types, attrs):  # forward would exchange: its results are its inputs' types
+        return types
+
     def __init__(self, comm="world", op="sum"):
         self.comm = comm
         self.op = op
@@ -659,6 +663,12 @@ class ReduceScatter(Function):
 
     collective = True
 
+    @staticmethod
+    def types(types, attrs):  # this rank's block, whose length needs the communicator
+        total = sum(math.prod(shape) for shape, _ in types)
+        _, start, stop = _communicator(attrs["comm"], "reduce_scatter")._block(total)
+        return [((stop - start,), types[0][1])]
+
     def __init__(self, comm="world", op="mean"):
         self.comm = comm
         self.op = op
@@ -685,6 +695,10 @@ class Allgather(Function):
     A collective, kept as recorded."""
 
     collective = True
+
+    @staticmethod
+    def types(types, attrs):  # forward would exchange: its results are of `shapes`
+        return [(tuple(shape), types[0][1]) for shape in attrs["shapes"]]
 
     def __init__(self, comm="world", shapes=()):
         self.comm = comm

@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import math
 import re
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +60,7 @@ class OpRecord:
     parts: object         # split_parts: (input shapes, attrs) -> primitive steps, or None
     labels: str | None    # the parameter of class labels a row kernel reads per row
     fresh_result: bool    # forward returns an array it shares with nothing else
+    types: object         # (input types, attrs) -> result types, not from forward on zeros
     random: bool
     collective: bool
     commutative: bool
@@ -77,6 +79,30 @@ class OpRecord:
         f.__dict__.update(attrs)
         return f
 
+    def result_types(self, attrs: dict, inputs: list) -> list:
+        """The (shape, dtype) of each result of the op on inputs of these types (anything
+        with a shape and dtype): its `types` rule, else what forward makes of zeros of
+        them, placeholders that take no memory (numpy's global random state put back
+        after a random op). An elementwise op's result has its inputs' broadcast shape,
+        and one element of each (with its axes: numpy 1 casts 0-d values otherwise)
+        shows its dtype."""
+        types = [(tuple(x.shape), np.dtype(x.dtype)) for x in inputs]
+        if self.types is not None:
+            return self.types(types, attrs)
+        shape = np.broadcast_shapes(*(s for s, _ in types)) if self.elementwise else None
+        zeros = [np.broadcast_to(np.zeros((), d), s if shape is None else (1,) * len(s))
+                 for s, d in types]
+        state = np.random.get_state() if self.random else None
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # the mean of no elements
+                ys = self.function(attrs).forward(*zeros)
+        finally:
+            if state is not None:
+                np.random.set_state(state)
+        ys = map(as_result_array, ys if isinstance(ys, tuple) else (ys,))
+        return [(y.shape if shape is None else shape, y.dtype) for y in ys]
+
 
 def _record(cls) -> OpRecord:
     forward = list(inspect.signature(cls.forward).parameters.values())[1:]
@@ -89,7 +115,7 @@ def _record(cls) -> OpRecord:
             p.name for p in init if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
     facts = {name: own_fact(cls, name) for name in ("cpp", "cpp_type", "reduce", "py",
                                                     "neutral", "neutral_attrs", "epilogue",
-                                                    "parts", "labels")}
+                                                    "parts", "labels", "types")}
     return OpRecord(cls.op_name, cls, tuple(p.name for p in forward), counts, attr_names,
                     random=bool(cls.random), collective=bool(cls.collective),
                     commutative=bool(cls.commutative),

@@ -13,7 +13,7 @@ import dezero.functions as F
 from dezero import Variable, optimizers
 from dezero.dataloaders import DataLoader
 from dezero.datasets import Spiral
-from dezero.errors import TraceError
+from dezero.errors import GraphFileError, TraceError
 from dezero.models import MLP
 
 pytest.importorskip("mpi4py")
@@ -559,6 +559,24 @@ def test_a_traced_sharded_step_scatters_then_updates_then_gathers(comm):
     assert "opt.ms[pieces['l0/W[0:24]']]" in text.replace("optimizer.optimizer", "opt")
     optimizer.alpha = 0.5  # through to the optimizer: the next replay reads it
     assert optimizer.optimizer.alpha == 0.5
+
+
+def test_a_saved_sharded_step_loads_with_its_collectives_types_checked(rank0_of_2, tmp_path):
+    # a collective cannot run at load (it would exchange): its types rule gives what
+    # load() checks the file's declared results against, a block of this rank's length
+    import json
+    *_, step, _ = sharded_or_hooked(rank0_of_2, True, True, steps=1)
+    path = tmp_path / "g.json"
+    step.graph.save(str(path))
+    loaded = dezero.static.StaticGraph.load(str(path))
+    assert {"reduce_scatter", "allgather"} <= {n.op for n in loaded.of_kind("op")}
+    description = json.loads(path.read_text())
+    scatter = next(n for n in description["nodes"] if n.get("op") == "reduce_scatter")
+    scatter["outputs"][0]["shape"] = [scatter["outputs"][0]["shape"][0] + 1]
+    path.write_text(json.dumps(description))
+    with pytest.raises(GraphFileError, match=r"reduce_scatter of .* makes f32\[30\], where "
+                                             r"the file declares f32\[31\]$"):
+        dezero.static.StaticGraph.load(str(path))
 
 
 def test_a_schedule_sets_the_rate_of_a_sharded_optimizer(comm):

@@ -314,6 +314,63 @@ def test_load_checks_the_arrays(saved, arrays, message):
         dezero.static.load(str(path))
 
 
+def declared_types_graph(x, W):
+    """A reduction to (1, 1) broadcast back (the shape of a normalisation), a matmul
+    and a reshape: ops whose results check() cannot see."""
+    s = F.sum(x, axis=None, keepdims=True)
+    return F.reshape(F.matmul(x / s, W), (2, 6))
+
+
+def declare(name, shape=None, dtype=None):
+    """A change to the file: the value `name` declared of another shape or dtype."""
+    def change(description):
+        value = next(n["outputs"][0] for n in description["nodes"]
+                     if n["outputs"] and n["outputs"][0]["name"] == name)
+        value["shape"] = value["shape"] if shape is None else shape
+        value["dtype"] = value["dtype"] if dtype is None else dtype
+    return change
+
+
+@pytest.mark.parametrize("change, message", [
+    # a sum of all of x kept as (1, 1), declared (4, 1): the python and cpu backends
+    # broadcast the real (1, 1) where the file declares one sum a row
+    (declare("a", shape=[4, 1]), r"nodes\[2\] \(a: f32\[4,1\] = sum\(x\) \[axis=None, "
+                                   r"keepdims=True\]\): sum of f32\[4,5\] makes f32\[1,1\], "
+                                   r"where the file declares f32\[4,1\]$"),
+    (declare("c", dtype="float64"), r"\): matmul of f32\[4,5\], f32\[5,3\] makes "
+                                         r"f32\[4,3\], where the file declares f64\[4,3\]$"),
+    (declare("d", shape=[3, 4]), r"reshape of f32\[4,3\] makes f32\[2,6\], where"),
+    (declare("W", shape=[4, 3]), r"nodes\[4\] \(c: f32\[4,3\] = matmul\(b, "
+     r"W\)\): matmul of f32\[4,5\], f32\[4,3\] raises ValueError: matmul: .*, where the "
+     r"file declares f32\[4,3\]$"),
+])
+def test_load_checks_each_declared_result_against_its_op(tmp_path, change, message):
+    rng = np.random.default_rng(0)
+    x, W = rng.standard_normal((4, 5)).astype(np.float32), np.ones((5, 3), np.float32)
+    path = tmp_path / "g.json"
+    dezero.trace(declared_types_graph).lower(x, W).save(str(path))
+    np.testing.assert_array_equal(dezero.static.load(str(path))(x, W).data,
+                                  declared_types_graph(x, W).data)
+    description = json.loads(path.read_text())
+    change(description)
+    path.write_text(json.dumps(description))
+    with pytest.raises(GraphFileError, match=message):
+        dezero.static.load(str(path))
+
+
+def test_load_checks_a_random_op_and_leaves_the_random_state_as_it_was(tmp_path):
+    def f(x):
+        return F.dropout(x * 2.0, 0.5)
+    x = np.ones((3, 4), np.float32)
+    dezero.trace(f).lower(x).save(str(tmp_path / "g"))
+    np.random.seed(4)
+    loaded = dezero.static.load(str(tmp_path / "g"))
+    after_load = np.random.rand()
+    np.random.seed(4)
+    assert np.random.rand() == after_load
+    assert "dropout_mask" in str(loaded)
+
+
 def test_infinities_and_nan_save_load_and_replay(tmp_path):
     special = np.array([np.nan, np.inf, -np.inf, 1.0], np.float32)
 

@@ -21,6 +21,7 @@ import dezero.functions as F
 from dezero import Variable
 from dezero.kernels import cpu
 from dezero.op_record import RECORDS
+from dezero.static.ir import format_node
 
 # Elementwise and inline-spelled ops of the neural-network functions, which the op
 # table (about the book's math) leaves to test_functions_nn.py.
@@ -148,3 +149,18 @@ def test_a_wrong_spelling_of_an_op_is_caught(monkeypatch, fact, wrong):
     graph = dezero.trace(table_of(rows)).lower(*arrays)
     backend = "python" if fact == "py" else "cpu kernels"
     assert f"{backend}: sin y" in mismatches(graph, arrays)
+
+
+def test_every_op_gives_the_types_its_record_works_out_and_loads_from_a_file(
+        recorded, tmp_path):
+    # load() checks each node's declared results against the op's rule: forward on
+    # zeros of the declared inputs (OpRecord.result_types); every op of the table must
+    # give there what it gave on the recorded data, or its saved graphs would not load
+    graph, arrays = recorded
+    for node in graph.of_kind("op"):
+        assert node.record.result_types(node.attrs, node.inputs) == [
+            (v.shape, v.dtype) for v in node.outputs], format_node(node)
+    graph.save(str(tmp_path / "table"))
+    want = graph.interpret(*arrays)
+    for label, y in dezero.static.load(str(tmp_path / "table")).interpret(*arrays).items():
+        np.testing.assert_array_equal(y.data, want[label].data, err_msg=label)

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Module (relative to the repository) -> most code lines it may have.
 BUDGETS = {
     "dezero/core.py": 355,
-    "dezero/op_record.py": 71,
+    "dezero/op_record.py": 90,
     "dezero/static/trace.py": 480,
     "dezero/static/tracer.py": 373,
     "dezero/static/guard.py": 176,
@@ -28,7 +28,7 @@ BUDGETS = {
     "dezero/static/passes.py": 574,
     "dezero/static/reach.py": 362,
     "dezero/static/horizontal.py": 95,
-    "dezero/static/saving.py": 397,
+    "dezero/static/saving.py": 413,
     "dezero/static/randomness.py": 116,
     "dezero/static/watch.py": 112,
     "dezero/static/drawing.py": 55,
@@ -55,7 +55,7 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 3858,
+    "dezero/static/": 3874,
     "dezero/kernels/": 1344,
 }
 

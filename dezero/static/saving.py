@@ -69,8 +69,11 @@ each defined once and used only after its node; node kinds, keys and input count
 ops registered Function names whose attrs are exactly the constructor's parameters,
 in the encodings above; dtypes from DTYPES; ints within int64 (or the array's dtype);
 the .npz beside the .json, matching its hash, read without pickle, holding exactly
-the arrays of the const and state nodes with their declared shapes and dtypes; the
-output tree's indices. The replay code generator (backends/pycode.py) checks again
+the arrays of the const and state nodes with their declared shapes and dtypes; each
+op node's declared results against what its op gives on its declared inputs
+(OpRecord.result_types: its forward run on zeros, one node at a time, or a
+collective's rule, which needs the communicator); the output tree's indices. The
+replay code generator (backends/pycode.py) checks again
 what it emits: only such names and literals re-rendered from plain values
 (ir.source_literal), with every comment escaped (ir.printable).
 """
@@ -92,7 +95,7 @@ from dezero.core import Variable
 from dezero.errors import GraphError, GraphFileError
 from dezero.files import atomic_file
 from dezero.op_record import RECORDS
-from dezero.static.ir import KINDS, Graph, Node, Value
+from dezero.static.ir import KINDS, Graph, Node, Value, format_node, type_str
 from dezero.static.names import is_source_name
 from dezero.static.passes import fuse
 from dezero.static.slots import DataSlot, GradSlot
@@ -449,6 +452,7 @@ def _build(description, arrays, make=Graph) -> Graph:
     values, owned, nodes = {}, {}, []
     for i, entry in enumerate(Field("nodes").items(description["nodes"])):
         nodes.append(_read_node(entry, Field("nodes")[i], values, owned, arrays))
+    _check_types(nodes)
     unread = set(arrays) - {f"{n.kind}/{n.outputs[0].name}" for n in nodes
                             if n.kind in ("const", "state")}
     if unread:
@@ -491,6 +495,28 @@ def _read_node(entry, at, values, owned, arrays) -> Node:
     if kind in ("const", "state"):
         payload = _payload(kind, outputs[0], attrs, arrays, at, owned)
     return Node(kind, entry.get("op"), inputs, attrs, outputs, payload)
+
+
+def _check_types(nodes):
+    """Each op node's declared results against its op's rule (OpRecord.result_types:
+    forward on zeros of the declared inputs), one node at a time: the kernels and the
+    replay code rely on the declared types."""
+    for i, node in enumerate(nodes):
+        declared = [(v.shape, v.dtype) for v in node.outputs]
+        try:
+            made = node.record.result_types(node.attrs, node.inputs) if node.kind == "op" \
+                else declared
+        except Exception as e:  # noqa: BLE001 - any failure of forward refuses the file
+            made = f"raises {type(e).__name__}: {e}"
+        if made != declared:
+            made = made if isinstance(made, str) else "makes " + _types(made)
+            raise GraphFileError(f"nodes[{i}] ({format_node(node)}): {node.op} of "
+                                 f"{_types((v.shape, v.dtype) for v in node.inputs)} {made}, "
+                                 f"where the file declares {_types(declared)}")
+
+
+def _types(types) -> str:
+    return ", ".join(type_str(shape, dtype) for shape, dtype in types) or "nothing"
 
 
 def _read_value(entry, at, values) -> Value:
