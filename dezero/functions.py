@@ -7,6 +7,7 @@ Sits on core.py; layers, optimizers and the tracer build on it.
 
     y = F.tanh(x); y.backward(create_graph=True)
 """
+import itertools
 import math
 import operator
 import warnings
@@ -15,7 +16,8 @@ import numpy as np
 
 from dezero import core, cuda, utils
 from dezero.core import Config, Constant, Function, Variable, as_operand, as_variable, no_grad
-from dezero.errors import TraceError, user_stacklevel, where
+from dezero.errors import TraceError, user_stacklevel
+from dezero.errors import where as user_line
 
 # =============================================================================
 # Arithmetic: add, sub, rsub, mul, div, rdiv, neg, pow
@@ -524,6 +526,144 @@ def flatten(x):
     x = as_variable(x)
     # The size rather than -1, which numpy cannot work out for an empty batch.
     return reshape(x, (x.shape[0], math.prod(x.shape[1:])))
+
+
+# =============================================================================
+# Joining and splitting: concat, stack, split
+# =============================================================================
+
+
+class Concat(Function):
+    """y = the inputs joined along axis (numpy's concatenate)."""
+    fresh_result = True
+
+    def __init__(self, axis=0):
+        self.axis = axis
+
+    def forward(self, *xs):
+        return cuda.get_array_module(xs[0]).concatenate(xs, axis=self.axis)
+
+    def backward(self, gy):
+        cuts = list(itertools.accumulate(x.shape[self.axis] for x in self.inputs[:-1]))
+        return tuple(split(gy, cuts, self.axis))
+
+
+def _axis(op, axis, ndim):
+    """axis as an index in 0..ndim-1 (a negative one counts from the end)."""
+    if not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
+        raise ValueError(f"{op}: axis {axis!r} is out of range for {ndim}-d arrays; it "
+                         f"must be an int in {-ndim}..{ndim - 1}")
+    return int(axis) % ndim
+
+
+def _listed(op, xs):
+    """xs (a list or tuple of Variables, arrays and numbers) as operands of one op."""
+    if not isinstance(xs, (list, tuple)) or not xs:
+        raise TypeError(f"{op}: xs must be a non-empty list of arrays or Variables, got "
+                        f"{type(xs).__name__}; pass a list, e.g. {op}([a, b], axis=0)")
+    return [as_operand(x, xs[0]) for x in xs]
+
+
+def concat(xs, axis=0):
+    """y = the xs joined along axis; every other axis and the dtypes must agree.
+
+    >>> concat([np.zeros((1, 2)), np.ones((1, 2))]).data
+    array([[0., 0.],
+           [1., 1.]])
+    """
+    xs = _listed("concat", xs)
+    ndim = xs[0].ndim
+    shapes = ", ".join(str(tuple(x.shape)) for x in xs)
+    if ndim == 0 or any(x.ndim != ndim for x in xs):
+        raise ValueError(f"concat: shapes {shapes} do not have one number of axes (of at "
+                         f"least 1); join values of one ndim: reshape them first, or stack "
+                         f"values of one shape along a new axis with stack(xs)")
+    axis = _axis("concat", axis, ndim)
+    if len({x.shape[:axis] + x.shape[axis + 1:] for x in xs}) > 1:
+        raise ValueError(f"concat: shapes {shapes} differ on an axis other than axis "
+                         f"{axis}; only the joined axis may differ (reshape or slice them "
+                         f"to agree, or join along another axis)")
+    dtypes = sorted({x.dtype.name for x in xs})
+    if len(dtypes) > 1:
+        raise TypeError(f"concat: dtypes {', '.join(dtypes)} differ; the joined values must "
+                        f"have one dtype: convert them first, e.g. F.astype(x, "
+                        f"{xs[0].dtype.name!r})")
+    return Concat(axis)(*xs)
+
+
+def stack(xs, axis=0):
+    """y = the xs joined along a new axis at `axis`; they must have one shape and dtype.
+
+    >>> stack([np.zeros(2), np.ones(2)], axis=1).shape
+    (2, 2)
+    """
+    xs = [as_variable(x) for x in _listed("stack", xs)]
+    shapes = sorted({x.shape for x in xs})
+    if len(shapes) > 1:
+        raise ValueError(f"stack: shapes {', '.join(map(str, shapes))} differ; stacked "
+                         f"values must have one shape (to join along an existing axis, "
+                         f"use concat)")
+    axis = _axis("stack", axis, xs[0].ndim + 1)
+    return concat([expand_dims(x, axis) for x in xs], axis)
+
+
+class Split(Function):
+    """ys = x cut along axis before each of `indices` (numpy's split at cut points)."""
+
+    def __init__(self, indices, axis=0):
+        self.indices = indices
+        self.axis = axis
+
+    def forward(self, x):
+        return tuple(cuda.get_array_module(x).split(x, self.indices, axis=self.axis))
+
+    def backward(self, *gys):
+        x, = self.inputs
+        bounds = (0, *self.indices, x.shape[self.axis])
+        gxs = []
+        for gy, start, stop in zip(gys, bounds, bounds[1:]):
+            if gy is None:  # a part nobody differentiated: zeros, broadcast from one
+                shape = x.shape[:self.axis] + (stop - start,) + x.shape[self.axis + 1:]
+                gy = broadcast_to(cuda.get_array_module(x).zeros((), x.dtype), shape)
+            gxs.append(gy)
+        return concat(gxs, self.axis)
+
+
+def split(x, sections_or_indices, axis=0):
+    """numpy's split: an int n cuts x along axis into n equal parts, a list cuts it
+    before each of its indices. Returns a list of Variables.
+
+    >>> [y.shape for y in split(np.zeros((4, 3)), [1])]
+    [(1, 3), (3, 3)]
+    """
+    x = as_variable(x)
+    if x.ndim == 0:
+        raise ValueError("split: a 0-d x has no axis to cut; reshape it first")
+    axis = _axis("split", axis, x.ndim)
+    n = x.shape[axis]
+    if isinstance(sections_or_indices, (int, np.integer)):
+        sections = int(sections_or_indices)
+        if sections < 1 or n % sections:
+            raise ValueError(
+                f"split: axis {axis} of x (shape {x.shape}) has length {n}, which "
+                f"{sections} sections do not divide equally; give a number of sections "
+                f"that divides {n}, or a list of cut points, e.g. split(x, [{n // 2}])")
+        indices = tuple(range(n // sections, n, n // sections))
+    else:
+        try:
+            indices = tuple(operator.index(i) for i in sections_or_indices)
+        except TypeError:
+            raise TypeError(f"split: sections_or_indices must be an int or a list of ints, "
+                            f"got {sections_or_indices!r}") from None
+        # Negative cut points count from the end, as numpy's; cuts that go back would
+        # make parts overlap, which this op (and its gradient) does not do.
+        indices = tuple(i + n if i < 0 else i for i in indices)
+        if any(not 0 <= i <= n for i in indices) or list(indices) != sorted(indices):
+            raise ValueError(f"split: cut points {list(sections_or_indices)} must be "
+                             f"increasing and within 0..{n} (axis {axis} of x, shape "
+                             f"{x.shape}); sort them, or clip them to the axis")
+    ys = Split(indices, axis)(x)
+    return ys if isinstance(ys, list) else [ys]
 
 
 # =============================================================================
@@ -1391,7 +1531,7 @@ def batch_norm(x, gamma, beta, mean, var, decay=0.9, eps=2e-5):
         if not isinstance(v, Variable) and core.current_tracer() is not None:
             raise TraceError(
                 f"batch_norm: the running {name} is a {type(v).__name__} in a traced run "
-                f"({where()}); its in-place update would not be replayed\n  fix: keep it "
+                f"({user_line()}); its in-place update would not be replayed\n  fix: keep it "
                 f"in a Variable, e.g. {name} = Variable(array), as the BatchNorm layer does")
     m = x.size // channels
     if m == 0:  # an empty batch: an empty output, the running statistics unchanged

@@ -49,6 +49,15 @@ def _index():
     return np.array([0, 0, 1, 3])
 
 
+def _torch():
+    import torch  # only the PyTorch tests call a row's torch function
+    return torch
+
+
+def _outer_parts(parts):
+    return parts[0] * parts[2]  # the first and last of three parts, the middle one unused
+
+
 # =============================================================================
 # ROWS: arithmetic, elementwise math, shapes, reductions, matmul
 # =============================================================================
@@ -104,6 +113,19 @@ ROWS = [
         lambda a: np.expand_dims(a, 1), torch=lambda a: a.unsqueeze(1)),
     Row("flatten", F.flatten, ((2, 3, 4),), lambda a: a.reshape(2, 12),
         torch=lambda a: a.flatten(1)),
+    # ---- joining and splitting --------------------------------------------
+    Row("concat", lambda a, b: F.concat([a, b], axis=1), ((2, 3), (2, 2)),
+        lambda a, b: np.concatenate([a, b], axis=1), torch=lambda a, b: _torch().cat([a, b], 1)),
+    Row("concat_three", lambda a, b, c: F.concat([a, b, c]), ((1, 3), (2, 3), (3, 3)),
+        lambda a, b, c: np.concatenate([a, b, c]), torch=lambda a, b, c: _torch().cat([a, b, c])),
+    Row("stack", lambda a, b: F.stack([a, b], axis=-1), ((2, 3), (2, 3)),
+        lambda a, b: np.stack([a, b], axis=-1), torch=lambda a, b: _torch().stack([a, b], -1)),
+    # Parts that no gradient reaches get zeros; a product of two parts is not linear.
+    Row("split", lambda x: F.split(x, 2, axis=1)[1], ((2, 4),),
+        lambda a: np.split(a, 2, axis=1)[1], torch=lambda a: a.tensor_split(2, dim=1)[1]),
+    Row("split_indices", lambda x: _outer_parts(F.split(x, [1, 3])), ((4, 3),),
+        lambda a: _outer_parts(np.split(a, [1, 3])),
+        torch=lambda a: _outer_parts(a.tensor_split([1, 3]))),
     # ---- reductions --------------------------------------------------------
     Row("sum", F.sum, ((2, 3),), np.sum, torch=lambda a: a.sum()),
     Row("sum_axis", lambda x: F.sum(x, axis=1), ((2, 3),), lambda a: a.sum(axis=1),

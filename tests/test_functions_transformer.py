@@ -1,0 +1,78 @@
+"""The functions a transformer is built of: concat, stack, split, where, tril, triu,
+layer_norm, gelu, silu, scaled_dot_product_attention, batched matmul and
+softmax_cross_entropy over sequences.
+
+Their values, gradients and dtypes are checked row by row in the op table
+(tests/op_table.py, against numpy and PyTorch); here are what a row cannot say:
+bad input and its messages, and the cases around the edges.
+"""
+import numpy as np
+import pytest
+
+import dezero.functions as F
+from dezero import Variable
+
+
+def x_of(*shape, seed=0, dtype=np.float64):
+    return Variable(np.random.default_rng(seed).uniform(-2, 2, shape).astype(dtype))
+
+
+# =============================================================================
+# concat, stack, split
+# =============================================================================
+
+
+def test_concat_refuses_shapes_that_differ_off_the_axis_naming_them():
+    with pytest.raises(ValueError, match=r"concat: shapes \(2, 3\), \(2, 2\) differ on an "
+                                         r"axis other than axis 0.*join along another axis"):
+        F.concat([x_of(2, 3), x_of(2, 2)])
+    with pytest.raises(ValueError, match=r"concat: shapes \(2, 3\), \(3,\) do not have one "
+                                         r"number of axes"):
+        F.concat([x_of(2, 3), x_of(3)], axis=0)
+
+
+def test_concat_refuses_two_dtypes_rather_than_promoting():
+    with pytest.raises(TypeError, match=r"concat: dtypes float32, float64 differ.*astype"):
+        F.concat([x_of(2, 3), x_of(1, 3, dtype=np.float32)])
+
+
+def test_concat_and_stack_take_a_list_and_an_axis_in_range():
+    with pytest.raises(TypeError, match=r"concat: xs must be a non-empty list.*concat\(\[a, b\]"):
+        F.concat(x_of(2, 3))
+    with pytest.raises(TypeError, match=r"stack: xs must be a non-empty list"):
+        F.stack([])
+    with pytest.raises(ValueError, match=r"concat: axis 2 is out of range for 2-d arrays"):
+        F.concat([x_of(2, 3), x_of(2, 3)], axis=2)
+    with pytest.raises(ValueError, match=r"stack: shapes \(1, 3\), \(2, 3\) differ.*concat"):
+        F.stack([x_of(2, 3), x_of(1, 3)])
+
+
+def test_concat_joins_arrays_numbers_and_variables_and_negative_axes():
+    y = F.concat([x_of(2, 1), np.zeros((2, 2))], axis=-1)
+    assert y.shape == (2, 3)
+    np.testing.assert_array_equal(F.stack([1.0, 2.0]).data, [1.0, 2.0])
+
+
+def test_split_refuses_sections_that_do_not_divide_the_axis():
+    with pytest.raises(ValueError, match=r"split: axis 1 of x \(shape \(2, 5\)\) has length 5, "
+                                         r"which 2 sections do not divide equally.*\[2\]"):
+        F.split(x_of(2, 5), 2, axis=1)
+    with pytest.raises(ValueError, match=r"cut points \[3, 1\] must be increasing"):
+        F.split(x_of(5), [3, 1])
+
+
+def test_split_cuts_as_numpy_at_negative_and_repeated_points():
+    a = np.arange(10.0).reshape(5, 2)
+    for cuts in ([-2], [2, 2], [0, 5], 5, [1, 2, 3]):
+        parts = F.split(a, cuts)
+        assert [p.shape for p in parts] == [p.shape for p in np.split(a, cuts)]
+        for p, q in zip(parts, np.split(a, cuts)):
+            np.testing.assert_array_equal(p.data, q)
+
+
+def test_split_gives_zeros_to_parts_no_gradient_reached():
+    x = x_of(6, 2)
+    a, _, c = F.split(x, 3)
+    F.sum(a * c).backward()
+    np.testing.assert_array_equal(x.grad.data[2:4], 0.0)
+    np.testing.assert_array_equal(x.grad.data[:2], x.data[4:])
