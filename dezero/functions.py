@@ -667,6 +667,108 @@ def split(x, sections_or_indices, axis=0):
 
 
 # =============================================================================
+# Selection and triangles: where, tril, triu
+# =============================================================================
+
+
+class Where(Function):
+    """y = x where condition is True, else y (numpy's where); condition gets no gradient."""
+    py = "_xp.where({condition}, {x}, {y})"
+
+    def forward(self, condition, x, y):
+        return cuda.get_array_module(x).where(condition, x, y)
+
+    def backward(self, gy):
+        condition, x, y = self.inputs
+        gx = None if isinstance(x, Constant) else _unbroadcast(where(condition, gy, 0), x)
+        gy_ = None if isinstance(y, Constant) else _unbroadcast(where(condition, 0, gy), y)
+        return None, gx, gy_
+
+
+def where(condition, x, y):
+    """condition ? x : y, elementwise: condition boolean, the three broadcast as numpy's.
+
+    >>> where(np.array([True, False]), np.ones(2), 0.0).data
+    array([1., 0.])
+    """
+    if not hasattr(condition, "dtype"):  # a list or a Python bool; arrays pass (traced too)
+        condition = np.asarray(condition)
+    if condition.dtype != bool:
+        raise TypeError(f"where: condition must be boolean, got dtype {condition.dtype}; "
+                        f"compare to make one, e.g. where(mask > 0, x, y)")
+    x = as_operand(x, y)
+    y = as_operand(y, x)
+    try:
+        np.broadcast_shapes(condition.shape, x.shape, y.shape)
+    except ValueError:
+        raise ValueError(f"where: condition of shape {tuple(condition.shape)}, x of shape "
+                         f"{tuple(x.shape)} and y of shape {tuple(y.shape)} do not broadcast "
+                         f"together; reshape one (axes of length 1 or missing leading axes "
+                         f"broadcast)") from None
+    return Where()(condition, x, y)
+
+
+class Tril(Function):
+    """y = x with the elements above its k-th diagonal zeroed (the last two axes)."""
+
+    def __init__(self, k=0):
+        self.k = k
+
+    def forward(self, x):
+        return cuda.get_array_module(x).tril(x, self.k)
+
+    def backward(self, gy):
+        return tril(gy, self.k)
+
+
+class Triu(Function):
+    """y = x with the elements below its k-th diagonal zeroed (the last two axes)."""
+
+    def __init__(self, k=0):
+        self.k = k
+
+    def forward(self, x):
+        return cuda.get_array_module(x).triu(x, self.k)
+
+    def backward(self, gy):
+        return triu(gy, self.k)
+
+
+def _triangle(op, x, k):
+    x = as_variable(x)
+    if x.ndim < 2:
+        # numpy would broadcast a vector into a matrix, which is seldom what was meant.
+        raise ValueError(f"{op}: x must have 2 or more axes (matrices in the last two), got "
+                         f"shape {x.shape}; for one matrix of a vector v use v.reshape(1, -1)")
+    if not isinstance(k, (int, np.integer)):
+        raise TypeError(f"{op}: k must be an int (the diagonal: 0 the main one, 1 above "
+                        f"it, -1 below it), got {k!r}")
+    return x, int(k)
+
+
+def tril(x, k=0):
+    """x with zeros above its k-th diagonal (k > 0: above the main one), as numpy's tril.
+
+    >>> tril(np.ones((2, 2))).data
+    array([[1., 0.],
+           [1., 1.]])
+    """
+    x, k = _triangle("tril", x, k)
+    return Tril(k)(x)
+
+
+def triu(x, k=0):
+    """x with zeros below its k-th diagonal (k > 0: above the main one), as numpy's triu.
+
+    >>> triu(np.ones((2, 2))).data
+    array([[1., 1.],
+           [0., 1.]])
+    """
+    x, k = _triangle("triu", x, k)
+    return Triu(k)(x)
+
+
+# =============================================================================
 # Broadcast and reductions: sum, sum_to, broadcast_to, average, mean, max, min
 # =============================================================================
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import dezero.functions as F
-from dezero import Variable
+from dezero import Variable, cuda
 from dezero.functions_conv import Pooling2DWithIndexes
 
 # =============================================================================
@@ -47,6 +47,14 @@ class Row:
 
 def _index():
     return np.array([0, 0, 1, 3])
+
+
+# A boolean condition, made on the device of the row's inputs (numpy or cupy).
+_KEEP = np.array([[True, False, True], [False, False, True]])
+
+
+def _on(like, array):
+    return cuda.get_array_module(like).asarray(array)
 
 
 def _torch():
@@ -126,6 +134,20 @@ ROWS = [
     Row("split_indices", lambda x: _outer_parts(F.split(x, [1, 3])), ((4, 3),),
         lambda a: _outer_parts(np.split(a, [1, 3])),
         torch=lambda a: _outer_parts(a.tensor_split([1, 3]))),
+    # ---- selection and triangles -------------------------------------------
+    Row("where", lambda x, y: F.where(_on(x, _KEEP), x, y), ((2, 3), (2, 3)),
+        lambda a, b: np.where(_KEEP, a, b),
+        torch=lambda a, b: _torch().where(_torch().tensor(_KEEP), a, b)),
+    Row("where_broadcast", lambda x, y: F.where(_on(x, _KEEP[:, :1]), x, y), ((2, 3), (3,)),
+        lambda a, b: np.where(_KEEP[:, :1], a, b),
+        torch=lambda a, b: _torch().where(_torch().tensor(_KEEP[:, :1]), a, b)),
+    Row("where_scalar", lambda x: F.where(_on(x, _KEEP), -1.0, x), ((2, 3),),
+        lambda a: np.where(_KEEP, -1.0, a),
+        torch=lambda a: _torch().where(_torch().tensor(_KEEP), -1.0, a)),
+    Row("tril", lambda x: F.tril(x, -1), ((2, 3, 4),), lambda a: np.tril(a, -1),
+        torch=lambda a: a.tril(-1)),
+    Row("triu", lambda x: F.triu(x, 1), ((3, 4),), lambda a: np.triu(a, 1),
+        torch=lambda a: a.triu(1)),
     # ---- reductions --------------------------------------------------------
     Row("sum", F.sum, ((2, 3),), np.sum, torch=lambda a: a.sum()),
     Row("sum_axis", lambda x: F.sum(x, axis=1), ((2, 3),), lambda a: a.sum(axis=1),

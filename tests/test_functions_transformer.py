@@ -9,6 +9,7 @@ bad input and its messages, and the cases around the edges.
 import numpy as np
 import pytest
 
+import dezero
 import dezero.functions as F
 from dezero import Variable
 
@@ -76,3 +77,41 @@ def test_split_gives_zeros_to_parts_no_gradient_reached():
     F.sum(a * c).backward()
     np.testing.assert_array_equal(x.grad.data[2:4], 0.0)
     np.testing.assert_array_equal(x.grad.data[:2], x.data[4:])
+
+
+# =============================================================================
+# where, tril, triu
+# =============================================================================
+
+
+def test_where_refuses_a_condition_that_is_not_boolean():
+    with pytest.raises(TypeError, match=r"where: condition must be boolean, got dtype "
+                                        r"float64.*mask > 0"):
+        F.where(np.ones(3), x_of(3), 0.0)
+
+
+def test_where_refuses_shapes_that_do_not_broadcast_naming_all_three():
+    with pytest.raises(ValueError, match=r"where: condition of shape \(2,\), x of shape "
+                                         r"\(2, 3\) and y of shape \(\) do not broadcast"):
+        F.where(np.ones(2, bool), x_of(2, 3), 0.0)
+
+
+def test_where_keeps_the_dtype_of_a_float32_branch_against_a_python_number():
+    y = F.where(np.array([True, False]), x_of(2, dtype=np.float32), -np.inf)
+    assert y.dtype == np.float32 and y.data[1] == -np.inf
+
+
+def test_where_of_a_traced_boolean_argument_replays_each_call_condition():
+    traced = dezero.trace(lambda c, x: F.where(c, x, 0.0))
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        c, x = rng.uniform(size=(2, 3)) > 0.5, rng.uniform(size=(2, 3))
+        np.testing.assert_array_equal(traced(c, x).data, np.where(c, x, 0.0))
+
+
+@pytest.mark.parametrize("op", ["tril", "triu"])
+def test_triangles_refuse_a_vector_and_a_diagonal_that_is_no_int(op):
+    with pytest.raises(ValueError, match=rf"{op}: x must have 2 or more axes.*shape \(3,\)"):
+        getattr(F, op)(x_of(3))
+    with pytest.raises(TypeError, match=rf"{op}: k must be an int"):
+        getattr(F, op)(x_of(3, 3), 0.5)
