@@ -7,6 +7,7 @@ Sits on core.py; layers, optimizers and the tracer build on it.
 
     y = F.tanh(x); y.backward(create_graph=True)
 """
+import functools
 import itertools
 import math
 import operator
@@ -170,7 +171,8 @@ def pow(x, c):
 
 
 # =============================================================================
-# Elementwise math: sin, cos, tan, tanh, exp, expm1, log, sqrt, square, abs, clip
+# Elementwise math: sin, cos, tan, tanh, exp, expm1, erf, log, sqrt, square, abs,
+#   clip
 # =============================================================================
 
 
@@ -269,6 +271,41 @@ class Expm1(Function):
 
 def expm1(x):
     return Expm1()(x)
+
+
+# numpy has no erf: Python's, element by element (a trace compiles C++'s erf instead).
+_python_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+@functools.cache
+def _cupy_erf(cupy):
+    return cupy.ElementwiseKernel("T x", "T y", "y = erf(x)", "dezero_erf")
+
+
+class Erf(Function):
+    """y = erf(x) = 2 / sqrt(pi) * (the integral of exp(-t * t) from 0 to x)."""
+    cpp = "erf({x})"
+
+    def forward(self, x):
+        if x.dtype.kind != "f":
+            x = x.astype(np.float64)
+        xp = cuda.get_array_module(x)
+        if xp is np:
+            return np.asarray(_python_erf(x), dtype=x.dtype)
+        return _cupy_erf(xp)(x)
+
+    def backward(self, gy):
+        x, = self.inputs
+        return gy * (2 / math.sqrt(math.pi)) * exp(-x * x)
+
+
+def erf(x):
+    """The error function, elementwise: 2 / sqrt(pi) * integral of exp(-t * t), 0..x.
+
+    >>> erf(np.array([0.0, np.inf])).data
+    array([0., 1.])
+    """
+    return Erf()(x)
 
 
 class Log(Function):
@@ -999,7 +1036,7 @@ def linear(x, W, b=None):
 
 
 # =============================================================================
-# Activations: sigmoid, relu, leaky_relu, softmax, log_softmax, softplus
+# Activations: sigmoid, relu, leaky_relu, softmax, log_softmax, softplus, gelu, silu
 # =============================================================================
 
 
@@ -1187,6 +1224,32 @@ def softplus(x):
     array([0.69314718])
     """
     return Softplus()(x)
+
+
+def gelu(x, approximate="none"):
+    """x * Phi(x), Phi the normal distribution's CDF: 0.5 x (1 + erf(x / sqrt(2))), or
+    with approximate="tanh" 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), as PyTorch.
+
+    >>> gelu(np.array([0.0, 1.0])).data.round(4)
+    array([0.    , 0.8413])
+    """
+    x = as_variable(x)
+    if approximate == "none":
+        return 0.5 * x * (1 + erf(x * (1 / math.sqrt(2))))
+    if approximate == "tanh":
+        return 0.5 * x * (1 + tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    raise ValueError(f"gelu: approximate must be 'none' (the erf form) or 'tanh', got "
+                     f"{approximate!r}")
+
+
+def silu(x):
+    """x * sigmoid(x), elementwise (also called swish).
+
+    >>> silu(np.array([0.0, 1.0])).data.round(4)
+    array([0.    , 0.7311])
+    """
+    x = as_variable(x)
+    return x * sigmoid(x)
 
 
 # =============================================================================
@@ -1585,7 +1648,7 @@ def dropout(x, dropout_ratio=0.5):
 
 
 # =============================================================================
-# Normalisation and lookup: batch_norm (batch_nrom), embed_id
+# Normalisation and lookup: batch_norm (batch_nrom), layer_norm, embed_id
 # =============================================================================
 
 
@@ -1665,6 +1728,28 @@ def batch_norm(x, gamma, beta, mean, var, decay=0.9, eps=2e-5):
 
 # The book spells it this way; the old name keeps its code running.
 batch_nrom = batch_norm
+
+
+def layer_norm(x, gamma, beta, eps=1e-5):
+    """(x - mean) / sqrt(var + eps) * gamma + beta, mean and (biased) var over the last
+    axis of x, gamma and beta of its length, as PyTorch's layer_norm over one axis.
+
+    >>> layer_norm(np.array([[1.0, 3.0]]), np.ones(2), np.zeros(2)).data.round(4)
+    array([[-1.,  1.]])
+    """
+    x = as_variable(x)
+    if x.ndim == 0:
+        raise ValueError("layer_norm: x is 0-d; it needs a last axis to normalise over")
+    d = x.shape[-1]
+    for name, v in (("gamma", gamma), ("beta", beta)):
+        if tuple(v.shape) != (d,):
+            raise ValueError(f"layer_norm: {name} must have shape ({d},), the length of the "
+                             f"last axis of x (shape {x.shape}), got {tuple(v.shape)}; "
+                             f"make it of the features' size, e.g. np.ones({d})")
+    inv_d = 1 / d if d else float("nan")
+    xc = x - sum(x, axis=-1, keepdims=True) * inv_d
+    var = sum(xc * xc, axis=-1, keepdims=True) * inv_d
+    return xc * (var + eps) ** -0.5 * gamma + beta
 
 
 class EmbedID(Function):

@@ -6,6 +6,7 @@ equivalent. tests/test_functions.py and tests/test_torch_reference.py loop over 
 
     ROWS[0].fn(*variables)   # dezero; ROWS[0].ref(*arrays) for numpy
 """
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,6 +58,15 @@ def _on(like, array):
     return cuda.get_array_module(like).asarray(array)
 
 
+def _erf(a):
+    return np.vectorize(math.erf, otypes=[a.dtype])(a)
+
+
+def _layer_norm(x, eps=1e-5):
+    mu = x.mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps)
+
+
 def _torch():
     import torch  # only the PyTorch tests call a row's torch function
     return torch
@@ -103,6 +113,7 @@ ROWS = [
         lambda a: np.clip(a, None, 0.5), torch=lambda a: a.clamp(None, 0.5)),
     Row("clip_no_max", lambda x: F.clip(x, -0.5, None), ((3, 4),),
         lambda a: np.clip(a, -0.5, None), torch=lambda a: a.clamp(-0.5, None)),
+    Row("erf", F.erf, ((2, 3),), lambda a: _erf(a), torch=lambda a: a.erf()),
     # ---- shapes ------------------------------------------------------------
     Row("reshape", lambda x: F.reshape(x, (3, 2)), ((2, 3),), lambda a: a.reshape(3, 2),
         torch=lambda a: a.reshape(3, 2)),
@@ -170,6 +181,16 @@ ROWS = [
     Row("min", F.min, ((2, 3),), np.min, torch=lambda a: a.min()),
     Row("min_axis", lambda x: F.min(x, axis=0), ((2, 3),), lambda a: a.min(0),
         torch=lambda a: a.amin(0)),
+    # ---- transformer activations and normalisation ---------------------------
+    Row("gelu", F.gelu, ((2, 3),), lambda a: 0.5 * a * (1 + _erf(a / np.sqrt(2))),
+        torch=lambda a: _torch().nn.functional.gelu(a)),
+    Row("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), ((2, 3),),
+        lambda a: 0.5 * a * (1 + np.tanh(np.sqrt(2 / np.pi) * (a + 0.044715 * a ** 3))),
+        torch=lambda a: _torch().nn.functional.gelu(a, approximate="tanh")),
+    Row("silu", F.silu, ((2, 3),), lambda a: a / (1 + np.exp(-a)),
+        torch=lambda a: _torch().nn.functional.silu(a)),
+    Row("layer_norm", F.layer_norm, ((2, 3, 4), (4,), (4,)), lambda x, g, b: _layer_norm(x) * g + b,
+        torch=lambda x, g, b: _torch().nn.functional.layer_norm(x, (4,), g, b, eps=1e-5)),
     # ---- matmul ------------------------------------------------------------
     Row("matmul", F.matmul, ((2, 3), (3, 4)), np.matmul, torch=lambda a, b: a @ b),
     Row("matmul_batched", F.matmul, ((5, 2, 3), (3, 4)), np.matmul,

@@ -33,6 +33,8 @@ ZERO_D = {
     "sigmoid_simple": (F.sigmoid_simple, -0.7),
     "scalar_arithmetic": (lambda x: (2 * x + 1) / 3 - 1.5 / x, 0.7),
     "sum": (F.sum, 0.7), "mean": (F.mean, 0.7), "max": (F.max, 0.7),
+    "erf": (F.erf, -0.7), "gelu": (F.gelu, -0.7), "silu": (F.silu, -0.7),
+    "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), -0.7),
 }
 
 

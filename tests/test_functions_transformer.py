@@ -115,3 +115,46 @@ def test_triangles_refuse_a_vector_and_a_diagonal_that_is_no_int(op):
         getattr(F, op)(x_of(3))
     with pytest.raises(TypeError, match=rf"{op}: k must be an int"):
         getattr(F, op)(x_of(3, 3), 0.5)
+
+
+# =============================================================================
+# erf, gelu, silu, layer_norm
+# =============================================================================
+
+
+def test_erf_at_its_limits_and_of_integers():
+    y = F.erf(np.array([-np.inf, -6.0, 0.0, 1e-300, np.inf, np.nan]))
+    np.testing.assert_array_equal(y.data[:5], [-1.0, -1.0, 0.0, 1e-300 * 2 / np.sqrt(np.pi),
+                                               1.0])
+    assert np.isnan(y.data[5])
+    assert F.erf(np.array([0, 1])).dtype == np.float64
+    assert F.erf(np.full(2, 0.5, np.float32)).dtype == np.float32
+
+
+def test_gelu_names_the_two_forms_it_knows():
+    with pytest.raises(ValueError, match=r"gelu: approximate must be 'none' \(the erf form\) "
+                                         r"or 'tanh', got 'exact'"):
+        F.gelu(x_of(3), approximate="exact")
+
+
+def test_gelu_and_silu_of_large_inputs_are_x_and_zero():
+    x = np.array([-40.0, 40.0])
+    for y in (F.gelu(x), F.gelu(x, approximate="tanh"), F.silu(x)):
+        np.testing.assert_allclose(y.data, [0.0, 40.0], atol=1e-15)
+
+
+def test_layer_norm_refuses_gamma_and_beta_of_another_length():
+    with pytest.raises(ValueError, match=r"layer_norm: gamma must have shape \(4,\), the "
+                                         r"length of the last axis of x \(shape \(2, 4\)\), "
+                                         r"got \(2,\)"):
+        F.layer_norm(x_of(2, 4), np.ones(2), np.zeros(4))
+    with pytest.raises(ValueError, match=r"layer_norm: beta must have shape \(4,\)"):
+        F.layer_norm(x_of(2, 4), np.ones(4), np.zeros((1, 4)))
+
+
+def test_layer_norm_gives_each_row_mean_0_and_variance_1_in_float32():
+    x = x_of(3, 5, 8, dtype=np.float32) * 100 + 50
+    y = F.layer_norm(x, np.ones(8, np.float32), np.zeros(8, np.float32)).data
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y.mean(-1), 0.0, atol=1e-6)
+    np.testing.assert_allclose(y.var(-1), 1.0, rtol=1e-4)
