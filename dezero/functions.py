@@ -968,7 +968,13 @@ class MatMul(Function):
 
     def forward(self, x, W):
         _check_matmul(self.op_name, x, W)
-        return x @ W
+        try:
+            return x @ W
+        except ValueError:  # the last two axes fit (checked): the batch axes do not
+            raise ValueError(
+                f"{self.op_name}: the batch axes (all but the last two) of shapes {x.shape} "
+                f"and {W.shape} do not broadcast together; make them equal, or 1 where "
+                f"one side is shared, e.g. x.reshape(2, 1, 4, 5) @ W of (3, 5, 6)") from None
 
     def backward(self, gy):
         x, W = self.inputs
@@ -1250,6 +1256,68 @@ def silu(x):
     """
     x = as_variable(x)
     return x * sigmoid(x)
+
+
+# =============================================================================
+# Attention: scaled_dot_product_attention
+# =============================================================================
+
+
+def scaled_dot_product_attention(q, k, v, mask=None, is_causal=False, dropout_p=0.0):
+    """softmax(q @ k^T / sqrt(d), masked) @ v over (..., T, d) arrays, as PyTorch's: mask
+    boolean, True where a query attends to a key; is_causal: each query to the keys up
+    to its own position. A query that attends to no key gets zeros. dropout_p drops
+    attention weights in training.
+
+    >>> scaled_dot_product_attention(np.ones((1, 2)), np.ones((2, 2)), np.eye(2)).data
+    array([[0.5, 0.5]])
+    """
+    op = "scaled_dot_product_attention"
+    q, k, v = as_variable(q), as_variable(k), as_variable(v)
+    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or q.shape[-1] != k.shape[-1] or \
+            k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"{op}: q of shape {q.shape}, k of shape {k.shape} and v of shape "
+                         f"{v.shape} do not fit (..., T, d) arrays where q and k share d, "
+                         f"the last axis, and k and v the keys, the second-to-last; reshape "
+                         f"them, e.g. (batch, heads, T, d)")
+    if not 0 <= dropout_p < 1:
+        raise ValueError(f"{op}: dropout_p must be in [0, 1), got {dropout_p}")
+    scores = matmul(q, _swap_last(k)) * (1 / math.sqrt(q.shape[-1]))
+    if is_causal:
+        if mask is not None:
+            raise ValueError(f"{op}: give mask or is_causal, not both; for both, pass "
+                             f"mask & np.tri({scores.shape[-2]}, {scores.shape[-1]}, "
+                             f"dtype=bool)")
+        mask = cuda.get_array_module(q).tri(*scores.shape[-2:], dtype=bool)
+    if mask is not None:
+        mask = _attention_mask(op, mask, scores.shape)
+        # The lowest number rather than -inf: a row with no key left then has no
+        # -inf - (-inf) = NaN in its softmax, and the second where gives it zeros.
+        scores = where(mask, scores, float(np.finfo(scores.dtype).min))
+    weights = softmax(scores, axis=-1)
+    if mask is not None:
+        weights = where(mask, weights, 0.0)
+    if dropout_p:
+        weights = dropout(weights, dropout_p)
+    return matmul(weights, v)
+
+
+def _attention_mask(op, mask, shape):
+    if not hasattr(mask, "dtype"):  # a list; arrays pass (traced too)
+        mask = np.asarray(mask)
+    if mask.dtype != bool:
+        raise TypeError(f"{op}: mask must be boolean (True: attend), got dtype {mask.dtype}; "
+                        f"make one, e.g. mask = m > 0, or add a float mask to the scores "
+                        f"of a composed attention")
+    try:
+        fits = np.broadcast_shapes(tuple(mask.shape), shape) == shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"{op}: mask of shape {tuple(mask.shape)} does not broadcast to the "
+                         f"scores' shape {shape} (..., queries, keys); give it shape "
+                         f"{shape[-2:]} or another that broadcasts to {shape}")
+    return mask
 
 
 # =============================================================================

@@ -67,9 +67,25 @@ def _layer_norm(x, eps=1e-5):
     return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps)
 
 
+_ATTEND = np.array([[True, True, True, False, False], [False] * 5, [True] * 5])
+
+
+def _attention(q, k, v, mask):
+    scores = np.where(mask, q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1]), -np.inf)
+    e = np.exp(scores - np.max(scores, axis=-1, keepdims=True, initial=-1e300))
+    return (e / np.maximum(e.sum(-1, keepdims=True), 1e-300)) @ v  # a row of no keys: zeros
+
+
 def _torch():
     import torch  # only the PyTorch tests call a row's torch function
     return torch
+
+
+def _torch_attention(q, k, v, **kwargs):
+    # Its math backend: the fused CPU kernels have no second derivative.
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel(SDPBackend.MATH):
+        return _torch().nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
 
 
 def _outer_parts(parts):
@@ -195,6 +211,11 @@ ROWS = [
     Row("matmul", F.matmul, ((2, 3), (3, 4)), np.matmul, torch=lambda a, b: a @ b),
     Row("matmul_batched", F.matmul, ((5, 2, 3), (3, 4)), np.matmul,
         torch=lambda a, b: a @ b),
+    # Batch axes broadcast as numpy's: (B, H, T, d) @ (B, H, d, T), a shared weight.
+    Row("matmul_4d", F.matmul, ((2, 3, 4, 5), (2, 3, 5, 2)), np.matmul,
+        torch=lambda a, b: a @ b),
+    Row("matmul_broadcast_batch", F.matmul, ((2, 1, 4, 5), (3, 5, 2)), np.matmul,
+        torch=lambda a, b: a @ b),
     Row("linear", F.linear, ((2, 3), (3, 4), (4,)), lambda x, W, b: x @ W + b,
         torch=lambda x, W, b: x @ W + b),
     Row("linear_nobias", F.linear, ((2, 3), (3, 4)), np.matmul, torch=lambda a, b: a @ b),
@@ -203,6 +224,19 @@ ROWS = [
         torch=lambda x, W, b: x @ W + b),
     Row("linear_batched_nobias", F.linear, ((3, 2, 2, 3), (3, 4)), np.matmul,
         torch=lambda a, b: a @ b),
+    # ---- attention ---------------------------------------------------------
+    Row("attention", F.scaled_dot_product_attention, ((2, 3, 4), (2, 5, 4), (2, 5, 3)),
+        lambda q, k, v: _attention(q, k, v, np.ones((3, 5), bool)),
+        torch=_torch_attention),
+    # Query 1 attends to no key: zeros, as PyTorch gives.
+    Row("attention_mask", lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, mask=_on(q, _ATTEND)), ((1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4)),
+        lambda q, k, v: _attention(q, k, v, _ATTEND),
+        torch=lambda q, k, v: _torch_attention(q, k, v, attn_mask=_torch().tensor(_ATTEND))),
+    Row("attention_causal", lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, is_causal=True), ((2, 3, 4), (2, 5, 4), (2, 5, 4)),
+        lambda q, k, v: _attention(q, k, v, np.tri(3, 5, dtype=bool)),
+        torch=lambda q, k, v: _torch_attention(q, k, v, is_causal=True)),
 ]
 
 

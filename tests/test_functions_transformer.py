@@ -158,3 +158,76 @@ def test_layer_norm_gives_each_row_mean_0_and_variance_1_in_float32():
     assert y.dtype == np.float32
     np.testing.assert_allclose(y.mean(-1), 0.0, atol=1e-6)
     np.testing.assert_allclose(y.var(-1), 1.0, rtol=1e-4)
+
+
+# =============================================================================
+# scaled_dot_product_attention, batched matmul
+# =============================================================================
+
+attention = F.scaled_dot_product_attention
+
+
+def test_attention_refuses_a_mask_that_does_not_broadcast_to_the_scores():
+    q, k, v = x_of(2, 3, 4), x_of(2, 5, 4), x_of(2, 5, 4)
+    with pytest.raises(ValueError, match=r"mask of shape \(5, 3\) does not broadcast to the "
+                                         r"scores' shape \(2, 3, 5\).*give it shape \(3, 5\)"):
+        attention(q, k, v, mask=np.ones((5, 3), bool))
+    # One that broadcasts only by growing the scores (a batch of masks for one query
+    # batch) is refused too: the result would have another shape than attention's.
+    with pytest.raises(ValueError, match=r"mask of shape \(4, 2, 3, 5\) does not broadcast"):
+        attention(q, k, v, mask=np.ones((4, 2, 3, 5), bool))
+
+
+def test_attention_refuses_a_float_mask_and_a_mask_with_is_causal():
+    q = x_of(3, 4)
+    with pytest.raises(TypeError, match=r"mask must be boolean \(True: attend\), got dtype "
+                                        r"float64.*m > 0"):
+        attention(q, q, q, mask=np.zeros((3, 3)))
+    with pytest.raises(ValueError, match=r"give mask or is_causal, not both.*np.tri\(3, 3"):
+        attention(q, q, q, mask=np.ones((3, 3), bool), is_causal=True)
+
+
+def test_attention_refuses_q_k_v_that_do_not_fit():
+    with pytest.raises(ValueError, match=r"q of shape \(3, 4\), k of shape \(3, 2\) and v of "
+                                         r"shape \(3, 4\) do not fit"):
+        attention(x_of(3, 4), x_of(3, 2), x_of(3, 4))
+    with pytest.raises(ValueError, match=r"do not fit"):
+        attention(x_of(3, 4), x_of(5, 4), x_of(4, 4))
+
+
+def test_attention_of_float32_stays_float32_and_a_query_of_no_keys_gets_zeros():
+    q = x_of(2, 3, 4, dtype=np.float32)
+    mask = np.array([[True, False, False], [False, False, False], [True, True, True]])
+    y = attention(q, q, q, mask=mask)
+    assert y.dtype == np.float32
+    np.testing.assert_array_equal(y.data[:, 1], 0.0)
+    np.testing.assert_allclose(y.data[:, 0], q.data[:, 0], rtol=1e-6)  # its own value
+
+
+def test_attention_drops_weights_in_training_only():
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((4, 8, 16)) for _ in range(3))
+    with dezero.test_mode():
+        np.testing.assert_array_equal(attention(q, k, v, dropout_p=0.5).data,
+                                      attention(q, k, v).data)
+    np.random.seed(0)
+    dropped = attention(q, k, v, dropout_p=0.5).data
+    assert not np.allclose(dropped, attention(q, k, v).data)
+    with pytest.raises(ValueError, match=r"scaled_dot_product_attention: dropout_p must be in "
+                                         r"\[0, 1\), got 1.0"):
+        attention(q, k, v, dropout_p=1.0)
+
+
+def test_attention_with_a_traced_mask_replays_each_call_mask():
+    traced = dezero.trace(lambda q, mask: attention(q, q, q, mask=mask))
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        q, mask = rng.standard_normal((3, 4)), rng.uniform(size=(3, 3)) > 0.3
+        np.testing.assert_allclose(traced(q, mask).data, attention(q, q, q, mask=mask).data,
+                                   rtol=1e-14)
+
+
+def test_matmul_names_batch_axes_that_do_not_broadcast():
+    with pytest.raises(ValueError, match=r"matmul: the batch axes \(all but the last two\) of "
+                                         r"shapes \(2, 4, 5\) and \(3, 5, 2\) do not broadcast"):
+        F.matmul(x_of(2, 4, 5), x_of(3, 5, 2))
