@@ -1497,15 +1497,51 @@ class PickLabels(Function):
         return hot * reshape(gy, (n, 1)), None
 
 
-def softmax_cross_entropy(x, t):
-    """mean_i(-log softmax(x)[i, t[i]]) for scores x (N, C) and integer labels t (N,).
+def softmax_cross_entropy(x, t, ignore_index=None):
+    """mean_i(-log softmax(x)[i, t[i]]) for scores x (N, C) and integer labels t (N,), or
+    x (..., C) and t (...), each row of C a case; the mean leaves out labels equal to
+    ignore_index, as PyTorch's cross_entropy(x.reshape(-1, C), t.reshape(-1), ...).
 
     >>> float(softmax_cross_entropy(np.zeros((2, 4)), np.array([0, 3])).data)  # log 4
     1.3862943611198906
     """
     x, = _floating(_given("softmax_cross_entropy", "x", x))
-    loss, _ = SoftmaxCrossEntropy()(x, _given("softmax_cross_entropy", "t", t))
-    return loss
+    t = _given("softmax_cross_entropy", "t", t)
+    if x.ndim > 2:  # a batch of sequences: every position is a row of scores
+        if tuple(t.shape) != x.shape[:-1]:
+            raise ValueError(
+                f"softmax_cross_entropy: scores of shape {x.shape} need one label per row "
+                f"of their last axis, labels of shape {x.shape[:-1]}; got labels of shape "
+                f"{tuple(t.shape)}: reshape them, e.g. t.reshape{x.shape[:-1]}")
+        rows = math.prod(x.shape[:-1])
+        x, t = reshape(x, (rows, x.shape[-1])), reshape(t, (rows,))
+    if ignore_index is None:
+        loss, _ = SoftmaxCrossEntropy()(x, t)
+        return loss
+    _check_labels("softmax_cross_entropy", x, t)
+    n, classes = x.shape
+    t = reshape(t, (n, 1))
+    with no_grad():  # 1 for each label that counts, 0 for an ignored one
+        kept = 1 - astype(Equal()(t, as_operand(ignore_index, t)), x.dtype.name)
+    picked = PickLabels()(log_softmax(x, axis=1), IgnoreLabels(ignore_index, classes)(t))
+    return -sum(picked * kept) / sum(kept)
+
+
+class IgnoreLabels(Function):
+    """t with each label equal to ignore_index set to 0 (any class would do: its loss is
+    multiplied by 0), the others checked to be ids of softmax_cross_entropy's classes."""
+
+    def __init__(self, ignore_index, classes):
+        self.ignore_index = ignore_index
+        self.classes = classes
+
+    def forward(self, t):
+        labels = cuda.get_array_module(t).where(t == self.ignore_index, t.dtype.type(0), t)
+        _check_class_ids("softmax_cross_entropy", labels, self.classes)
+        return labels
+
+    def backward(self, gy):
+        return None
 
 
 def _labels_like(t, x):

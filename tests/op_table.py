@@ -76,6 +76,23 @@ def _attention(q, k, v, mask):
     return (e / np.maximum(e.sum(-1, keepdims=True), 1e-300)) @ v  # a row of no keys: zeros
 
 
+_SEQUENCE_LABELS = np.array([[0, 4, 3], [2, 0, 1]])
+_PADDED_LABELS = np.array([[0, 4, -100], [2, -100, 1]])  # -100: padding, ignored
+
+
+def _cross_entropy(x, t, ignore_index):
+    x, t = x.reshape(-1, x.shape[-1]), t.reshape(-1)
+    kept = t != ignore_index
+    log_p = x - x.max(1, keepdims=True)
+    log_p = log_p - np.log(np.exp(log_p).sum(1, keepdims=True))
+    return -log_p[kept, t[kept]].mean()
+
+
+def _torch_cross_entropy(x, t, **kwargs):
+    return _torch().nn.functional.cross_entropy(x.reshape(-1, x.shape[-1]),
+                                                _torch().tensor(t).reshape(-1), **kwargs)
+
+
 def _torch():
     import torch  # only the PyTorch tests call a row's torch function
     return torch
@@ -237,6 +254,15 @@ ROWS = [
         q, k, v, is_causal=True), ((2, 3, 4), (2, 5, 4), (2, 5, 4)),
         lambda q, k, v: _attention(q, k, v, np.tri(3, 5, dtype=bool)),
         torch=lambda q, k, v: _torch_attention(q, k, v, is_causal=True)),
+    # ---- losses over sequences -----------------------------------------------
+    Row("softmax_cross_entropy_sequences", lambda x: F.softmax_cross_entropy(
+        x, _on(x, _SEQUENCE_LABELS)), ((2, 3, 5),),
+        lambda a: _cross_entropy(a, _SEQUENCE_LABELS, None),
+        torch=lambda a: _torch_cross_entropy(a, _SEQUENCE_LABELS)),
+    Row("softmax_cross_entropy_ignore_index", lambda x: F.softmax_cross_entropy(
+        x, _on(x, _PADDED_LABELS), ignore_index=-100), ((2, 3, 5),),
+        lambda a: _cross_entropy(a, _PADDED_LABELS, -100),
+        torch=lambda a: _torch_cross_entropy(a, _PADDED_LABELS, ignore_index=-100)),
 ]
 
 

@@ -231,3 +231,72 @@ def test_matmul_names_batch_axes_that_do_not_broadcast():
     with pytest.raises(ValueError, match=r"matmul: the batch axes \(all but the last two\) of "
                                          r"shapes \(2, 4, 5\) and \(3, 5, 2\) do not broadcast"):
         F.matmul(x_of(2, 4, 5), x_of(3, 5, 2))
+
+
+# =============================================================================
+# softmax_cross_entropy over sequences, ignore_index
+# =============================================================================
+
+
+def test_cross_entropy_over_sequences_names_labels_of_another_shape():
+    with pytest.raises(ValueError, match=r"scores of shape \(2, 3, 5\) need one label per row "
+                                         r"of their last axis, labels of shape \(2, 3\); got "
+                                         r"labels of shape \(6,\).*t.reshape\(2, 3\)"):
+        F.softmax_cross_entropy(x_of(2, 3, 5), np.zeros(6, np.int64))
+
+
+def test_cross_entropy_checks_the_labels_it_does_not_ignore():
+    t = np.array([[0, 7], [-100, 1]])
+    with pytest.raises(IndexError, match=r"softmax_cross_entropy: id 7 is out of range for 5 "
+                                         r"classes"):
+        F.softmax_cross_entropy(x_of(2, 2, 5), t, ignore_index=-100)
+    with pytest.raises(IndexError, match=r"softmax_cross_entropy: id -100 is out of range"):
+        F.softmax_cross_entropy(x_of(2, 2, 5), np.array([[0, 4], [-100, 1]]))  # no ignore_index
+    with pytest.raises(TypeError, match=r"integer class labels"):
+        F.softmax_cross_entropy(x_of(4, 5), np.zeros(4), ignore_index=0)
+
+
+def test_ignored_labels_get_no_gradient_and_the_mean_is_over_the_others():
+    x = x_of(4, 3)
+    t = np.array([2, -1, 0, -1])
+    loss = F.softmax_cross_entropy(x, t, ignore_index=-1)
+    loss.backward()
+    np.testing.assert_array_equal(x.grad.data[[1, 3]], 0.0)
+    kept = F.softmax_cross_entropy(x.data[[0, 2]], t[[0, 2]])
+    np.testing.assert_allclose(loss.data, kept.data, rtol=1e-15)
+
+
+def test_cross_entropy_of_float32_sequences_stays_float32():
+    x = x_of(2, 3, 4, dtype=np.float32)
+    for ignore_index in (None, -100):
+        t = np.array([[1, 2, 3], [0, 0, 2]]) if ignore_index is None else \
+            np.array([[1, -100, 3], [0, 0, -100]])
+        loss = F.softmax_cross_entropy(x, Variable(t.astype(np.int32)), ignore_index)
+        x.cleargrad()
+        loss.backward()
+        assert loss.dtype == x.grad.dtype == np.float32
+
+
+def test_cross_entropy_of_labels_all_ignored_is_nan_as_in_torch(torch):
+    x = x_of(2, 3, 4)
+    with np.errstate(invalid="ignore"):  # 0 / 0
+        nothing = F.softmax_cross_entropy(x, np.full((2, 3), -100), ignore_index=-100)
+    nothing_torch = torch.nn.functional.cross_entropy(
+        torch.tensor(x.data).reshape(-1, 4), torch.full((6,), -100), ignore_index=-100)
+    assert np.isnan(nothing.data) and torch.isnan(nothing_torch)
+
+
+def test_cross_entropy_with_ignore_index_replays_each_call_labels():
+    def step(x, t):
+        x = Variable(x)
+        loss = F.softmax_cross_entropy(x, t, ignore_index=-100)
+        loss.backward()
+        return loss, x.grad
+
+    traced = dezero.trace(step)
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        x, t = rng.standard_normal((2, 4, 6)), rng.integers(-1, 6, (2, 4))
+        t[t < 0] = -100
+        for got, want in zip(traced(x, t), step(x, t)):
+            np.testing.assert_allclose(got.data, want.data, rtol=1e-13, atol=1e-15)
