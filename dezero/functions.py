@@ -273,7 +273,7 @@ def expm1(x):
     return Expm1()(x)
 
 
-# numpy has no erf: Python's, element by element (a trace compiles C++'s erf instead).
+# numpy has no erf: Python's, element by element (a fused kernel calls C++'s erf).
 _python_erf = np.frompyfunc(math.erf, 1, 1)
 
 
@@ -1264,10 +1264,9 @@ def silu(x):
 
 
 def scaled_dot_product_attention(q, k, v, mask=None, is_causal=False, dropout_p=0.0):
-    """softmax(q @ k^T / sqrt(d), masked) @ v over (..., T, d) arrays, as PyTorch's: mask
-    boolean, True where a query attends to a key; is_causal: each query to the keys up
-    to its own position. A query that attends to no key gets zeros. dropout_p drops
-    attention weights in training.
+    """softmax(q @ k^T / sqrt(d) where mask, else -inf) @ v on (..., T, d) arrays, as
+    PyTorch's: mask True where a query attends to a key, is_causal to the keys up to its
+    position (a query with none gets zeros); dropout_p drops weights in training.
 
     >>> scaled_dot_product_attention(np.ones((1, 2)), np.ones((2, 2)), np.eye(2)).data
     array([[0.5, 0.5]])
@@ -1846,9 +1845,9 @@ def layer_norm(x, gamma, beta, eps=1e-5):
         raise ValueError("layer_norm: x is 0-d; it needs a last axis to normalise over")
     d = x.shape[-1]
     for name, v in (("gamma", gamma), ("beta", beta)):
-        if tuple(v.shape) != (d,):
+        if np.shape(v) != (d,):
             raise ValueError(f"layer_norm: {name} must have shape ({d},), the length of the "
-                             f"last axis of x (shape {x.shape}), got {tuple(v.shape)}; "
+                             f"last axis of x (shape {x.shape}), got {np.shape(v)}; "
                              f"make it of the features' size, e.g. np.ones({d})")
     inv_d = 1 / d if d else float("nan")
     xc = x - sum(x, axis=-1, keepdims=True) * inv_d

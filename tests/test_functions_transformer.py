@@ -6,6 +6,8 @@ Their values, gradients and dtypes are checked row by row in the op table
 (tests/op_table.py, against numpy and PyTorch); here are what a row cannot say:
 bad input and its messages, and the cases around the edges.
 """
+import doctest
+
 import numpy as np
 import pytest
 
@@ -16,6 +18,17 @@ from dezero import Variable
 
 def x_of(*shape, seed=0, dtype=np.float64):
     return Variable(np.random.default_rng(seed).uniform(-2, 2, shape).astype(dtype))
+
+
+def test_doc_examples_run():
+    finder, runner = doctest.DocTestFinder(), doctest.DocTestRunner()
+    names = ["concat", "stack", "split", "where", "tril", "triu", "erf", "gelu", "silu",
+             "layer_norm", "scaled_dot_product_attention", "softmax_cross_entropy"]
+    for name in names:
+        for test in finder.find(getattr(F, name), name, globs={"np": np, **vars(F)}):
+            runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0
+    assert runner.summarize(verbose=False).attempted >= len(names)
 
 
 # =============================================================================
