@@ -645,7 +645,7 @@ def stack(xs, axis=0):
 
 
 class Split(Function):
-    """ys = x cut along axis before each of `indices` (numpy's split at cut points)."""
+    """ys = x cut along axis before each of `indices`, one or more (numpy's split)."""
 
     def __init__(self, indices, axis=0):
         self.indices = indices
@@ -699,8 +699,9 @@ def split(x, sections_or_indices, axis=0):
             raise ValueError(f"split: cut points {list(sections_or_indices)} must be "
                              f"increasing and within 0..{n} (axis {axis} of x, shape "
                              f"{x.shape}); sort them, or clip them to the axis")
-    ys = Split(indices, axis)(x)
-    return ys if isinstance(ys, list) else [ys]
+    if not indices:  # one part, x itself (as reshape to x's own shape gives x)
+        return [x]
+    return Split(indices, axis)(x)
 
 
 # =============================================================================
