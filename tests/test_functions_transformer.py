@@ -343,7 +343,8 @@ def block_loss(x, t, params):
         p.cleargrad()
     h = F.layer_norm(x, gamma, beta)
     q, k, v = F.split(F.matmul(h, W_qkv), 3, axis=-1)
-    heads = [F.scaled_dot_product_attention(q, k, v, is_causal=True)]
+    heads = [F.scaled_dot_product_attention(*qkv, is_causal=True)  # two heads
+             for qkv in zip(*(F.split(a, 2, axis=-1) for a in (q, k, v)))]
     x = x + F.matmul(F.concat(heads, axis=-1), W_out)
     x = x + F.matmul(F.gelu(F.matmul(F.layer_norm(x, gamma, beta), W_up)), W_down)
     loss = F.softmax_cross_entropy(x, t, ignore_index=-100)
