@@ -678,3 +678,128 @@ class BatchNorm(Layer):
             self._init_params(x)
         return F.batch_norm(x, self.gamma, self.beta, self.avg_mean, self.avg_var,
                             decay=self.decay, eps=self.eps)
+
+
+# =============================================================================
+# Transformers: LayerList, LayerNorm, MultiHeadAttention, FeedForward,
+#   TransformerBlock
+# =============================================================================
+
+
+class LayerList(Layer):
+    """Layers held in order and named by their index ("blocks.0.attn"), as
+    PyTorch's ModuleList: `for block in self.blocks`, `self.blocks[0]`."""
+
+    def __init__(self, layers=()):
+        super().__init__()
+        self._layers = []
+        for layer in layers:
+            self.append(layer)
+
+    def append(self, layer):
+        if not isinstance(layer, Layer):
+            raise TypeError(f"LayerList holds Layers, got {type(layer).__name__}")
+        setattr(self, str(len(self._layers)), layer)
+        self._layers.append(layer)
+
+    def __getitem__(self, index):
+        return self._layers[index]
+
+    def __len__(self):
+        return len(self._layers)
+
+    def __iter__(self):
+        return iter(self._layers)
+
+
+def _check_last_axis(layer, x, size):
+    _check_input(layer, x, 1)
+    if x.shape[-1] != size:
+        raise ValueError(f"{type(layer).__name__}: the input's last axis must have size "
+                         f"{size}, got shape {x.shape}")
+
+
+class LayerNorm(Layer):
+    """Normalisation over the last axis, y = gamma * (x - mean) / sqrt(var + eps) +
+    beta, with gamma (ones) and beta (zeros) of the given size."""
+
+    def __init__(self, size, eps=1e-5, dtype=np.float32):
+        super().__init__()
+        self.size = size
+        self.eps = eps
+        self.gamma = Parameter(np.ones(size, dtype=dtype), name="gamma")
+        self.beta = Parameter(np.zeros(size, dtype=dtype), name="beta")
+
+    def forward(self, x):
+        _check_last_axis(self, x, self.size)
+        return F.layer_norm(x, self.gamma, self.beta, eps=self.eps)
+
+
+class MultiHeadAttention(Layer):
+    """Self-attention of n_head heads over x (B, T, n_embd): one Linear gives the
+    queries, keys and values of every head (qkv), each head attends with
+    softmax(q k^T / sqrt(d)) v over its d = n_embd // n_head features, and `proj`
+    mixes the heads' outputs. causal=True lets position t see positions <= t."""
+
+    def __init__(self, n_embd, n_head, dropout=0.0, causal=True, dtype=np.float32):
+        if n_embd % n_head:
+            raise ValueError(f"MultiHeadAttention: n_head={n_head} does not divide "
+                             f"n_embd={n_embd}; choose n_embd a multiple of n_head")
+        super().__init__()
+        self.n_embd, self.n_head = n_embd, n_head
+        self.dropout, self.causal = dropout, causal
+        self.qkv = Linear(3 * n_embd, in_size=n_embd, dtype=dtype)
+        self.proj = Linear(n_embd, in_size=n_embd, dtype=dtype)
+
+    def forward(self, x, mask=None):
+        _check_last_axis(self, x, self.n_embd)
+        if x.ndim != 3:
+            raise ValueError(f"MultiHeadAttention: the input must be (B, T, n_embd), "
+                             f"got shape {x.shape}")
+        B, T, C = x.shape
+        H = self.n_head
+        q, k, v = (F.transpose(F.reshape(part, (B, T, H, C // H)), (0, 2, 1, 3))
+                   for part in F.split(self.qkv(x), 3, axis=-1))
+        p = self.dropout if core.Config.train else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, mask=mask, is_causal=self.causal,
+                                           dropout_p=p)
+        y = F.reshape(F.transpose(y, (0, 2, 1, 3)), (B, T, C))
+        return _dropout(self.proj(y), self.dropout)
+
+
+def _dropout(x, ratio):
+    # A ratio of 0 adds no mask to the graph.
+    return F.dropout(x, ratio) if ratio else x
+
+
+class FeedForward(Layer):
+    """The position-wise MLP of a transformer block: proj(gelu(fc(x))), the hidden
+    layer `hidden` wide (4 * n_embd by default). GELU in GPT-2's tanh form by default
+    (approximate="none" for the erf form, as F.gelu)."""
+
+    def __init__(self, n_embd, hidden=None, dropout=0.0, approximate="tanh",
+                 dtype=np.float32):
+        super().__init__()
+        hidden = 4 * n_embd if hidden is None else hidden
+        self.dropout, self.approximate = dropout, approximate
+        self.fc = Linear(hidden, in_size=n_embd, dtype=dtype)
+        self.proj = Linear(n_embd, in_size=hidden, dtype=dtype)
+
+    def forward(self, x):
+        return _dropout(self.proj(F.gelu(self.fc(x), self.approximate)), self.dropout)
+
+
+class TransformerBlock(Layer):
+    """A pre-norm transformer block, as GPT-2's:
+        x = x + attn(ln1(x));  x = x + mlp(ln2(x))"""
+
+    def __init__(self, n_embd, n_head, dropout=0.0, causal=True, dtype=np.float32):
+        super().__init__()
+        self.ln1 = LayerNorm(n_embd, dtype=dtype)
+        self.attn = MultiHeadAttention(n_embd, n_head, dropout, causal, dtype=dtype)
+        self.ln2 = LayerNorm(n_embd, dtype=dtype)
+        self.mlp = FeedForward(n_embd, dropout=dropout, dtype=dtype)
+
+    def forward(self, x, mask=None):
+        x = x + self.attn(self.ln1(x), mask)
+        return x + self.mlp(self.ln2(x))

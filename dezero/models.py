@@ -10,7 +10,8 @@ import numpy as np
 
 import dezero.functions as F
 import dezero.layers as L
-from dezero import utils
+from dezero import cuda, utils
+from dezero.core import Parameter, no_grad, test_mode
 from dezero.downloads import DownloadError
 from dezero.layers import Layer
 
@@ -255,3 +256,91 @@ class BottleneckB(Layer):
         h = F.relu(self.bn2(self.conv2(h)))
         h = self.bn3(self.conv3(h))
         return F.relu(h + x)
+
+
+# =============================================================================
+# GPT
+# =============================================================================
+
+
+class GPT(Model):
+    """A decoder-only transformer as GPT-2: token and position embeddings, n_layer
+    pre-norm TransformerBlocks, a final LayerNorm, and logits through the token
+    embedding itself (tied weights): model(ids) of shape (B, T) -> (B, T, vocab_size).
+
+    Initialised as GPT-2: weights ~ N(0, 0.02), biases 0, and the projections that
+    end each residual branch (attn.proj, mlp.proj) ~ N(0, 0.02 / sqrt(2 * n_layer)),
+    so the residual stream's variance does not grow with depth.
+
+        model = GPT(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128)
+        loss = F.softmax_cross_entropy(model(x), t)       # x, t: int arrays (B, T)
+    """
+
+    def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd, dropout=0.0,
+                 dtype=np.float32):
+        super().__init__()
+        self.vocab_size, self.block_size = vocab_size, block_size
+        self.dropout = dropout
+        self.wte = L.EmbedID(vocab_size, n_embd, dtype=dtype)
+        self.wpe = L.EmbedID(block_size, n_embd, dtype=dtype)
+        self.blocks = L.LayerList(L.TransformerBlock(n_embd, n_head, dropout, dtype=dtype)
+                                  for _ in range(n_layer))
+        self.ln_f = L.LayerNorm(n_embd, dtype=dtype)
+        residual_std = 0.02 / np.sqrt(2 * n_layer)
+        for name, param in self._named():
+            if isinstance(param, Parameter) and param.ndim == 2:
+                std = residual_std if name.endswith("proj/W") else 0.02
+                param.data = L._randn(np, param.shape, std, dtype)
+            elif name.endswith("/b"):
+                param.data = np.zeros_like(param.data)
+
+    def forward(self, ids):
+        ids = self._check_ids(ids)
+        T = ids.shape[1]
+        xp = cuda.get_array_module(self.wte.W.data)
+        x = self.wte(ids) + self.wpe(xp.arange(T))
+        x = L._dropout(x, self.dropout)
+        for block in self.blocks:
+            x = block(x)
+        return F.matmul(self.ln_f(x), F.transpose(self.wte.W))
+
+    def _check_ids(self, ids):
+        if isinstance(ids, (list, tuple)):
+            ids = cuda.get_array_module(self.wte.W.data).asarray(ids)
+        if ids.ndim != 2 or ids.dtype.kind not in "iu":
+            raise ValueError(f"GPT: ids must be integers of shape (B, T), got "
+                             f"{ids.dtype} of shape {ids.shape}; e.g. ids[None] for "
+                             f"one sequence")
+        if ids.shape[1] > self.block_size:
+            raise ValueError(f"GPT: a context of {ids.shape[1]} tokens is longer than "
+                             f"block_size={self.block_size}; pass the last "
+                             f"{self.block_size} (ids[:, -{self.block_size}:])")
+        return ids
+
+    def generate(self, ids, max_new_tokens, temperature=1.0, top_k=None, rng=None):
+        """ids (B, T) followed by max_new_tokens tokens sampled one at a time from
+        softmax(logits / temperature), over the top_k likeliest where top_k is given;
+        the context is cropped to the last block_size tokens. rng: a
+        numpy Generator (or a seed); None draws from numpy's global random state."""
+        if temperature <= 0:
+            raise ValueError(f"GPT.generate: temperature must be > 0, got {temperature}")
+        if top_k is not None and not 1 <= top_k <= self.vocab_size:
+            raise ValueError(f"GPT.generate: top_k must be in 1..{self.vocab_size}, "
+                             f"got {top_k}")
+        rng = np.random.default_rng(rng) if isinstance(rng, int) else rng
+        uniform = np.random.random_sample if rng is None else rng.random
+        xp = cuda.get_array_module(self.wte.W.data)
+        ids = xp.asarray(ids)
+        with no_grad(), test_mode():
+            for _ in range(max_new_tokens):
+                logits = self(ids[:, -self.block_size:])
+                last = cuda.as_numpy(logits.data[:, -1, :]).astype(np.float64) / temperature
+                if top_k is not None:
+                    kth = np.sort(last, axis=-1)[:, -top_k, None]
+                    last = np.where(last < kth, -np.inf, last)
+                probs = np.exp(last - last.max(axis=-1, keepdims=True))
+                cumulative = np.cumsum(probs, axis=-1)
+                u = uniform(len(ids))[:, None] * cumulative[:, -1:]
+                chosen = np.minimum((cumulative <= u).sum(axis=-1), self.vocab_size - 1)
+                ids = xp.concatenate([ids, xp.asarray(chosen[:, None], dtype=ids.dtype)], 1)
+        return ids
