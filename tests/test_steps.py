@@ -202,6 +202,22 @@ CHECKS = {
          r"ranks hold equal parameters: True",
          r"\n  \w+: f32\[2,10\], \w+: f32\[10\], \w+: f32\[10,3\], \w+: f32\[3\] = "
          r"allreduce\(\w+, \w+, \w+, \w+\) \[comm='world', op='mean'\]\n", GRAPH],
+    # Transformers: attention, layer norm and GELU, a block.
+    72: [r"rows sum to 1: True; above the diagonal all 0: True",
+         r"the same as F\.scaled_dot_product_attention: True",
+         between(rf"accuracy of the previous token \(positions 1-7\): {NUMBER}", 0.95, 1.0),
+         between(rf"mean weight on the position one back: {NUMBER}", 0.8, 1.0), PLOT],
+    73: [r"layer_norm equals F\.layer_norm: True",
+         r"gradient_check of layer_norm: +x True, gamma True, beta True",
+         r"the same gradients as F\.layer_norm: True",
+         r"gelu equals F\.gelu\(x, approximate='tanh'\): True",
+         near(rf"from the exact \(erf\) form by {NUMBER}", 4.7e-4, 1e-5),
+         r"gradient_check of gelu: True",
+         r"second derivative by backprop equals the numerical one: True", PLOT],
+    74: [r"TransformerBlock  \(3,280 parameters\)", r"the same as L\.TransformerBlock: True",
+         r"positions 0-4 unchanged by a new last input: True; the last changed: True",
+         between(rf"with residuals: gradient norm \S+ at the top, {NUMBER} at the input", 10, 1e3),
+         between(rf"without them +: gradient norm \S+ at the top, {NUMBER} at the input", 0, 5)],
 }
 
 
@@ -262,7 +278,7 @@ def test_step(path, step_runs):
 
 def test_the_path_is_complete_and_every_step_has_checks():
     numbers = {int(p.stem[len("step"):]) for p in STEP_FILES}
-    expected = set(range(1, 72))
+    expected = set(range(1, 75))
     assert numbers == expected, f"missing steps: {sorted(expected - numbers)}"
     assert numbers == set(CHECKS)
 
