@@ -2,7 +2,9 @@
 
 Each step runs in a fresh subprocess (the interpreter running pytest) inside a
 temporary working directory, so pictures land there, and with DEZERO_CACHE_DIR
-pointing there, so nothing is downloaded or read from a user's cache.
+pointing there, so nothing is downloaded or read from a user's cache, and with
+DEZERO_STEPS_QUICK=1, which makes the steps that train for minutes when run by
+hand (75, 76) train a smaller model for a few steps.
 Usage: python -m pytest -q tests/test_steps.py
 """
 import gzip
@@ -202,7 +204,7 @@ CHECKS = {
          r"ranks hold equal parameters: True",
          r"\n  \w+: f32\[2,10\], \w+: f32\[10\], \w+: f32\[10,3\], \w+: f32\[3\] = "
          r"allreduce\(\w+, \w+, \w+, \w+\) \[comm='world', op='mean'\]\n", GRAPH],
-    # Transformers: attention, layer norm and GELU, a block.
+    # Transformers: attention, layer norm and GELU, a block, a GPT trained, traced.
     72: [r"rows sum to 1: True; above the diagonal all 0: True",
          r"the same as F\.scaled_dot_product_attention: True",
          between(rf"accuracy of the previous token \(positions 1-7\): {NUMBER}", 0.95, 1.0),
@@ -218,6 +220,16 @@ CHECKS = {
          r"positions 0-4 unchanged by a new last input: True; the last changed: True",
          between(rf"with residuals: gradient norm \S+ at the top, {NUMBER} at the input", 10, 1e3),
          between(rf"without them +: gradient norm \S+ at the top, {NUMBER} at the input", 0, 5)],
+    # Short under QUICK (DEZERO_STEPS_QUICK=1, set by run_step): 60 steps of a small GPT.
+    75: [near(rf"iter +0: train loss {NUMBER}", np.log(95), 0.3),
+         between(rf"iter +60: train loss \S+, val loss {NUMBER}", 0.0, 3.5),
+         r"generated sample \(temperature 0\.8\), from 'def ':\n-+\ndef ", PLOT],
+    76: [r"the graph: \d+ nodes: input 2, state \d+", r"in \d+ kernels",
+         r"= split\(\w+\) \[axis=2", r"kernel k0: \d+ ops, reduces axes \(2,\)",
+         r"const float \w+ = tanh\(\w+\);", r"DEZERO_FOR_EACH_ELEMENT",
+         # Timings on a shared machine: printed, their size not asserted.
+         between(rf"replayed fused \(cpu\) +{NUMBER} ms a step", 0.0, 1e5),
+         r"the replays give eager's losses \(to float32 rounding\): True"],
 }
 
 
@@ -234,6 +246,7 @@ NO_NETWORK.update(no_proxy="", NO_PROXY="")
 def run_step(path, workdir, python=sys.executable, **env_changes):
     env = dict(os.environ)
     env["DEZERO_CACHE_DIR"] = str(workdir / "dezero_cache")
+    env["DEZERO_STEPS_QUICK"] = "1"   # steps that train for minutes by hand take seconds
     env.update(NO_NETWORK)
     env.update(env_changes)
     return subprocess.run([python, str(path)], cwd=workdir, env=env,
@@ -278,7 +291,7 @@ def test_step(path, step_runs):
 
 def test_the_path_is_complete_and_every_step_has_checks():
     numbers = {int(p.stem[len("step"):]) for p in STEP_FILES}
-    expected = set(range(1, 75))
+    expected = set(range(1, 77))
     assert numbers == expected, f"missing steps: {sorted(expected - numbers)}"
     assert numbers == set(CHECKS)
 
