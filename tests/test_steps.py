@@ -247,6 +247,10 @@ def run_step(path, workdir, python=sys.executable, **env_changes):
     env = dict(os.environ)
     env["DEZERO_CACHE_DIR"] = str(workdir / "dezero_cache")
     env["DEZERO_STEPS_QUICK"] = "1"   # steps that train for minutes by hand take seconds
+    # The steps run side by side, one a core (step_runs): BLAS on one thread in each,
+    # else each process's BLAS threads wait spinning on the cores the others need.
+    for name in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(name, "1")
     env.update(NO_NETWORK)
     env.update(env_changes)
     return subprocess.run([python, str(path)], cwd=workdir, env=env,
