@@ -147,6 +147,22 @@ def test_getting_started_examples_run_in_order(tmp_path, monkeypatch, capsys):
     assert namespace["train_step"].entries == 1  # the schedule's rates replay: no retrace
 
 
+def test_transformers_examples_run_in_order(tmp_path, monkeypatch, capsys):
+    blocks = python_blocks("transformers.md")
+    assert len(blocks) >= 3
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    for block in blocks:
+        exec(compile(block, "transformers.md", "exec"), namespace)
+    out = capsys.readouterr().out
+    assert "attention: (2, 4, 8, 16)" in out
+    loss = float(re.search(r"loss after 50 steps: ([0-9.]+)", out).group(1))
+    assert loss < 3.6  # from ln(95) = 4.55: it learns
+    assert re.search(r"""\n['"]def """, out)  # the prompt and the characters sampled
+    assert re.search(r"\d+ ops in \d+ kernels\nkernel k0: \d+ ops, reduces axes", out)
+    assert namespace["step"].entries == 1  # the schedule's rates replay: no retrace
+
+
 def test_the_pictures_of_the_pages_are_those_tools_docs_pictures_draws():
     sys.path.insert(0, str(ROOT / "tools"))
     try:
