@@ -235,6 +235,29 @@ def test_outputs_of_one_call_are_distinct_buffers(library):
     assert not np.shares_memory(y, z)
 
 
+def test_a_kernel_is_a_builtin_that_refuses_an_output_it_may_not_write(library):
+    """Replay code calls each kernel as a builtin function of Python, without ctypes
+    converting its arguments; before the kernel runs, it checks every output: a
+    C-contiguous, aligned, writeable array of the output's dtype and size, of its own
+    memory, that nobody else holds (more references than the replay's), else it
+    answers which output (the inputs' count + 1 + its place) and writes nothing."""
+    call = library._builtin(SPECS["k_f64"], 1)
+    assert type(call) is type(len)
+    x, a = randn(5, dtype=np.float64), np.array(2.0)
+    y, m = np.full(5, np.nan), np.zeros(5, bool)
+    assert call(x, a, y, m) == 0
+    np.testing.assert_array_equal(y, x * 2.0 - 1.0)
+    held = [np.full(5, np.nan)] * 10
+    readonly = np.full(5, np.nan)
+    readonly.flags.writeable = False
+    for bad in (np.full(10, np.nan)[::2], np.full(10, np.nan)[:5], readonly, held[0],
+                np.full(5, np.nan, np.float32), np.full(4, np.nan)):
+        assert call(x, a, bad, m) == 3
+        assert np.isnan(bad).all()
+    assert call(x, a, 1.0, m) == 3 and call(x, a, y, np.zeros(5, np.int8)) == 4
+    assert call(x, a, y) == -1
+
+
 # ---- the library: source, cache, errors --------------------------------------
 
 

@@ -214,31 +214,35 @@ def test_an_array_read_before_its_variable_gets_a_new_one_keeps_the_old_value():
 
 
 
-def test_an_array_taken_between_the_check_and_the_kernel_keeps_its_values(monkeypatch):
-    # another thread may take W.data right after writable() (threads switch between
-    # bytecodes): while other threads run, the kernel counts its references again,
-    # holding the GIL until it is done, and writes a new array instead
+def test_while_other_threads_run_the_kernel_counts_the_references_itself():
+    # another thread may take W.data at any bytecode: the kernel counts the references
+    # of the arrays it would write over as it starts, holding the GIL from that count
+    # until it is done, so that an array the other thread took keeps its values, and
+    # one that nobody took is still written over
     eager, eager_step, model, optimizer, plan = models_and_steps()
-    taken = []
+    taken, turn, done = [], threading.Event(), threading.Event()
 
-    def writable_then_taken(out, pools=None):
-        given = writable(out, pools)
-        taken.extend((a, a.copy()) for a in given if a is model.l0.W.data)
-        return given
-    writable = outputs.writable
-    monkeypatch.setattr(outputs, "writable", writable_then_taken)
-    done = threading.Event()
-    other = threading.Thread(target=done.wait)  # a thread that could take it
+    def take():
+        while not done.is_set():
+            if turn.wait(0.01):
+                turn.clear()
+                taken.append((model.l0.W.data, model.l0.W.data.copy()))
+    other = threading.Thread(target=take)
     other.start()
     try:
-        for _ in range(2):
-            plan(X, T)
-            eager_step(X, T)
+        ids = [id(a) for a in state_of(model, optimizer)]
+        plan(X, T)
+        eager_step(X, T)
+        assert [id(a) for a in state_of(model, optimizer)] == ids  # nobody took them
+        turn.set()
+        while turn.is_set():
+            other.join(0.001)
+        plan(X, T)
+        eager_step(X, T)
     finally:
         done.set()
         other.join()
-    assert len(taken) == 2
-    for array, values in taken:
-        np.testing.assert_array_equal(array, values)
-        assert not np.shares_memory(array, model.l0.W.data)
+    (array, values), = taken
+    np.testing.assert_array_equal(array, values)
+    assert not np.shares_memory(array, model.l0.W.data)
     assert_equal_models(model, eager)

@@ -409,3 +409,23 @@ def test_a_per_token_loss_masked_by_a_value_of_the_kept_shape_replays_as_eager(
     assert len(traced.graph.groups) == 2 and all(
         g.axes == (2,) and g.compiled for g in traced.graph.groups)
     assert hasattr(traced.graph.compile(), "library")
+
+
+@needs_compiler
+def test_reduction_inputs_the_kernel_cannot_read_as_they_are_are_laid_out_first():
+    # The kernel reads each input as rows by positions, one stride each: a (1, 6, 1)
+    # broadcast over (4, 6, 5) has none across the kept axes (0 then 1), so the kernel
+    # refuses it and reads a copy; a transpose, or a float64 batch, it reads as is or
+    # converted, and the results are eager code's
+    def f(x, w, v):
+        return F.max(x * w + v, axis=2), F.min(x - v, axis=2)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 6, 5)).astype(np.float32)
+    w = rng.standard_normal((1, 6, 1)).astype(np.float32)
+    v = np.ascontiguousarray(rng.standard_normal((5, 6, 4)).astype(np.float32)).T
+    graph = dezero.trace(f).lower(x, w, v)
+    assert [g.axes for g in graph.groups] == [(2,), (2,)]
+    plan = graph.compile("cpu").wait()
+    for args in ((x, w, v), (x, np.ascontiguousarray(np.broadcast_to(w, x.shape)), v.copy())):
+        for got, want in zip(plan(*args), f(*args), strict=True):
+            np.testing.assert_array_equal(got.data, want.data)

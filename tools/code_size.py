@@ -42,8 +42,8 @@ BUDGETS = {
     "dezero/static/backends/pycode.py": 204,
     "dezero/kernels/gpu.py": 93,
     "dezero/kernels/gpu_reductions.py": 203,
-    "dezero/kernels/cpu.py": 380,
-    "dezero/kernels/cpu_reductions.py": 177,
+    "dezero/kernels/cpu.py": 385,
+    "dezero/kernels/cpu_reductions.py": 185,
     "dezero/kernels/pending.py": 67,
     "dezero/kernels/measure.py": 95,
     "dezero/kernels/cache.py": 45,
@@ -56,7 +56,7 @@ BUDGETS = {
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
     "dezero/static/": 3874,
-    "dezero/kernels/": 1344,
+    "dezero/kernels/": 1357,
 }
 
 

@@ -41,11 +41,41 @@ def columns(spec) -> bool:
         not spec.totals and "label" not in spec.levels
 
 
+def _broadcasts(shape, target) -> bool:
+    # numpy's rule without its ValueError: a (B, T) mask of a sum of (B, T, V) over
+    # its last axis does not broadcast to (B, T, 1).
+    return len(shape) <= len(target) and all(
+        a in (1, b) for a, b in zip(reversed(shape), reversed(target)))
+
+
+def layouts(spec) -> list:
+    """Per input, how a reduction kernel reads it: (shape, order, kept), the shape it
+    broadcasts to, its axes in the order the kernel walks them, and how many of them
+    (the first) are the rows: the kernel's shape, the kept axes then the reduced ones
+    (a full input); that shape with 1 on the reduced axes, or the kept axes alone where
+    the input does not broadcast so (a row's values, labels); its own shape (an input
+    read once)."""
+    shape, axes = tuple(spec.shape), spec.axes
+    order = [d for d in range(len(shape)) if d not in axes] + list(axes)
+    kept, ones = len(order) - len(axes), tuple(1 if d in axes else n for d, n in enumerate(shape))
+    found = []
+    for j, (p, level) in enumerate(zip(spec.inputs, spec.levels)):
+        if once(spec, j):
+            found.append((tuple(p.shape), list(range(len(p.shape))), len(p.shape)))
+        elif level == "full" or _broadcasts(p.shape, ones):
+            found.append((shape if level == "full" else ones, order, kept))
+        else:  # the kept axes alone
+            found.append((tuple(shape[d] for d in order[:kept]), list(range(kept)), kept))
+    return found
+
+
 def reduction_source(spec) -> str:
-    """The C++ of a reduction kernel (codegen.ReductionSpec): its arguments are the
-    arrays reduction_call prepares, (K, R) views of full-level inputs (K rows of
-    the kept axes, R positions of the reduced ones), (K,) views of row-level ones,
-    and fresh C-contiguous outputs of those shapes; rows run on OpenMP's threads."""
+    """The C++ of a reduction kernel (codegen.ReductionSpec): each input is read as K
+    rows of the kept axes by R positions of the reduced ones (layouts: the header's
+    rows_layout finds its two strides, or refuses an input that reduction_call then
+    lays out), the outputs are C-contiguous arrays of K x R (full), K (rows) or 1
+    (totals) elements; rows run on OpenMP's threads. It returns -3 for a label out
+    of range."""
     ins, outs, n_in = spec.inputs, spec.outputs, len(spec.inputs)
     ctype = outs[0].ctype
     rows = _size([n for d, n in enumerate(spec.shape) if d not in spec.axes])
@@ -57,13 +87,15 @@ def reduction_source(spec) -> str:
         f"// over shape {list(spec.shape)}, reducing axes {list(spec.axes)}",
         f'extern "C" int {spec.name}({params}, int _threads) {{',
         f"  constexpr npy_intp _K = {rows}, _R = {width};"]
+    for j, (p, (shape, order, kept)) in enumerate(zip(ins, layouts(spec))):
+        lines += [f"  static const npy_intp _t{j}[] = {{{', '.join(map(str, shape)) or 1}}};",
+                  f"  static const int _o{j}[] = {{{', '.join(map(str, order)) or 0}}};",
+                  f"  npy_intp _k{j}, _r{j};",
+                  f"  if (!rows_layout(_a{j}, {np.dtype(p.dtype).num}, sizeof({p.ctype}), "
+                  f"{len(shape)}, _t{j}, _o{j}, {kept}, &_k{j}, &_r{j})) return {j + 1};"]
     for j, p in enumerate(ins + outs):
         const, t = "const " if j < n_in else "", p.ctype
         lines.append(f"  {const}{t}* const _p{j} = ({const}{t}*)((Array*)_a{j})->data;")
-        if j < n_in and not once(spec, j):
-            lines.append(f"  const npy_intp _k{j} = ((Array*)_a{j})->strides[0] / "
-                         f"(npy_intp)sizeof({t})" + (f", _r{j} = ((Array*)_a{j})->strides[1] "
-                         f"/ (npy_intp)sizeof({t})" if spec.levels[j] == "full" else "") + ";")
     lines += [f"  const {p.ctype} {p.name} = _p{j}[0];" for j, p in enumerate(ins)
               if once(spec, j)]
     if columns(spec):
@@ -82,7 +114,7 @@ def reduction_source(spec) -> str:
               if spec.levels[j] in ("row", "label") and not once(spec, j)]
     for t in labels:
         lines += [f"    if ({t} < 0 || {t} >= _R) {{", "      _Pragma(\"omp atomic write\")",
-                  "      _bad = 1;", "    }"]
+                  "      _bad = -3;", "    }"]
     lines += [f"    {ctype} {p.name};" for j, p in enumerate(outs)
               if spec.levels[n_in + j] == "row"]
     lines += [f"    {line}" for line in spec.setup]
@@ -157,66 +189,59 @@ def _column_loops(spec, ctype) -> list:
 
 
 def reduction_call(spec, fn, threads: int, numpy=None):
-    """The callable of a reduction kernel: the group's input arrays -> its outputs,
-    through (K, R) and (K,) views of them (numpy copies only what no view can show:
-    a broadcast that does not flatten) and fresh outputs viewed back as their shapes;
-    its rows run on `threads` OpenMP threads. numpy() -> the group's numpy calls, which
-    run instead where a sum's input is laid out otherwise than in C order."""
+    """The callable of a reduction kernel: the group's input arrays -> its outputs.
+    fn(*inputs, *outputs) is the kernel's builtin (cpu.py), given the arrays as they
+    are, and again with copies laid out as it reads them (layouts) where it refused
+    one (another dtype, a broadcast across rows that is no one stride); the outputs
+    are fresh arrays of their shapes (laid out reduced axes first, then transposed,
+    for a kernel that runs by columns); its rows run on `threads` OpenMP threads.
+    numpy() -> the group's numpy calls, which run instead where a sum's input is laid
+    out otherwise than in C order."""
     shape, axes = spec.shape, spec.axes
     order = [d for d in range(len(shape)) if d not in axes] + list(axes)
-    rows = _size([shape[d] for d in order[:len(shape) - len(axes)]])
-    width = _size([shape[d] for d in axes])
-    if columns(spec):  # full outputs: reduced axes first
-        order_out = list(axes) + order[:len(shape) - len(axes)]
-        full_out = (width, rows)
-    else:
-        order_out, full_out = order, (rows, width)
-    moved = tuple(shape[d] for d in order_out)
-    plain = order == sorted(order)  # no axis moves: views need no transpose
+    # full outputs of a kernel that runs by columns: laid out reduced axes first
+    order_out = list(axes) + order[:len(shape) - len(axes)] if columns(spec) else order
     back = tuple(int(d) for d in np.argsort(order_out))
-    ones = tuple(1 if d in axes else n for d, n in enumerate(shape))
-    kept = tuple(n for d, n in enumerate(shape) if d not in axes)
-    # A row value has the reduced axes as 1 or not at all (a (B, T) mask of a sum of
-    # (B, T, V) over its last axis, which does not broadcast to (B, T, 1)).
-    targets = [shape if level == "full" else () if level == "total" else
-               ones if p.shape == ones else kept for p, level in zip(spec.inputs, spec.levels)]
-    n_in = len(spec.inputs)
+    direct = order_out == sorted(order_out)  # laid out as numpy's
+    n_in, sources, found = len(spec.inputs), spec.sources, layouts(spec)
+    levels = spec.levels[n_in:]
+    made = [(tuple(shape[d] for d in order_out) if level == "full" else p.shape, p.dtype)
+            for p, level in zip(spec.outputs, levels)]
     # Where numpy computes the values a sum adds from arrays laid out column by column
     # (Fortran order, a transpose's view), it lays them out so too and adds each row
     # in another order than the kernel, which adds as numpy does in C order.
-    ordered = [i for k, i in enumerate(spec.sources) if spec.levels[k] == "full"] if \
+    ordered = [i for k, i in enumerate(sources) if spec.levels[k] == "full"] if \
         numpy is not None and any(kind == "sum" for _, folds, _ in spec.passes
                                   for kind, _, _ in folds) else []
 
-    def view(k, x):
-        p, level = spec.inputs[k], spec.levels[k]
+    def laid_out(k, x):
+        p, (target, walk, _) = spec.inputs[k], found[k]
         x = np.asarray(x)
         if x.dtype != p.dtype or not x.flags.aligned:
             if not np.can_cast(x.dtype, p.dtype, "equiv"):
                 raise TypeError(f"kernel {spec.name}: input {p.name} is {x.dtype}, the kernel "
                                 f"was compiled for {p.dtype}; retrace with inputs of that dtype")
             x = x.astype(np.dtype(p.dtype).newbyteorder("="))
-        if p.shape == () or level == "total":
-            return x.reshape(1)
-        if x.shape != targets[k]:
-            x = np.broadcast_to(x, targets[k])
-        if level == "full":
-            return (x if plain else x.transpose(order)).reshape(rows, width)
-        return x.reshape(rows)
+        walked = np.broadcast_to(x, target).transpose(walk).copy()  # in C order
+        return walked.transpose(np.argsort(walk).astype(int))
 
     def run_reduction(*arrays):
-        if not all(_c_ordered(arrays[i]) for i in ordered):
+        if ordered and not all(_c_ordered(arrays[i]) for i in ordered):
             return numpy()(*arrays)
-        xs = [view(k, arrays[i]) for k, i in enumerate(spec.sources)]
-        outs = [np.empty(full_out if level == "full" else 1 if level == "total" else rows,
-                         p.dtype) for p, level in zip(spec.outputs, spec.levels[n_in:])]
-        if fn(*xs, *outs, threads):
+        outs = [np.empty(*m) for m in made]
+        refused = fn(*[arrays[i] for i in sources], *outs)
+        if 0 < refused <= n_in:
+            refused = fn(*[laid_out(k, arrays[i]) for k, i in enumerate(sources)], *outs)
+        if refused == -3:
             raise IndexError(f"kernel {spec.name} ({spec.comment.split(': ', 1)[1]}): a "
-                             f"label is out of range; labels are class ids in 0..{width - 1}")
+                             f"label is out of range; labels are class ids in 0.."
+                             f"{_size([shape[d] for d in axes]) - 1}")
+        if refused:
+            raise RuntimeError(f"kernel {spec.name} refused its arguments ({refused})")
         # full results in C order, as numpy gives them: its sums of them add in that order
-        return tuple((o.reshape(moved) if plain and order_out == order else np.ascontiguousarray(
-                      o.reshape(moved).transpose(back))) if level == "full" else o.reshape(p.shape)
-                     for o, p, level in zip(outs, spec.outputs, spec.levels[n_in:]))
+        return tuple(outs) if direct else tuple(
+            np.ascontiguousarray(o.transpose(back)) if level == "full" else o
+            for o, level in zip(outs, levels))
     run_reduction.__name__ = run_reduction.__qualname__ = f"kernel_{spec.name}"
     run_reduction.threads = threads
     return run_reduction
@@ -226,5 +251,7 @@ def _c_ordered(x) -> bool:
     """Whether numpy lays out what it computes from x in C order: the strides of x's
     axes of more than one element, broadcast ones aside, shrink from the first axis
     to the last (numpy flips negative ones)."""
+    if isinstance(x, np.ndarray) and x.flags.c_contiguous:  # the common case, at once
+        return True
     strides = [abs(s) for s, n in zip(getattr(x, "strides", ()), np.shape(x)) if n > 1 and s]
     return all(a > b for a, b in zip(strides, strides[1:]))

@@ -53,8 +53,13 @@ struct Array {
   Object head; char* data; int nd; npy_intp* dims; npy_intp* strides; Object* base;
   Descr* descr; int flags;
 };
-enum { C_CONTIGUOUS = 0x1, ALIGNED = 0x100 };
+enum { C_CONTIGUOUS = 0x1, ALIGNED = 0x100, WRITEABLE = 0x400 };
 static void* ndarray_type = nullptr;  // numpy.ndarray, set by dezero_init
+// Python's C API as the entries below use it, its addresses set by dezero_init too.
+static void (*incref)(Object*) = nullptr;
+static void* (*save_thread)() = nullptr;
+static void (*restore_thread)(void*) = nullptr;
+static int tuple_items = 0;  // where a tuple's items begin (tuple.__basicsize__)
 // 0 in a child process forked after OpenMP ran: GNU OpenMP's threads did not
 // survive the fork, and a parallel region there would wait for them forever.
 static int threads_ok = 1;
@@ -80,13 +85,70 @@ static int arg_layout(Object* o, int type_num, npy_intp item, int nd,
   return one ? 2 : (full && (a->flags & C_CONTIGUOUS)) ? 1 : 0;
 }
 
-// Whether an array a kernel would write over has more references than `most` allows
-// (most: NULL, or per array a count, 0 for any): someone took it since the replay
-// checked it (run_kernel), and it must keep its values.
-static inline bool taken(Object** a, int n, const npy_intp* most) {
-  for (int j = 0; most && j < n; ++j)
-    if (most[j] && a[j]->refcnt > most[j]) return true;
-  return false;
+// Whether a kernel may write `size` elements of type_num into o: a C-contiguous, aligned,
+// writeable ndarray of that many that views no other memory and has at most `most`
+// references (more: someone besides the replay holds it, and it must keep its values).
+static bool writable(const Object* o, int type_num, npy_intp size, npy_intp most) {
+  if (o->type != ndarray_type || o->refcnt > most) return false;
+  const Array* a = (const Array*)o;
+  const int flags = C_CONTIGUOUS | ALIGNED | WRITEABLE;
+  if (a->base || a->descr->type_num != type_num || a->descr->byteorder == '>' ||
+      (a->flags & flags) != flags) return false;
+  npy_intp n = 1;
+  for (int d = 0; d < a->nd; ++d) n *= a->dims[d];
+  return n == size;
+}
+
+// An argument of a reduction kernel as K rows of R positions: `o` broadcast to `shape`
+// (nd dims), its axes taken in `order`, the first `kept` of them the rows, the others
+// the positions of a row; each group must collapse to one stride (in elements), else it
+// returns false and the Python side lays the argument out (cpu_reductions.reduction_call).
+static bool rows_layout(Object* o, int type_num, npy_intp item, int nd, const npy_intp* shape,
+                        const int* order, int kept, npy_intp* k_stride, npy_intp* r_stride) {
+  npy_intp st[64];  // numpy's most dimensions
+  if (nd > 64 || arg_layout(o, type_num, item, nd, shape, st) < 0) return false;
+  for (int g = 0; g < 2; ++g) {
+    npy_intp stride = 0, span = 0;  // the group's stride; elements of the axes after
+    for (int i = g ? nd - 1 : kept - 1; i >= (g ? kept : 0); --i) {
+      const int d = order[i];
+      if (shape[d] == 1) continue;
+      if (span == 0) stride = st[d], span = 1;
+      else if (st[d] != stride * span) return false;
+      span *= shape[d];
+    }
+    *(g ? r_stride : k_stride) = stride;
+  }
+  return true;
+}
+
+// A kernel as a builtin function of Python (METH_FASTCALL: its arguments arrive as an
+// array, no tuple is built and no ctypes conversion runs). `self` is the tuple (params,
+// the method's definition, the codes -3 .. n as Python ints); params, an intp array: the
+// threads to run on, whether the GIL may be released meanwhile, the most references an
+// output may have. It returns the code of `body` (0: done; k + 1: input k must be
+// converted first) or of the checks: -1 another number of arrays, n_in + 1 + j: output j
+// is not an array the kernel may write (a new one must be given instead).
+typedef int (*Body)(Object* const* a, int threads);
+static Object* call_entry(Object* self, Object* const* a, npy_intp n, int n_in, int n_out,
+                          const int* types, const npy_intp* sizes, Body body) {
+  Object* const* items = (Object* const*)((char*)self + tuple_items);
+  const npy_intp* p = (const npy_intp*)((const Array*)items[0])->data;
+  int code = n == n_in + n_out ? 0 : -1;
+  bool over = false;  // an output written over an input: no thread may take it meanwhile
+  for (int j = 0; code == 0 && j < n_out; ++j) {
+    if (!writable(a[n_in + j], types[j], sizes[j], p[2])) code = n_in + 1 + j;
+    for (int k = 0; k < n_in; ++k) over = over || a[k] == a[n_in + j];
+  }
+  if (code == 0 && p[1] && !over) {
+    void* state = save_thread();
+    code = body(a, (int)p[0]);
+    restore_thread(state);
+  } else if (code == 0) {
+    code = body(a, (int)p[0]);
+  }
+  Object* result = items[code + 5];  // the codes begin at -3
+  incref(result);
+  return result;
 }
 
 // [lo, hi) of n for this OpenMP thread, in blocks of 64 elements.
@@ -122,17 +184,23 @@ template <class T> T pairwise_sum(const T* a, npy_intp n) {
 }
 }  // namespace dezero_kernels
 
-extern "C" void dezero_init(dezero_kernels::Object* ndarray) {
+extern "C" void dezero_init(dezero_kernels::Object* ndarray, void* incref, void* save,
+                            void* restore, int tuple_items) {
   dezero_kernels::ndarray_type = ndarray;
+  dezero_kernels::incref = (void (*)(dezero_kernels::Object*))incref;
+  dezero_kernels::save_thread = (void* (*)())save;
+  dezero_kernels::restore_thread = (void (*)(void*))restore;
+  dezero_kernels::tuple_items = tuple_items;
 }
 
 extern "C" void dezero_serial() { dezero_kernels::threads_ok = 0; }
 
-// What this library reads from an array: data, ndim, dims[0], type_num, flags.
+// What this library reads from an array: data, ndim, dims[0], type_num, flags, base.
 extern "C" void dezero_layout(dezero_kernels::Object* o, intptr_t* out) {
   const dezero_kernels::Array* a = (const dezero_kernels::Array*)o;
   out[0] = (intptr_t)a->data; out[1] = a->nd; out[2] = a->dims[0];
   out[3] = a->strides[0]; out[4] = a->descr->type_num; out[5] = a->flags;
+  out[6] = (intptr_t)a->base;
 }
 
 // IN(k): input k of the element at hand; OUT(T, j): where output j (of C++ type T) of it

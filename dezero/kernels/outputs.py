@@ -6,8 +6,9 @@ state (a parameter, an optimizer's moment) that the output replaces. A state's
 array is written over only where nobody but the replay holds it. Eager code gives
 the state a new array, so an array someone kept (`old = layer.W.data`, a view of
 it) keeps its values; an array that is itself a view of other memory is never
-written either. While other threads run, the cpu backend checks again as the kernel
-starts, and the cupy backend writes no array over (see alone()).
+written either. The cupy backend asks writable() and, while other threads run, writes
+no array over (see alone()); the cpu backend's kernels count the references of the
+arrays they are given themselves, as they start (cpu.py: REPLAY_REFS + 2).
 
     given = outputs.writable(out, pools)   # per output: the array, or None
 """
