@@ -203,3 +203,24 @@ def test_check_passes_a_correct_linear_batch_norm_adam_step_on_every_backend(
         rng = np.random.default_rng(seed)
         for _ in range(3):
             step(rng.standard_normal((32, 8)).astype(np.float32), rng.integers(0, 3, 32))
+
+
+def test_a_variable_argument_with_a_grad_leaves_the_arguments_after_it_in_place():
+    # backward() adds into its .grad, an input of the graph of its own but no argument:
+    # the recording handed that .grad to the next parameter (w received x.grad, a
+    # different result in silence), and a t after it met a float array
+    def f(x, w, scale):
+        y = F.sum(x * w) * scale
+        y.backward()
+        return y
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal(4).astype(np.float32)
+    x_eager, x_traced = (Variable(rng.standard_normal(4).astype(np.float32)) for _ in range(2))
+    x_traced.data = x_eager.data.copy()
+    for x in (x_eager, x_traced):
+        x.grad = Variable(np.full(4, 10.0, np.float32))
+    traced = dezero.trace(f, static_argnames="scale")
+    for _ in range(3):
+        want, got = f(x_eager, w, 2.0), traced(x_traced, w, 2.0)
+        np.testing.assert_allclose(got.data, want.data, rtol=1e-6)
+        np.testing.assert_allclose(x_traced.grad.data, x_eager.grad.data, rtol=1e-6)

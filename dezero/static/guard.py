@@ -249,7 +249,10 @@ def with_leaves(args, kwargs, static_positions, static_names, leaves):
 
     def walk(obj):
         if isinstance(obj, (Variable, *cuda.array_types)):
-            return next(leaves)
+            leaf = next(leaves)
+            if isinstance(obj, Variable) and obj.grad is not None:
+                next(leaves)  # its .grad: an input of its own (trace.flatten), no argument
+            return leaf
         return mapped(obj, walk)
 
     args = [a if i in static_positions else walk(a) for i, a in enumerate(args)]
