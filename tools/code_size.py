@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BUDGETS = {
     "dezero/core.py": 355,
     "dezero/op_record.py": 90,
-    "dezero/static/trace.py": 480,
+    "dezero/static/trace.py": 489,
     "dezero/static/tracer.py": 373,
     "dezero/static/guard.py": 179,
     "dezero/static/ir.py": 297,
@@ -26,11 +26,12 @@ BUDGETS = {
     "dezero/static/names.py": 49,
     "dezero/static/slots.py": 35,
     "dezero/static/passes.py": 574,
-    "dezero/static/reach.py": 362,
+    "dezero/static/reach.py": 374,
     "dezero/static/horizontal.py": 95,
     "dezero/static/saving.py": 413,
     "dezero/static/randomness.py": 116,
     "dezero/static/watch.py": 112,
+    "dezero/static/fast.py": 53,
     "dezero/static/drawing.py": 55,
     "dezero/static/checking.py": 111,
     "dezero/static/debugging.py": 24,
@@ -44,7 +45,7 @@ BUDGETS = {
     "dezero/kernels/gpu_reductions.py": 203,
     "dezero/kernels/cpu.py": 385,
     "dezero/kernels/cpu_reductions.py": 185,
-    "dezero/kernels/pending.py": 67,
+    "dezero/kernels/pending.py": 68,
     "dezero/kernels/measure.py": 95,
     "dezero/kernels/cache.py": 45,
     "dezero/kernels/outputs.py": 25,
@@ -55,8 +56,8 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 3877,
-    "dezero/kernels/": 1357,
+    "dezero/static/": 3951,
+    "dezero/kernels/": 1358,
 }
 
 

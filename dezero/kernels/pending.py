@@ -110,6 +110,7 @@ class Pending:
                 return
             try:
                 self.current = self._take_over(future.result)
+                self.run = self.current.run  # from now on, without asking again
                 debugging.log(1, f"kernels of {self.current.graph.name} ready "
                                  f"{time.perf_counter() - self._began:.2f} s after its trace: "
                                  f"replays run them from now")

@@ -97,9 +97,7 @@ class Structure:
 
     def changed(self) -> str | None:
         """None if every identity holds, else what changed (the reason to retrace)."""
-        if self._fast is None:
-            self._compile()
-        namespaces, sequences, cells, contents, arrays = self._fast
+        namespaces, sequences, cells, contents, arrays = self._fast or self._compile()
         # Tuples compare items by identity first, and the objects here (layers,
         # Variables, functions, lists) are equal only to themselves or to equal
         # contents, so a comparison is false exactly when something was replaced.
@@ -135,6 +133,24 @@ class Structure:
                       [cell for cell, _, _ in self.cells],
                       tuple(value for _, value, _ in self.cells),
                       [(array, copy) for array, copy, _ in self.arrays])
+        return self._fast
+
+    def tests(self, bind) -> list[tuple]:
+        """The checks of changed() as (Python expression, what it checks): each is true
+        while its identities hold (fast.py joins them); bind(value) names a global of
+        the generated code that holds value."""
+        found = []
+        for mapping, keys, values, length, label, _ in self.namespaces:
+            name = bind(mapping)
+            found += [(f"{bind(operator.itemgetter(*keys, keys[0]))}({name}) == "
+                       f"{bind((*values, values[0]))}", label)] if keys else []
+            found += [(f"len({name}) == {length}", label)] if length is not None else []
+        found += [(f"tuple({bind(items)}) == {bind(snapshot)}", label)
+                  for items, snapshot, label in self.sequences]
+        found += [(f"{bind(_contents)}({bind(cell)}) is {bind(value)}", label)
+                  for cell, value, label in self.cells]
+        return found + [(f"{bind(_same)}({bind(array)}, {bind(copy)})", f"array {label}")
+                        for array, copy, label in self.arrays]
 
     def _explain(self) -> str:
         for mapping, keys, values, length, label, style in self.namespaces:

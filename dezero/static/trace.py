@@ -9,7 +9,8 @@ Read static/ in the order a call goes: this module, tracer.py (the recording), i
 (the graph), passes.py (optimising and fusing), lowering.py (the program a replay
 runs) and backends/interpreter.py (the reference that runs it). Beside the path:
 guard.py (what user code sees while recording), reach.py and watch.py (what the
-function reaches besides its arguments), checking.py (check=True).
+function reaches besides its arguments), fast.py (the check a call makes once a call
+has replayed), checking.py (check=True).
 
     step = dezero.trace(train_step); step(x, t); step(x, t)  # recorded, replayed
 """
@@ -30,6 +31,7 @@ from dezero.core import Config, Variable
 from dezero.errors import TraceError, where
 from dezero.static import debugging
 from dezero.static.checking import check_replay, put_back, source_text
+from dezero.static.fast import fast_check
 from dezero.static.graph import StaticGraph
 from dezero.static.guard import overlap, root, unguarded, with_leaves
 from dezero.static.ir import type_str
@@ -219,7 +221,7 @@ class Entry:
     """
 
     def __init__(self, graph: StaticGraph, tracer: Tracer, structure: Structure,
-                 fresh_grads=frozenset()):
+                 fresh_grads=frozenset(), key=()):
         self.graph = graph
         self.structure = structure
         self.compiled = graph.compile()
@@ -240,6 +242,7 @@ class Entry:
                            and c.node.attrs["field"] != "attr"
                            and id(c.var) not in fresh_grads]
         self.grad_unset += [GradUnset(tracer.label(v), v) for v in tracer.unbuilt]
+        self.fast = fast_check(self, key)
 
     def subsumes(self, other: Entry) -> bool:
         """True if `other` differs from this entry only in requiring .grad unset,
@@ -310,6 +313,7 @@ class TracedFunction:
         # initialisation, which the next recording shows; twice is every call.
         self._python_writes: set[str] = set()
         self._last = None  # (key, labels) of the latest recording, to explain misses
+        self._hot = None  # the Entry replayed last, where it has a fast check
         self._per_instance = weakref.WeakKeyDictionary()  # traced method: one per instance
         self._warned = False
         self._stale_streak = 0  # recordings dropped as stale since the last replay
@@ -403,6 +407,9 @@ class TracedFunction:
 
     # ---- calls ------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        hot = self._hot  # the entry replayed last: its fast check first (fast.py)
+        if hot is not None and not kwargs and hot.fast(*args):
+            return hot.compiled.run(args)
         if core.current_tracer() is not None:
             # Called while another trace records: run inline so that one records it all.
             return self.fn(*args, **kwargs)
@@ -416,9 +423,11 @@ class TracedFunction:
                     self._stale_streak = 0
                     if debugging.LEVEL >= 2:
                         return self._replay_logged(entry, leaves)
+                    self._hot = entry if entry.fast is not None and not kwargs else None
                     return entry.compiled.run(leaves)
         else:
             reason = self._miss_reason(key, args, kwargs)
+        self._hot = None
         self._drop_stale()
         if self.entries >= self.max_entries or self._stale_streak > self.max_entries:
             if not self._warned:
@@ -479,6 +488,7 @@ class TracedFunction:
     def _record(self, key, leaves, args, kwargs, reason, restore_state=False):
         """Run the function once under a Tracer and make its graph: (the eager result,
         the optimised graph), its compiled entry cached where it may replay."""
+        self._hot = None  # a new entry may take the place of the one replayed last
         # 1. The run, recorded: arguments become inputs (guards for arrays).
         labels = []
         self._signature(args, kwargs, labels)
@@ -564,7 +574,7 @@ class TracedFunction:
             ("check=True waits for a call that initialises nothing before random ops",
              unchecked)) if holds]
         kept = not not_kept
-        entry = Entry(graph, tracer, structure, watch.fresh_grads)
+        entry = Entry(graph, tracer, structure, watch.fresh_grads, key)
         if debugging.LEVEL >= 4:  # the interpreter generates no code: its program
             code = getattr(entry.compiled, "source", None) or f"{graph.program}\n"
             debugging.log(4, f"replay code of {self.name}:\n{code}")
