@@ -44,7 +44,7 @@ BUDGETS = {
     "dezero/kernels/gpu.py": 93,
     "dezero/kernels/gpu_reductions.py": 203,
     "dezero/kernels/cpu.py": 385,
-    "dezero/kernels/cpu_reductions.py": 185,
+    "dezero/kernels/cpu_reductions.py": 187,
     "dezero/kernels/pending.py": 68,
     "dezero/kernels/measure.py": 95,
     "dezero/kernels/cache.py": 45,
@@ -57,7 +57,7 @@ BUDGETS = {
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
     "dezero/static/": 3951,
-    "dezero/kernels/": 1358,
+    "dezero/kernels/": 1360,
 }
 
 

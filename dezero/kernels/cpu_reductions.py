@@ -12,6 +12,8 @@ numpy adds them.
 """
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 
@@ -205,14 +207,16 @@ def reduction_call(spec, fn, threads: int, numpy=None):
     direct = order_out == sorted(order_out)  # laid out as numpy's
     n_in, sources, found = len(spec.inputs), spec.sources, layouts(spec)
     levels = spec.levels[n_in:]
-    made = [(tuple(shape[d] for d in order_out) if level == "full" else p.shape, p.dtype)
-            for p, level in zip(spec.outputs, levels)]
+    made = [(tuple(shape[d] for d in order_out) if level == "full" else p.shape,
+             np.dtype(p.dtype)) for p, level in zip(spec.outputs, levels)]
     # Where numpy computes the values a sum adds from arrays laid out column by column
     # (Fortran order, a transpose's view), it lays them out so too and adds each row
     # in another order than the kernel, which adds as numpy does in C order.
-    ordered = [i for k, i in enumerate(sources) if spec.levels[k] == "full"] if \
-        numpy is not None and any(kind == "sum" for _, folds, _ in spec.passes
-                                  for kind, _, _ in folds) else []
+    ordered = [(i, np.empty(p.shape, p.dtype).strides)  # (those of a C-contiguous one)
+               for k, (i, p) in enumerate(zip(sources, spec.inputs))
+               if spec.levels[k] == "full"] if numpy is not None and any(
+        kind == "sum" for _, folds, _ in spec.passes for kind, _, _ in folds) else []
+    pick = operator.itemgetter(*sources) if len(sources) > 1 else lambda a: (a[sources[0]],)
 
     def laid_out(k, x):
         p, (target, walk, _) = spec.inputs[k], found[k]
@@ -226,10 +230,11 @@ def reduction_call(spec, fn, threads: int, numpy=None):
         return walked.transpose(np.argsort(walk).astype(int))
 
     def run_reduction(*arrays):
-        if ordered and not all(_c_ordered(arrays[i]) for i in ordered):
+        if ordered and not all(getattr(arrays[i], "strides", None) == c or _c_ordered(arrays[i])
+                               for i, c in ordered):
             return numpy()(*arrays)
         outs = [np.empty(*m) for m in made]
-        refused = fn(*[arrays[i] for i in sources], *outs)
+        refused = fn(*pick(arrays), *outs)
         if 0 < refused <= n_in:
             refused = fn(*[laid_out(k, arrays[i]) for k, i in enumerate(sources)], *outs)
         if refused == -3:
@@ -251,7 +256,5 @@ def _c_ordered(x) -> bool:
     """Whether numpy lays out what it computes from x in C order: the strides of x's
     axes of more than one element, broadcast ones aside, shrink from the first axis
     to the last (numpy flips negative ones)."""
-    if isinstance(x, np.ndarray) and x.flags.c_contiguous:  # the common case, at once
-        return True
     strides = [abs(s) for s, n in zip(getattr(x, "strides", ()), np.shape(x)) if n > 1 and s]
     return all(a > b for a, b in zip(strides, strides[1:]))
