@@ -8,9 +8,10 @@ Run by hand: python benchmarks/bench_fusion.py [--quick] [--steps]. Prints, in o
   tanh(x*a+b)*(1/(1+exp(-x)))+x**2; fused, unfused replay, numpy eager, and
   numexpr, PyTorch eager and JAX jit where installed;
 - the spiral 2-10-3 MLP training step with SGD and with Adam, and the 784-1000-10
-  ReLU one with Adam: fused replay, fused without horizontal fusion (each
-  parameter's update a kernel of its own), unfused replay, eager, numpy by hand and
-  JAX jit;
+  ReLU one with Adam: fused replay (the compiled plan called), the traced function
+  as a user calls it (its signature and guards, then the fused replay), fused
+  without horizontal fusion (each parameter's update a kernel of its own), unfused
+  replay, eager, numpy by hand and JAX jit;
 - the first call (record, passes, compile) of the chains and steps with a cold
   and a warm kernel cache, and of an RNN's training step unrolled over 60 and 120
   inputs (about 2000 and 4000 ops): when it is ready to replay unfused, and when its
@@ -262,21 +263,25 @@ def bench_steps():
             plan = traced.graph.compile("cpu" if kind == "vertical" else kind).wait()
             plans[kind] = lambda plan=plan: plan(x, t)
             fused = plan if kind == "cpu" else fused
+            if kind == "cpu":  # the step as called: signature, guards, the fused replay
+                plans["traced"] = lambda traced=traced: traced(x, t)
         plans["eager"]()  # the eager model's weights exist now: the others copy them
         plans["numpy by hand"] = by_hand(model, activation, x, t, sgd=sgd)
         if jax is not None:
             plans["jax jit"] = by_hand(model, activation, x, t, jax, sgd)
         times = dict(zip(plans, best_time(*plans.values(), budget=2.0)))
         kernels = len(fused.source.split("= _k")) - 1
-        print(f"  {name:27s} fused {times['cpu'] * 1e3:.3f} ({kernels} kernels)  without "
-              f"horizontal {times['vertical'] * 1e3:.3f}  unfused "
-              f"{times['python'] * 1e3:.3f}  eager {times['eager'] * 1e3:.3f}  numpy by "
-              f"hand {times['numpy by hand'] * 1e3:.3f}" + (
+        print(f"  {name:27s} fused {times['cpu'] * 1e3:.3f} ({kernels} kernels)  traced "
+              f"{times['traced'] * 1e3:.3f}  without horizontal {times['vertical'] * 1e3:.3f}"
+              f"  unfused {times['python'] * 1e3:.3f}  eager {times['eager'] * 1e3:.3f}  "
+              f"numpy by hand {times['numpy by hand'] * 1e3:.3f}" + (
                   f"  jax jit {times['jax jit'] * 1e3:.3f}" if jax else "  (no JAX)"))
-        print(f"  {'':27s} eager/fused {times['eager'] / times['cpu']:.2f}x  without "
-              f"horizontal/fused {times['vertical'] / times['cpu']:.2f}x  unfused/fused "
+        print(f"  {'':27s} eager/fused {times['eager'] / times['cpu']:.2f}x  eager/traced "
+              f"{times['eager'] / times['traced']:.2f}x  without horizontal/fused "
+              f"{times['vertical'] / times['cpu']:.2f}x  unfused/fused "
               f"{times['python'] / times['cpu']:.2f}x  fused/by hand "
-              f"{times['cpu'] / times['numpy by hand']:.2f}x" + (
+              f"{times['cpu'] / times['numpy by hand']:.2f}x  traced/by hand "
+              f"{times['traced'] / times['numpy by hand']:.2f}x" + (
                   f"  fused/jax {times['cpu'] / times['jax jit']:.2f}x" if jax else ""))
 
 
