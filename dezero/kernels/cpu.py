@@ -417,8 +417,8 @@ class KernelLibrary:
                     arrays = _conform(spec, refused - 1, arrays)
                 again = call(*arrays, *results)
                 if again == refused:
-                    raise RuntimeError(f"kernel {spec.name} refused its conformed input "
-                                       f"{spec.inputs[refused - 1].name}")
+                    name = (*spec.inputs, *spec.outputs)[refused - 1].name
+                    raise RuntimeError(f"kernel {spec.name} refused {name} again, as given")
                 refused = again
             if start is not None:
                 ms = (time.perf_counter() - start) * 1e3
