@@ -428,8 +428,8 @@ def as_operand(x, like):
             return cuda.get_array_module(ref).array(x, dtype=np.result_type(ref.dtype, x))
         except OverflowError as e:  # numpy 2: the array's dtype cannot hold the int
             raise OverflowError(f"{e}: widen the array first, e.g. x.astype(np.int64)") from None
-    if np.isscalar(x):
-        return np.array(x)
+    if np.isscalar(x):  # a numpy scalar goes to a cupy array's device, as cupy takes it
+        return (cuda.get_array_module(ref) if isinstance(x, np.generic) else np).array(x)
     if isinstance(x, TracedArray):
         return x.operand_of(ref)  # Function.__call__ wraps it; the tracer unwraps it
     return x if x is None else np.asarray(x)  # None is refused by the op, by name

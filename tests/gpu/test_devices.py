@@ -175,6 +175,16 @@ def test_an_op_given_arrays_on_two_devices_names_them_eagerly():
         F.matmul(np.ones((1, 2)), W)
 
 
+def test_a_numpy_scalar_meets_a_variable_on_the_gpu_as_cupy_takes_it():
+    # cupy takes numpy scalars beside its arrays (a 0-d numpy array it refuses).
+    x = Variable(cp.ones(3, cp.float32))
+    for c in (np.float32(2), np.int32(2), np.float16(2)):
+        y = x * c
+        assert isinstance(y.data, cp.ndarray) and y.dtype == (cp.ones(3, cp.float32) * c).dtype
+    y = F.where(cp.asarray([True, False, True]), x, np.float32(-1))
+    assert y.data.get().tolist() == [1.0, -1.0, 1.0]
+
+
 def test_dropout_in_a_traced_step_may_be_the_first_draw_on_the_gpu(monkeypatch):
     # cupy makes its generator on the first draw, seeded from os.urandom, which a
     # recording refuses as fresh entropy: dezero makes it outside the recording.
