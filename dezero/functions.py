@@ -1293,7 +1293,9 @@ def scaled_dot_product_attention(q, k, v, mask=None, is_causal=False, dropout_p=
         mask = _attention_mask(op, mask, scores.shape)
         # The lowest number rather than -inf: a row with no key left then has no
         # -inf - (-inf) = NaN in its softmax, and the second where gives it zeros.
-        scores = where(mask, scores, float(np.finfo(scores.dtype).min))
+        # A scalar of the scores' dtype: numpy 1.x widens float32 to hold the Python
+        # float -3.4028235e38.
+        scores = where(mask, scores, np.finfo(scores.dtype).min)
     weights = softmax(scores, axis=-1)
     if mask is not None:
         weights = where(mask, weights, 0.0)

@@ -209,3 +209,17 @@ def test_the_traced_training_step_equals_eager():
     assert_replay_equal(traced, eager)  # bit-exact on the python backend
     for mine, theirs in zip(traced_params, eager_params):
         assert_replay_equal(mine, theirs)
+
+
+def test_a_float32_model_trains_in_float32():
+    # The causal mask's fill value met float32 scores as a Python float, which
+    # numpy 1.x widened to float64: logits, and then the weights AdamW wrote, were
+    # float64 (tests/ run under numpy<2 too).
+    model = _model(np.float32)
+    optimizer = dezero.optimizers.AdamW().setup(model)
+    x, t = _batch(2, 5)
+    logits = model(x)
+    F.softmax_cross_entropy(logits, t).backward()
+    optimizer.update()
+    assert logits.dtype == np.float32
+    assert {p.dtype for p in model.params()} == {np.dtype(np.float32)}
