@@ -304,14 +304,17 @@ class GPT(Model):
             x = block(x)
         return F.matmul(self.ln_f(x), F.transpose(self.wte.W))
 
-    def _check_ids(self, ids):
+    def _check_ids(self, ids, crop=False):
         if isinstance(ids, (list, tuple)):
             ids = cuda.get_array_module(self.wte.W.data).asarray(ids)
         if ids.ndim != 2 or ids.dtype.kind not in "iu":
             raise ValueError(f"GPT: ids must be integers of shape (B, T), got "
                              f"{ids.dtype} of shape {ids.shape}; e.g. ids[None] for "
                              f"one sequence")
-        if ids.shape[1] > self.block_size:
+        if ids.shape[1] == 0:  # attention would take a softmax over no keys
+            raise ValueError(f"GPT: ids of shape {ids.shape} hold no tokens; give at least "
+                             f"one per sequence, e.g. np.zeros((B, 1), np.int64) to start from")
+        if ids.shape[1] > self.block_size and not crop:
             raise ValueError(f"GPT: a context of {ids.shape[1]} tokens is longer than "
                              f"block_size={self.block_size}; pass the last "
                              f"{self.block_size} (ids[:, -{self.block_size}:])")
@@ -322,23 +325,32 @@ class GPT(Model):
         softmax(logits / temperature), over the top_k likeliest where top_k is given;
         the context is cropped to the last block_size tokens. rng: a
         numpy Generator (or a seed); None draws from numpy's global random state."""
-        if temperature <= 0:
-            raise ValueError(f"GPT.generate: temperature must be > 0, got {temperature}")
-        if top_k is not None and not 1 <= top_k <= self.vocab_size:
-            raise ValueError(f"GPT.generate: top_k must be in 1..{self.vocab_size}, "
-                             f"got {top_k}")
-        rng = np.random.default_rng(rng) if isinstance(rng, int) else rng
+        if not 0 < temperature < np.inf:  # NaN too: it sampled token 0, always
+            raise ValueError(f"GPT.generate: temperature must be > 0 and finite, got "
+                             f"{temperature}")
+        if top_k is not None and not (isinstance(top_k, (int, np.integer)) and
+                                      1 <= top_k <= self.vocab_size):
+            raise ValueError(f"GPT.generate: top_k must be an int in 1..{self.vocab_size}, "
+                             f"got {top_k!r}")
+        rng = np.random.default_rng(rng) if isinstance(rng, (int, np.integer)) else rng
         uniform = np.random.random_sample if rng is None else rng.random
         xp = cuda.get_array_module(self.wte.W.data)
-        ids = xp.asarray(ids)
+        ids = self._check_ids(xp.asarray(ids), crop=True)
+        if max_new_tokens > 0 and np.iinfo(ids.dtype).max < self.vocab_size - 1:
+            raise ValueError(f"GPT.generate: ids of dtype {ids.dtype} cannot hold the tokens "
+                             f"up to {self.vocab_size - 1} of the vocabulary; widen them, "
+                             f"e.g. ids.astype(np.int64)")
         with no_grad(), test_mode():
             for _ in range(max_new_tokens):
                 logits = self(ids[:, -self.block_size:])
-                last = cuda.as_numpy(logits.data[:, -1, :]).astype(np.float64) / temperature
+                last = cuda.as_numpy(logits.data[:, -1, :]).astype(np.float64)
                 if top_k is not None:
                     kth = np.sort(last, axis=-1)[:, -top_k, None]
                     last = np.where(last < kth, -np.inf, last)
-                probs = np.exp(last - last.max(axis=-1, keepdims=True))
+                # The maximum first: logits / a small temperature would overflow to inf
+                # (inf - inf is NaN); a difference that overflows is -inf, probability 0.
+                with np.errstate(over="ignore"):
+                    probs = np.exp((last - last.max(axis=-1, keepdims=True)) / temperature)
                 cumulative = np.cumsum(probs, axis=-1)
                 u = uniform(len(ids))[:, None] * cumulative[:, -1:]
                 chosen = np.minimum((cumulative <= u).sum(axis=-1), self.vocab_size - 1)

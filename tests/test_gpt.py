@@ -112,6 +112,38 @@ def test_generate_refuses_a_temperature_of_zero():
         _model().generate(np.zeros((1, 1), np.int64), 1, temperature=0)
 
 
+@pytest.mark.parametrize("ids, options, message", [
+    (np.zeros((1, 1), np.int64), dict(temperature=float("nan")), r"temperature must be > 0 "
+     r"and finite, got nan"),  # sampled token 0 every time
+    (np.zeros((1, 1), np.int64), dict(temperature=float("inf")), r"got inf"),
+    (np.zeros((1, 1), np.int64), dict(top_k=2.5), r"top_k must be an int in 1..11, got 2.5"),
+    (np.zeros(3, np.int64), {}, r"GPT: ids must be integers of shape \(B, T\)"),
+    (np.zeros((1, 0), np.int64), {}, r"GPT: ids of shape \(1, 0\) hold no tokens"),
+])
+def test_generate_names_arguments_it_cannot_sample_from(ids, options, message):
+    with pytest.raises(ValueError, match=message):
+        _model().generate(ids, 2, **options)
+
+
+def test_generate_refuses_ids_too_narrow_for_the_tokens_it_appends():
+    # uint8 ids took token 299 as 43, in silence.
+    model = _model(vocab_size=300)
+    with pytest.raises(ValueError, match=r"ids of dtype uint8 cannot hold the tokens up to "
+                       r"299 of the vocabulary; widen them"):
+        model.generate(np.zeros((1, 2), np.uint8), 1, rng=0)
+    assert model.generate(np.zeros((1, 2), np.uint16), 1, rng=0).dtype == np.uint16
+
+
+def test_a_tiny_temperature_samples_the_likeliest_token():
+    # logits / 1e-320 overflowed to inf, and inf - inf gave NaN probabilities.
+    model = _model()
+    ids = np.array([[1, 2, 3]])
+    greedy = model.generate(ids, 3, top_k=1, rng=0)
+    np.testing.assert_array_equal(model.generate(ids, 3, temperature=1e-320, rng=0), greedy)
+    np.testing.assert_array_equal(model.generate(ids, 3, rng=np.int64(7)),
+                                  model.generate(ids, 3, rng=7))  # a numpy int seeds too
+
+
 # =============================================================================
 # The same model in PyTorch
 # =============================================================================
