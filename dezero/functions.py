@@ -685,7 +685,7 @@ def split(x, sections_or_indices, axis=0):
                 f"split: axis {axis} of x (shape {x.shape}) has length {n}, which "
                 f"{sections} sections do not divide equally; give a number of sections "
                 f"that divides {n}, or a list of cut points, e.g. split(x, [{n // 2}])")
-        indices = tuple(range(n // sections, n, n // sections))
+        indices = tuple(i * (n // sections) for i in range(1, sections))  # n may be 0
     else:
         try:
             indices = tuple(operator.index(i) for i in sections_or_indices)

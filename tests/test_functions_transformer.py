@@ -75,6 +75,15 @@ def test_split_refuses_sections_that_do_not_divide_the_axis():
         F.split(x_of(5), [3, 1])
 
 
+def test_split_of_an_empty_axis_in_sections_gives_empty_parts_as_numpy():
+    # The parts' length, 0, was the step of a range: "range() arg 3 must not be zero".
+    x = Variable(np.zeros((0, 3)))
+    parts = F.split(x, 3)
+    assert [p.shape for p in parts] == [p.shape for p in np.split(x.data, 3)]
+    F.sum(F.concat(parts[1:])).backward()
+    assert x.grad.shape == (0, 3)
+
+
 def test_split_cuts_as_numpy_at_negative_and_repeated_points():
     a = np.arange(10.0).reshape(5, 2)
     for cuts in ([-2], [2, 2], [0, 5], 5, [1, 2, 3]):
