@@ -620,12 +620,16 @@ def concat(xs, axis=0):
         raise ValueError(f"concat: shapes {shapes} differ on an axis other than axis "
                          f"{axis}; only the joined axis may differ (reshape or slice them "
                          f"to agree, or join along another axis)")
+    _one_dtype("concat", xs)
+    return Concat(axis)(*xs)
+
+
+def _one_dtype(op, xs):
     dtypes = sorted({x.dtype.name for x in xs})
     if len(dtypes) > 1:
-        raise TypeError(f"concat: dtypes {', '.join(dtypes)} differ; the joined values must "
+        raise TypeError(f"{op}: dtypes {', '.join(dtypes)} differ; the joined values must "
                         f"have one dtype: convert them first, e.g. F.astype(x, "
                         f"{xs[0].dtype.name!r})")
-    return Concat(axis)(*xs)
 
 
 def stack(xs, axis=0):
@@ -640,6 +644,7 @@ def stack(xs, axis=0):
         raise ValueError(f"stack: shapes {', '.join(map(str, shapes))} differ; stacked "
                          f"values must have one shape (to join along an existing axis, "
                          f"use concat)")
+    _one_dtype("stack", xs)
     axis = _axis("stack", axis, xs[0].ndim + 1)
     return concat([expand_dims(x, axis) for x in xs], axis)
 

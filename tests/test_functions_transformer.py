@@ -48,6 +48,8 @@ def test_concat_refuses_shapes_that_differ_off_the_axis_naming_them():
 def test_concat_refuses_two_dtypes_rather_than_promoting():
     with pytest.raises(TypeError, match=r"concat: dtypes float32, float64 differ.*astype"):
         F.concat([x_of(2, 3), x_of(1, 3, dtype=np.float32)])
+    with pytest.raises(TypeError, match=r"^stack: dtypes float32, float64 differ"):
+        F.stack([x_of(3), x_of(3, dtype=np.float32)])  # it named concat, which stack calls
 
 
 def test_concat_and_stack_take_a_list_and_an_axis_in_range():
