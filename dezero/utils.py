@@ -193,14 +193,23 @@ def clip_grad_norm(params, max_norm, eps=1e-6):
     (5.0, [0.6, 0.8])
     """
     import dezero.functions as F
-    from dezero.core import Parameter, Variable, no_grad
+    from dezero.core import Variable, no_grad
     from dezero.layers import Layer
     if isinstance(max_norm, int | float | np.integer | np.floating) and \
             not (np.isfinite(max_norm) and max_norm >= 0):
         raise ValueError(f"clip_grad_norm: max_norm must be a finite number >= 0, "
                          f"got {max_norm}")
     params = params.params() if isinstance(params, Layer) else \
-        [params] if isinstance(params, Parameter) else params
+        [params] if isinstance(params, Variable) else params
+    params = list(params)
+    for param in params:
+        if not isinstance(param, Variable):
+            raise TypeError(f"clip_grad_norm: params must be Parameters (model.params(), a "
+                            f"Layer or one Parameter), got a {type(param).__name__}")
+        if param.grad is not None and param.grad.dtype.kind != "f":
+            # An integer gradient would take the scale as an integer: 0, in silence.
+            raise TypeError(f"clip_grad_norm: the gradient of {param.name or 'a parameter'} "
+                            f"is of dtype {param.grad.dtype}; only float gradients scale")
     params = [p for p in params if p.grad is not None]
     if not params:
         return Variable(np.array(0.0, dtype=np.float32))

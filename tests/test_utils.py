@@ -168,6 +168,21 @@ def test_clip_grad_norm_takes_a_layer_or_a_parameter_and_skips_missing_gradients
         utils.clip_grad_norm(model, -1)
 
 
+def test_clip_grad_norm_clips_a_variable_and_names_what_it_cannot_clip():
+    v = Variable(np.ones(2))  # not a Parameter: it was iterated, and left unclipped
+    v.grad = Variable(np.array([3.0, 4.0]))
+    assert float(utils.clip_grad_norm(v, 1.0).data) == 5.0
+    np.testing.assert_allclose(v.grad.data, [0.6, 0.8], rtol=1e-5)
+    with pytest.raises(TypeError, match=r"clip_grad_norm: params must be Parameters "
+                       r"\(model.params\(\), a Layer or one Parameter\), got a ndarray"):
+        utils.clip_grad_norm([np.ones(2)], 1.0)
+    w = dezero.Parameter(np.zeros(2, np.int64), name="w")
+    w.grad = Variable(np.array([3, 4]))  # scaled by int64(0.2), it became [0, 0]
+    with pytest.raises(TypeError, match=r"the gradient of w is of dtype int64; only float"):
+        utils.clip_grad_norm([w], 1.0)
+    np.testing.assert_array_equal(w.grad.data, [3, 4])
+
+
 def test_clip_grad_norm_of_float16_gradients_does_not_overflow():
     model = _grads_model(np.float16, scale=300.0)  # squares past float16's 65504
     want = np.sqrt(sum((p.grad.data.astype(np.float64) ** 2).sum() for p in model.params()))
