@@ -85,13 +85,14 @@ class OpRecord:
         them, placeholders that take no memory (numpy's global random state put back
         after a random op). An elementwise op's result has its inputs' broadcast shape,
         and one element of each (with its axes: numpy 1 casts 0-d values otherwise)
-        shows its dtype."""
+        shows its dtype; a 0-d numpy array among the inputs goes in as its value."""
         types = [(tuple(x.shape), np.dtype(x.dtype)) for x in inputs]
         if self.types is not None:
             return self.types(types, attrs)
         shape = np.broadcast_shapes(*(s for s, _ in types)) if self.elementwise else None
-        zeros = [np.broadcast_to(np.zeros((), d), s if shape is None else (1,) * len(s))
-                 for s, d in types]
+        zeros = [x if isinstance(x, np.ndarray) and x.ndim == 0 else
+                 np.broadcast_to(np.zeros((), d), s if shape is None else (1,) * len(s))
+                 for x, (s, d) in zip(inputs, types)]
         state = np.random.get_state() if self.random else None
         try:
             with np.errstate(all="ignore"), warnings.catch_warnings():

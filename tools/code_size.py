@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Module (relative to the repository) -> most code lines it may have.
 BUDGETS = {
     "dezero/core.py": 355,
-    "dezero/op_record.py": 90,
+    "dezero/op_record.py": 91,
     "dezero/static/trace.py": 489,
     "dezero/static/tracer.py": 373,
     "dezero/static/guard.py": 179,
@@ -28,7 +28,7 @@ BUDGETS = {
     "dezero/static/passes.py": 574,
     "dezero/static/reach.py": 374,
     "dezero/static/horizontal.py": 95,
-    "dezero/static/saving.py": 413,
+    "dezero/static/saving.py": 416,
     "dezero/static/randomness.py": 116,
     "dezero/static/watch.py": 112,
     "dezero/static/fast.py": 53,
@@ -56,7 +56,7 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 3951,
+    "dezero/static/": 3954,
     "dezero/kernels/": 1360,
 }
 

@@ -500,11 +500,15 @@ def _read_node(entry, at, values, owned, arrays) -> Node:
 def _check_types(nodes):
     """Each op node's declared results against its op's rule (OpRecord.result_types:
     forward on zeros of the declared inputs), one node at a time: the kernels and the
-    replay code rely on the declared types."""
+    replay code rely on the declared types. A 0-d constant goes in as its value, which
+    numpy 1.x casts by (float32 [3] * 1e300 is float64 there, * 0.0 float32)."""
+    scalars = {n.outputs[0].name: n.payload for n in nodes
+               if n.kind == "const" and n.outputs[0].shape == ()}
     for i, node in enumerate(nodes):
         declared = [(v.shape, v.dtype) for v in node.outputs]
+        inputs = [scalars.get(v.name, v) for v in node.inputs]
         try:
-            made = node.record.result_types(node.attrs, node.inputs) if node.kind == "op" \
+            made = node.record.result_types(node.attrs, inputs) if node.kind == "op" \
                 else declared
         except Exception as e:  # noqa: BLE001 - any failure of forward refuses the file
             made = f"raises {type(e).__name__}: {e}"
