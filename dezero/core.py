@@ -421,11 +421,11 @@ def as_operand(x, like):
     # Fast path for the usual case, a Python float or int meeting a float array.
     if type(ref) is np.ndarray and (type(x) is float or type(x) is int) \
             and ref.dtype.kind == "f":
-        return _scalar_array(x, ref.dtype if _NEP50 else np.result_type(ref.dtype, x))
+        return _scalar_array(x, ref.dtype if _NEP50 else _numpy_dtype(ref, x))
     if isinstance(x, (bool, int, float, complex)) and isinstance(ref, cuda.array_types):
         x = x.item() if isinstance(x, np.generic) else x  # a numpy float64 is weak too
         try:
-            return cuda.get_array_module(ref).array(x, dtype=np.result_type(ref.dtype, x))
+            return cuda.get_array_module(ref).array(x, dtype=_numpy_dtype(ref, x))
         except OverflowError as e:  # numpy 2: the array's dtype cannot hold the int
             raise OverflowError(f"{e}: widen the array first, e.g. x.astype(np.int64)") from None
     if np.isscalar(x):  # a numpy scalar goes to a cupy array's device, as cupy takes it
@@ -433,6 +433,15 @@ def as_operand(x, like):
     if isinstance(x, TracedArray):
         return x.operand_of(ref)  # Function.__call__ wraps it; the tracer unwraps it
     return x if x is None else np.asarray(x)  # None is refused by the op, by name
+
+
+def _numpy_dtype(ref, x):
+    """The dtype numpy gives the Python number x beside the array ref. numpy 1.x casts
+    a 0-d array by its value: an int that widens the array keeps an int dtype there
+    (as float32, 300 fits float16 again, where float16 [3] + 300 is float32)."""
+    dtype = np.result_type(ref.dtype, x)
+    widens = not _NEP50 and dtype != ref.dtype and ref.ndim and type(x) is int
+    return np.asarray(x).dtype if widens else dtype
 
 
 _NEP50 = int(np.__version__.split(".")[0]) >= 2  # numpy 2 promotes Python numbers weakly

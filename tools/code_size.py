@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Module (relative to the repository) -> most code lines it may have.
 BUDGETS = {
-    "dezero/core.py": 355,
+    "dezero/core.py": 359,
     "dezero/op_record.py": 91,
     "dezero/static/trace.py": 489,
     "dezero/static/tracer.py": 373,
