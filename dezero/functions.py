@@ -109,11 +109,20 @@ class Div(Function):
 
 
 def div(x0, x1):
-    return Div()(as_operand(x0, x1), as_operand(x1, x0))
+    return Div()(as_operand(x0, x1), _divisor(x1, x0))
 
 
 def rdiv(x0, x1):
-    return Div()(as_operand(x1, x0), x0)
+    return Div()(_divisor(x1, x0), x0)
+
+
+def _divisor(x, like):
+    """as_operand for a division: numpy divides integers in float64, so numpy 2 takes
+    an int beyond the array's dtype there (uint8 [3] / -1 is [-3.0]), where * -1 raises."""
+    try:
+        return as_operand(x, like)
+    except OverflowError:
+        return as_operand(float(x), like)
 
 
 class Neg(Function):

@@ -83,7 +83,7 @@ def test_0d_float32_stays_float32_in_a_replay(name, backend):
 
 NUMPY_2 = int(np.__version__.split(".")[0]) >= 2
 SCALAR_OPS = {"mul": lambda v, n: v * n, "add": lambda v, n: v + n, "sub": lambda v, n: v - n,
-              "rsub": lambda v, n: n - v, "div": lambda v, n: v / n}
+              "rsub": lambda v, n: n - v, "div": lambda v, n: v / n, "rdiv": lambda v, n: n / v}
 
 
 @pytest.mark.parametrize("dtype, values, op, number", [
@@ -95,7 +95,10 @@ SCALAR_OPS = {"mul": lambda v, n: v * n, "add": lambda v, n: v + n, "sub": lambd
     (np.float16, [1.5], "mul", 1e6), (np.float32, [1.5], "mul", 1e300),
     (np.float32, [1.5], "mul", 1j), (np.float64, [1.5], "sub", 2**40),
     # numpy 1.x: an int the float dtype cannot hold exactly widens it (float32 there)
-    (np.float16, [1.5], "add", 300), (np.float32, [1.5], "mul", 2**40)], ids=str)
+    (np.float16, [1.5], "add", 300), (np.float32, [1.5], "mul", 2**40),
+    # a division of integers is in float64, for numpy 2 an int beyond the dtype too
+    (np.uint8, [3], "div", -1), (np.int32, [3], "div", 2**40), (np.uint8, [3], "rdiv", 300)],
+    ids=str)
 @pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
 @pytest.mark.parametrize("ndim", [1, 0])
 def test_a_python_number_meets_an_array_as_in_numpy(dtype, values, op, number, ndim):
