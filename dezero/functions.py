@@ -1535,6 +1535,14 @@ def softmax_cross_entropy(x, t, ignore_index=None):
         loss, _ = SoftmaxCrossEntropy()(x, t)
         return loss
     _check_labels("softmax_cross_entropy", x, t)
+    labels = np.iinfo(t.dtype)
+    # A float or a str matched no label, in silence; -100 beside uint8 labels failed on
+    # an OverflowError naming no op.
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer)) \
+            or not labels.min <= ignore_index <= labels.max:
+        raise TypeError(f"softmax_cross_entropy: ignore_index must be an int that labels of "
+                        f"dtype {t.dtype} can hold, got {ignore_index!r}; e.g. -100 with "
+                        f"t.astype(np.int64)")
     n, classes = x.shape
     t = reshape(t, (n, 1))
     with no_grad():  # 1 for each label that counts, 0 for an ignored one

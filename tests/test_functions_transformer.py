@@ -295,6 +295,15 @@ def test_cross_entropy_checks_the_labels_it_does_not_ignore():
         F.softmax_cross_entropy(x_of(4, 5), np.zeros(4), ignore_index=0)
 
 
+@pytest.mark.parametrize("ignore_index, t", [
+    (1.5, np.zeros(4, np.int64)), ("a", np.zeros(4, np.int64)),  # matched nothing, in silence
+    (True, np.zeros(4, np.int64)), (-100, np.zeros(4, np.uint8))], ids=str)
+def test_cross_entropy_names_an_ignore_index_that_is_no_label(ignore_index, t):
+    with pytest.raises(TypeError, match=rf"softmax_cross_entropy: ignore_index must be an int "
+                       rf"that labels of dtype {t.dtype} can hold, got {ignore_index!r}"):
+        F.softmax_cross_entropy(x_of(4, 5), t, ignore_index=ignore_index)
+
+
 def test_ignored_labels_get_no_gradient_and_the_mean_is_over_the_others():
     x = x_of(4, 3)
     t = np.array([2, -1, 0, -1])
