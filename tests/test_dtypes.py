@@ -61,6 +61,20 @@ def test_0d_values_match_float64(name):
     np.testing.assert_allclose(y32, y64, rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.float16], ids=str)
+def test_a_0d_array_argument_meets_a_python_number_in_a_trace_as_in_numpy(dtype):
+    # numpy 1.x promotes a 0-d array and a Python number as two scalars (float32 0-d
+    # * 2.0 is float64 there); the recording promoted them as a Variable and an array.
+    def step(s):
+        return s * 2.0, 3 - s, s / 2
+
+    s = np.array(3, dtype)
+    y = dezero.trace(step).lower(s)(s)
+    for got, want in zip(y, step(s), strict=True):
+        assert got.dtype == np.asarray(want).dtype
+        np.testing.assert_array_equal(got.data, want)
+
+
 @pytest.mark.filterwarnings("ignore:step. output . depends on no argument")  # linear ops
 @pytest.mark.parametrize("backend", ["python", "interpreter"])
 @pytest.mark.parametrize("name", sorted(ZERO_D))

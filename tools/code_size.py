@@ -20,7 +20,7 @@ BUDGETS = {
     "dezero/op_record.py": 91,
     "dezero/static/trace.py": 489,
     "dezero/static/tracer.py": 373,
-    "dezero/static/guard.py": 179,
+    "dezero/static/guard.py": 181,
     "dezero/static/ir.py": 297,
     "dezero/static/graph.py": 64,
     "dezero/static/names.py": 49,
@@ -56,7 +56,7 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 3954,
+    "dezero/static/": 3956,
     "dezero/kernels/": 1360,
 }
 

@@ -36,6 +36,7 @@ _OPERATORS = {"add": F.add, "radd": F.add, "sub": F.sub, "rsub": F.rsub, "mul": 
 # numpy ufuncs that are these operators, called as np.add(a, b) or by `array + guard`.
 _UFUNCS = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_divide: "truediv",
            np.power: "pow", np.matmul: "matmul"}
+_NUMPY_1 = int(np.__version__.split(".")[0]) < 2
 # numpy functions whose result depends only on the shape and dtype of their argument.
 _SHAPE_ONLY = {np.zeros_like, np.ones_like, np.empty_like, np.full_like, np.shape, np.ndim,
                np.size}
@@ -77,9 +78,12 @@ class GuardedArray(TracedArray):
         if isinstance(other, Variable):
             return NotImplemented  # the Variable's operator runs (and keeps the graph)
         self._alive(f"`{name}`")
-        if isinstance(other, (GuardedArray, np.generic)):
+        if isinstance(other, (GuardedArray, np.generic)) or _NUMPY_1 and not self.ndim and \
+                isinstance(other, (int, float, complex)) and type(self.array) is np.ndarray:
             # numpy's promotion among arrays and numpy scalars (a float64 scalar is
-            # strong in numpy 2), not as_operand's, which takes it as a Python float.
+            # strong in numpy 2), not as_operand's, which takes it as a Python float;
+            # so too for a 0-d array and a Python number, which numpy 1.x promotes as
+            # two scalars (0-d float32 * 2.0 is float64 there)
             other = Variable(other if isinstance(other, GuardedArray) else np.asarray(other))
         return self._recorded(_OPERATORS[name], Variable(self), other)
 
