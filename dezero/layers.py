@@ -742,6 +742,9 @@ class MultiHeadAttention(Layer):
     mixes the heads' outputs. causal=True lets position t see positions <= t."""
 
     def __init__(self, n_embd, n_head, dropout=0.0, causal=True, dtype=np.float32):
+        if isinstance(n_head, bool) or not isinstance(n_head, int | np.integer) or n_head < 1:
+            raise ValueError(f"MultiHeadAttention: n_head must be a positive int, got "
+                             f"{n_head!r}")  # 0 divided by zero, -2 passed as a divisor
         if n_embd % n_head:
             raise ValueError(f"MultiHeadAttention: n_head={n_head} does not divide "
                              f"n_embd={n_embd}; choose n_embd a multiple of n_head")

@@ -278,6 +278,11 @@ class GPT(Model):
 
     def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd, dropout=0.0,
                  dtype=np.float32):
+        for name, size, least in (("vocab_size", vocab_size, 1), ("block_size", block_size, 1),
+                                  ("n_layer", n_layer, 0), ("n_embd", n_embd, 1)):
+            if isinstance(size, bool) or not isinstance(size, int | np.integer) or size < least:
+                # n_layer=-1 made a model of no blocks, in silence
+                raise ValueError(f"GPT: {name} must be an int >= {least}, got {size!r}")
         super().__init__()
         self.vocab_size, self.block_size = vocab_size, block_size
         self.dropout = dropout
@@ -286,7 +291,7 @@ class GPT(Model):
         self.blocks = L.LayerList(L.TransformerBlock(n_embd, n_head, dropout, dtype=dtype)
                                   for _ in range(n_layer))
         self.ln_f = L.LayerNorm(n_embd, dtype=dtype)
-        residual_std = 0.02 / np.sqrt(2 * n_layer)
+        residual_std = 0.02 / np.sqrt(2 * max(n_layer, 1))  # no projection when 0
         for name, param in self._named():
             if isinstance(param, Parameter) and param.ndim == 2:
                 std = residual_std if name.endswith("proj/W") else 0.02

@@ -1,6 +1,8 @@
 """The transformer layers and models.GPT: structure, GPT-2's initialisation, errors,
 generation, the same model in PyTorch (values, gradients, training), and the traced
 training step against eager."""
+import warnings
+
 import numpy as np
 import pytest
 from backend_helpers import assert_replay_equal
@@ -65,6 +67,24 @@ def test_initialisation_follows_gpt2():
 def test_heads_that_do_not_divide_n_embd_are_refused():
     with pytest.raises(ValueError, match=r"n_head=3 does not divide n_embd=8"):
         L.MultiHeadAttention(8, 3)
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(n_head=0), r"MultiHeadAttention: n_head must be a positive int, got 0"),  # / 0
+    (dict(n_head=-2), r"n_head must be a positive int, got -2"),  # divided 8, then reshape
+    (dict(n_layer=-1), r"GPT: n_layer must be an int >= 0, got -1"),  # no blocks, silently
+    (dict(n_embd=0), r"GPT: n_embd must be an int >= 1, got 0"),
+    (dict(vocab_size=11.0), r"GPT: vocab_size must be an int >= 1, got 11.0"),
+])
+def test_a_configuration_of_no_sense_is_refused_naming_it(changes, message):
+    with pytest.raises(ValueError, match=message):
+        _model(**changes)
+
+
+def test_a_model_of_no_blocks_builds_without_a_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the residual scale divided by sqrt(0)
+        assert _model(n_layer=0)(np.zeros((1, 2), np.int64)).shape == (1, 2, 11)
 
 
 @pytest.mark.parametrize("ids, message", [
