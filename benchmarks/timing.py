@@ -1,10 +1,12 @@
-"""Timing shared by the benchmarks: the best time per call of functions that take
-turns, so that load from other processes hits them alike.
+"""Timing shared by the benchmarks: the best (or the median) time per call of
+functions that take turns, so that load from other processes hits them alike.
 
-    from timing import interleaved_best
+    from timing import interleaved_best, interleaved_median
     eager_s, replay_s = interleaved_best([eager, replay], seconds=2.0, rounds=10)
+    eager_s, replay_s = interleaved_median([eager, replay], seconds=2.0, rounds=10)
 """
 import os
+import statistics
 import time
 
 
@@ -12,6 +14,18 @@ def interleaved_best(fns, seconds, rounds, clock=time.perf_counter):
     """Best time per call (seconds, by `clock`) of each function: each is first
     called enough times to fill its share of `seconds`, then all take turns for
     `rounds` rounds of that many calls, each round beginning one function later."""
+    return [min(times) for times in interleaved_rounds(fns, seconds, rounds, clock)]
+
+
+def interleaved_median(fns, seconds, rounds, clock=time.perf_counter):
+    """Median over the rounds of the time per call of each function (taking turns as
+    interleaved_best): on a loaded machine, the typical call rather than the luckiest."""
+    return [statistics.median(times) for times in interleaved_rounds(fns, seconds, rounds,
+                                                                      clock)]
+
+
+def interleaved_rounds(fns, seconds, rounds, clock=time.perf_counter):
+    """For each function, its time per call (seconds, by `clock`) in each round."""
     counts = []
     for fn in fns:
         fn()
@@ -20,7 +34,7 @@ def interleaved_best(fns, seconds, rounds, clock=time.perf_counter):
             fn()
             n += 1
         counts.append(max(n, 1))
-    best = [float("inf")] * len(fns)
+    times = [[] for _ in fns]
     for r in range(rounds):
         # Each round starts one function later, so that none always runs right after
         # the same one (what one leaves behind, threads still busy or a cache filled
@@ -30,8 +44,8 @@ def interleaved_best(fns, seconds, rounds, clock=time.perf_counter):
             start = clock()
             for _ in range(n):
                 fn()
-            best[i] = min(best[i], (clock() - start) / n)
-    return best
+            times[i].append((clock() - start) / n)
+    return times
 
 
 class one_core:
