@@ -62,8 +62,8 @@ from dezero.static import backends  # noqa: E402
 CONFIG = dict(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128)
 BATCH = 16
 # AdamW as nanoGPT's small character model. eps is added to sqrt(v) before the bias
-# correction in dezero, after it in PyTorch and here in JAX: at t = 1 dezero's eps acts
-# as 10 times as large, 1e-7 against gradients' sqrt(v) of 1e-4 and more: no difference.
+# correction in dezero, after it in PyTorch and here in JAX: dezero's acts as up to 10
+# times as large (1e-7 at t = 1), which --train 500 does not see (README).
 LR, BETA1, BETA2, EPS, WEIGHT_DECAY = 1e-3, 0.9, 0.99, 1e-8, 0.1
 
 
