@@ -146,8 +146,9 @@ class Pow(Function):
     @staticmethod
     def cpp(c):
         # Decided when the kernel is written, c being a constant: numpy computes
-        # x ** 0.5 as sqrt(x), which differs from pow at -0.0 and -inf.
-        return "sqrt({x})" if c == 0.5 else "pow({x}, {c})"
+        # x ** 0.5 as sqrt(x) (pow differs at -0.0 and -inf) and x ** 2 as x * x; a cube
+        # is products too, as pow's vector math takes a slow path at each negative x.
+        return {0.5: "sqrt({x})", 2: "{x} * {x}", 3: "{x} * {x} * {x}"}.get(c, "pow({x}, {c})")
 
     py = "{x} ** {c}"
     neutral_attrs = {"c": 1}  # x ** 1 == x
