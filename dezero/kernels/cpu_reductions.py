@@ -35,12 +35,13 @@ def once(spec, j: int) -> bool:
 
 def columns(spec) -> bool:
     """Whether a kernel runs by columns: one pass with nothing before it, and kept
-    axes inside reduced ones (a bias's gradient, summed over the batch). Its loop over
+    axes inside reduced ones (a bias's gradient, summed over the batch; the sum of its
+    squares over all rows, a gradient norm's, as totals after them). Its loop over
     the reduced positions is then the outer one, over blocks of kept positions that
     the inner loop runs through at unit stride, as numpy does; full outputs are laid
     out reduced axes first."""
     return not spec.pairwise and len(spec.passes) == 1 and not spec.setup and \
-        not spec.totals and "label" not in spec.levels
+        "label" not in spec.levels
 
 
 def _broadcasts(shape, target) -> bool:
@@ -100,13 +101,13 @@ def reduction_source(spec) -> str:
         lines.append(f"  {const}{t}* const _p{j} = ({const}{t}*)((Array*)_a{j})->data;")
     lines += [f"  const {p.ctype} {p.name} = _p{j}[0];" for j, p in enumerate(ins)
               if once(spec, j)]
+    lines += [f"  std::vector<{ctype}> _tot{m}(_K);" for m in range(len(spec.totals))]
     if columns(spec):
-        return "\n".join(lines + _column_loops(spec, ctype))
+        return "\n".join(lines + _column_loops(spec, ctype) + _finish(spec, ctype))
     buffers = max([sum(kind == "sum" for kind, _, _ in folds) for _, folds, _ in spec.passes]
                   + [0]) if spec.pairwise else 0
     labels = [p.name for p, level in zip(ins, spec.levels) if level == "label"]
     lines += ["  int _bad = 0;  // a label out of range"] if labels else []
-    lines += [f"  std::vector<{ctype}> _tot{m}(_K);" for m in range(len(spec.totals))]
     lines += ["  _Pragma(\"omp parallel num_threads(_threads) if (_threads > 1 && _K > 1 && "
               "threads_ok)\")",
               "  {", *(f"  std::vector<{ctype}> _buf{m}(_R);" for m in range(buffers)),
@@ -146,16 +147,21 @@ def reduction_source(spec) -> str:
     lines += [f"    _tot{m}[_k] = {v};" for m, (_, v) in enumerate(spec.totals)]
     lines += [f"    _p{n_in + j}[_k] = {p.name};" for j, p in enumerate(outs)
               if spec.levels[n_in + j] == "row"]
-    lines += ["  }", "  }"]
-    for m, (a, _) in enumerate(spec.totals):  # numpy adds its pairwise sum to 0
+    return "\n".join(lines + ["  }", "  }"] + _finish(spec, ctype, "_bad" if labels else "0"))
+
+
+def _finish(spec, ctype, result="0") -> list:
+    """After the rows: the sums of their totals (numpy adds its pairwise sum to 0),
+    the statements on them, the total outputs."""
+    n_in, lines = len(spec.inputs), []
+    for m, (a, _) in enumerate(spec.totals):
         lines += [f"  {ctype} {a} = 0;", f"  {a} += pairwise_sum(_tot{m}.data(), _K);"]
-    lines += [f"  {ctype} {p.name};" for j, p in enumerate(outs)
+    lines += [f"  {ctype} {p.name};" for j, p in enumerate(spec.outputs)
               if spec.levels[n_in + j] == "total"]
     lines += [f"  {line}" for line in spec.finish]
-    lines += [f"  _p{n_in + j}[0] = {p.name};" for j, p in enumerate(outs)
+    lines += [f"  _p{n_in + j}[0] = {p.name};" for j, p in enumerate(spec.outputs)
               if spec.levels[n_in + j] == "total"]
-    lines += [f"  return {'_bad' if labels else 0};", "}", ""]
-    return "\n".join(lines)
+    return lines + [f"  return {result};", "}", ""]
 
 
 def _column_loops(spec, ctype) -> list:
@@ -185,9 +191,10 @@ def _column_loops(spec, ctype) -> list:
               if spec.levels[n_in + j] == "row"]
     lines += [f"      const {ctype} {a} = _col{a}[_k - _kb];" for _, a, _ in folds]
     lines += [f"      {line}" for line in after]
+    lines += [f"      _tot{m}[_k] = {v};" for m, (_, v) in enumerate(spec.totals)]
     lines += [f"      _p{n_in + j}[_k] = {p.name};" for j, p in enumerate(outs)
               if spec.levels[n_in + j] == "row"]
-    return lines + ["    }", "  }", "  return 0;", "}", ""]
+    return lines + ["    }", "  }"]
 
 
 def reduction_call(spec, fn, threads: int, numpy=None):
