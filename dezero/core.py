@@ -418,9 +418,10 @@ def as_operand(x, like):
     if isinstance(x, _OPERAND_TYPES):
         return x
     ref = like._data if isinstance(like, Variable) else like
-    # Fast path for the usual case, a Python float or int meeting a float array.
-    if type(ref) is np.ndarray and (type(x) is float or type(x) is int) \
-            and ref.dtype.kind == "f":
+    # A Python float or int meeting a float array, or a traced one (numpy arithmetic
+    # on an argument inside a traced function): the dtype eager numpy gives it.
+    if (type(ref) is np.ndarray or isinstance(ref, TracedArray)) and \
+            (type(x) is float or type(x) is int) and ref.dtype.kind == "f":
         return _scalar_array(x, ref.dtype if _NEP50 else _numpy_dtype(ref, x))
     if isinstance(x, (bool, int, float, complex)) and isinstance(ref, cuda.array_types):
         x = x.item() if isinstance(x, np.generic) else x  # a numpy float64 is weak too

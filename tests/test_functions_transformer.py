@@ -140,6 +140,19 @@ def test_where_keeps_the_dtype_of_a_float32_branch_against_a_python_number():
     assert y.dtype == np.float32 and y.data[1] == -np.inf
 
 
+def test_where_of_numpy_arithmetic_on_a_traced_argument_keeps_its_float32():
+    # inside a trace the argument is a traced array: a Python number beside it took
+    # float64 (np.array(-1.0)) where eager numpy keeps float32
+    def f(c, x):
+        return F.where(c, x * 2.0, -1.0)
+    c, x = np.array([True, False]), np.ones(2, np.float32)
+    traced = dezero.trace(f)
+    for _ in range(2):
+        y = traced(c, x)
+        assert y.dtype == f(c, x).dtype == np.float32
+        np.testing.assert_array_equal(y.data, [2.0, -1.0])
+
+
 def test_where_of_a_traced_boolean_argument_replays_each_call_condition():
     traced = dezero.trace(lambda c, x: F.where(c, x, 0.0))
     rng = np.random.default_rng(0)

@@ -44,7 +44,7 @@ BUDGETS = {
     "dezero/kernels/gpu.py": 93,
     "dezero/kernels/gpu_reductions.py": 203,
     "dezero/kernels/cpu.py": 386,
-    "dezero/kernels/cpu_reductions.py": 187,
+    "dezero/kernels/cpu_reductions.py": 189,
     "dezero/kernels/pending.py": 68,
     "dezero/kernels/measure.py": 95,
     "dezero/kernels/cache.py": 45,
@@ -57,7 +57,7 @@ BUDGETS = {
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
     "dezero/static/": 3956,
-    "dezero/kernels/": 1360,
+    "dezero/kernels/": 1362,
 }
 
 
