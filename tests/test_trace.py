@@ -336,6 +336,16 @@ def test_passes_remove_merge_and_fold_and_keep_the_ir_valid():
     np.testing.assert_allclose(after_fold(x).data, traced(x).data)
 
 
+def test_equal_constants_of_thousands_of_elements_merge():
+    # each attention layer makes its causal mask (4096 booleans): one constant
+    def f(x):
+        for _ in range(3):
+            x = F.where(np.tri(64, dtype=bool), x, 0.0) * 2.0
+        return x
+    consts = [n.outputs[0] for n in dezero.trace(f).lower(np.ones((64, 64))).of_kind("const")]
+    assert [v.type for v in consts if v.dtype == bool] == ["bool[64,64]"]
+
+
 def test_interpreter_is_the_reference_for_the_replay_code():
     rng = np.random.default_rng(2)
     W, b = Variable(f32(rng, 4, 3)), Variable(f32(rng, 3))

@@ -78,16 +78,17 @@ def dce(graph: Graph) -> Graph:
 
 
 def cse(graph: Graph) -> Graph:
-    """Common-subexpression elimination: one node per (op, attrs, inputs); equal small
-    constants merge too. Random and collective ops are never merged (each draw and
-    each exchange is its own)."""
+    """Common-subexpression elimination: one node per (op, attrs, inputs); equal
+    constants of up to FOLD_LIMIT elements merge too (an attention's causal mask, made
+    by each layer). Random and collective ops are never merged (each draw and each
+    exchange is its own)."""
     seen: dict = {}
     mapping: dict[int, Value] = {}
     nodes = []
     for node in graph.nodes:
         node = _remap(node, mapping)
         key = None
-        if node.kind == "const" and node.payload.size <= 64:
+        if node.kind == "const" and node.payload.size <= FOLD_LIMIT:
             array = cuda.as_numpy(node.payload)
             key = ("const", array.dtype.str, array.shape, array.tobytes())
         elif node.kind == "op" and not _is_pinned(node):
