@@ -491,11 +491,13 @@ class Function:
                 of that type (0.5f in a float32 kernel), so it must mean what
                 forward means on floats, NaN, inf and -0.0 included. A node is
                 fused only where its inputs and its result share one dtype,
-                float32 or float64, and its attrs are finite numbers; a node that
-                promotes dtypes, reads integers or has other attrs runs forward.
+                float32 or float64 (boolean inputs aside, which the kernel reads
+                as bool: where's condition), and its attrs are finite numbers; a
+                node that promotes dtypes, reads integers or has other attrs runs
+                forward.
                 Not inherited past an overridden forward. Or a function of the
                 attrs -> the expression, decided when the kernel is written
-                (Pow: sqrt for c = 0.5, else pow)
+                (Pow: sqrt for c = 0.5, products for 2 and 3, else pow)
       cpp_type  the C++ type cpp yields where it is not the inputs' type ("bool"
                 for a comparison); the kernel casts it to the result's type
       reduce    "sum", "max", "min" or "pick" (the entry at a label): the op

@@ -726,6 +726,7 @@ def split(x, sections_or_indices, axis=0):
 
 class Where(Function):
     """y = x where condition is True, else y (numpy's where); condition gets no gradient."""
+    cpp = "{condition} ? {x} : {y}"  # a kernel reads a boolean input as bool
     py = "_xp.where({condition}, {x}, {y})"
 
     def forward(self, condition, x, y):

@@ -80,6 +80,44 @@ def test_softmax_and_log_softmax_run_as_reduction_kernels():
         np.testing.assert_allclose(p[5], 3.0 / 10, rtol=8 * np.finfo(p.dtype).eps)
 
 
+def masked_fill(x, mask):
+    """A masked fill between elementwise ops: numpy's where of a boolean mask."""
+    return F.exp(F.where(mask, x * 2.0, -1.0)) + 1.0
+
+
+def masked_softmax(scores, mask):
+    """An attention's: the masked scores get the lowest number, the masked weights 0."""
+    weights = F.softmax(F.where(mask, scores * 0.5, float(np.finfo(scores.dtype).min)))
+    return F.where(mask, weights, 0.0)
+
+
+@needs_compiler
+def test_a_masked_fill_joins_the_kernels_around_it_reading_its_mask_as_bool():
+    # the boolean condition is a kernel input of its own type (one byte an element);
+    # a mask that broadcasts, a transposed one and one of the full shape
+    rng = np.random.default_rng(4)
+    x, scores = rng.standard_normal((6, 9)).astype(np.float32), \
+        rng.standard_normal((2, 3, 5, 5)).astype(np.float32)
+    causal = np.tri(5, dtype=bool)
+    for f, arrays, ops in ((masked_fill, (x, rng.random((6, 9)) > 0.5),
+                            ["mul", "where", "exp", "add"]),
+                           (masked_softmax, (scores, causal),
+                            ["mul", "where", "max", "sub", "exp", "sum", "div", "where"])):
+        traced = dezero.trace(f)
+        traced(*arrays)
+        group, = traced.graph.groups
+        assert [n.op for n in group.nodes] == ops and group.compiled
+        mask = kernel_spec(group).inputs[[v.dtype for v in group.inputs].index(bool)]
+        assert (mask.ctype, mask.dtype) == ("bool", "bool")
+        plan = traced.graph.compile("cpu").wait()
+        values = arrays[0]
+        for condition in (arrays[1], np.ascontiguousarray(arrays[1].T).T,
+                          np.ones_like(arrays[1])):
+            close(plan(values, condition).data, f(values, condition).data, np.float32)
+    weights = plan(scores, causal).data
+    assert (weights[..., ~causal] == 0).all()  # masked: exactly 0, as eager code gives
+
+
 def test_where_a_step_cannot_join_a_kernel_the_op_stays_whole_but_not_on_the_gpu(
         monkeypatch):
     def as_if_on_the_gpu(graph, **kwargs):

@@ -57,7 +57,7 @@ BUDGETS = {
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
     "dezero/static/": 3956,
-    "dezero/kernels/": 1362,
+    "dezero/kernels/": 1363,
 }
 
 

@@ -122,8 +122,8 @@ def kernel_source(spec) -> str:
     if spec.segments:
         return _horizontal_source(spec)
     ins, outs, nd = spec.inputs, spec.outputs, len(spec.shape)
-    ctype, dtype = (ins or outs)[0].ctype, np.dtype((ins or outs)[0].dtype)
-    if any(p.ctype != ctype for p in ins):
+    ctype, dtype = outs[0].ctype, np.dtype(outs[0].dtype)
+    if any(p.ctype not in (ctype, "bool") for p in ins):  # a mask is read as bool
         raise ValueError(f"kernel {spec.name}: inputs of several dtypes "
                          f"({', '.join(sorted({p.dtype for p in ins}))}); a kernel reads one")
     # An input of one element is read once (unless the kernel has one element too);
@@ -146,8 +146,9 @@ def kernel_source(spec) -> str:
         f"extern \"C\" int {spec.name}({params}, int _threads) {{",
         f"  Object* _arg[] = {{{', '.join(f'_a{k}' for k in range(len(ins) + len(outs)))}}};",
         f"  static const npy_intp _shape[] = {{{', '.join(map(str, spec.shape)) or '1'}}};",
-        f"  static constexpr bool _one[] = {{{', '.join(str(int(o)) for o in one) or '0'}}};"
-        f"  // read once",
+        f"  static constexpr bool _one[] = {{{', '.join(str(int(o)) for o in one) or '0'}}}, "
+        f"_bool[] = {{{', '.join(str(int(p.ctype == 'bool')) for p in ins) or '0'}}};"
+        f"  // read once; a mask",
         f"  DEZERO_FOR_EACH_ELEMENT({ctype}, {dtype.num}, {nd}, {len(ins)}, "
         f"{len(outs)}, {str(fast).lower()},",
         f"    const {ctype} {', '.join(loads)};",

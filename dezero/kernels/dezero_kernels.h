@@ -212,7 +212,8 @@ extern "C" void dezero_layout(dezero_kernels::Object* o, intptr_t* out) {
 // every element of a kernel's `_shape` (nd dims), on the kernel's `_threads` OpenMP
 // threads (measured per kernel, kernels/measure.py), on the arrays _arg[0 .. n_in + n_out)
 // (inputs of C++ type T, numpy type number type_num, then outputs of the full shape);
-// _one[k] says that input k has one element. The function returns k + 1
+// _one[k] says that input k has one element, _bool[k] that it is a numpy bool array (a
+// mask), read as T's 0 or 1. The function returns k + 1
 // when input k must be converted first (its dtype, byte order or alignment), else 0.
 // Three loops, the body written into each by the preprocessor:
 //   fast     every input C-contiguous of the full shape or of one element (when the
@@ -229,7 +230,8 @@ extern "C" void dezero_layout(dezero_kernels::Object* o, intptr_t* out) {
   npy_intp _st[N_IN + 1][_last + 1] = {};                                           \
   bool _fast = FAST, _unit = true;                                                  \
   for (int _k = 0; _k < N_IN; ++_k) {                                               \
-    const int _kind = arg_layout(_arg[_k], TYPE_NUM, sizeof(T), _nd, _shape, _st[_k]); \
+    const int _kind = arg_layout(_arg[_k], _bool[_k] ? 0 : TYPE_NUM,                 \
+                                 _bool[_k] ? 1 : sizeof(T), _nd, _shape, _st[_k]);      \
     if (_kind < 0) return _k + 1;                                                   \
     _fast = _fast && _kind == (_one[_k] ? 2 : 1);                                   \
     _unit = _unit && (_one[_k] ? _kind == 2 : _st[_k][_last] == 1);                 \
@@ -237,7 +239,8 @@ extern "C" void dezero_layout(dezero_kernels::Object* o, intptr_t* out) {
   if (_n == 0) return 0;                                                            \
   for (int _k = 0; _k < N_IN + N_OUT; ++_k) _ptr[_k] = ((Array*)_arg[_k])->data;   \
   T _val[N_IN + 1];                                                                 \
-  for (int _k = 0; _k < N_IN; ++_k) _val[_k] = *(const T*)_ptr[_k];                 \
+  for (int _k = 0; _k < N_IN; ++_k) _val[_k] = _bool[_k] ? (T)*(const bool*)_ptr[_k] \
+                                                         : *(const T*)_ptr[_k];      \
   /* One thread: no OpenMP region at all. Entering one costs about a microsecond */ \
   /* even when its if clause keeps it to one thread (once per segment of a       */ \
   /* horizontal kernel), more than a small kernel's work.                        */ \
@@ -245,7 +248,8 @@ extern "C" void dezero_layout(dezero_kernels::Object* o, intptr_t* out) {
   if (_fast) {                                                                      \
     const npy_intp _base = 0;                                                       \
     auto _load = [&](int k, npy_intp i) -> T {                                      \
-      return _one[k] ? _val[k] : ((const T*)_ptr[k])[i]; };                         \
+      return _one[k] ? _val[k] : _bool[k] ? (T)((const bool*)_ptr[k])[i]            \
+                                          : ((const T*)_ptr[k])[i]; };               \
     auto _range = [&](npy_intp _lo, npy_intp _hi) {                                 \
       _Pragma("omp simd")                                                           \
       for (npy_intp _i = _lo; _i < _hi; ++_i) { __VA_ARGS__ }                       \
@@ -270,13 +274,15 @@ extern "C" void dezero_layout(dezero_kernels::Object* o, intptr_t* out) {
     const npy_intp _base = _row * _inner;                                           \
     if (_unit) {                                                                    \
       auto _load = [&](int k, npy_intp i) -> T {                                    \
-        return _one[k] ? _val[k] : ((const T*)_ptr[k] + _off[k])[i]; };             \
+        return _one[k] ? _val[k] : _bool[k] ? (T)((const bool*)_ptr[k] + _off[k])[i] \
+                                            : ((const T*)_ptr[k] + _off[k])[i]; };    \
       _Pragma("omp simd")                                                           \
       for (npy_intp _i = 0; _i < _inner; ++_i) { __VA_ARGS__ }                      \
       return;                                                                       \
     }                                                                               \
     auto _load = [&](int k, npy_intp i) -> T {                                      \
-      return ((const T*)_ptr[k] + _off[k])[i * _st[k][_last]]; };                   \
+      return _bool[k] ? (T)((const bool*)_ptr[k] + _off[k])[i * _st[k][_last]]      \
+                      : ((const T*)_ptr[k] + _off[k])[i * _st[k][_last]]; };         \
     _Pragma("omp simd")                                                             \
     for (npy_intp _i = 0; _i < _inner; ++_i) { __VA_ARGS__ }                        \
   };                                                                                \

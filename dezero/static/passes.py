@@ -310,9 +310,9 @@ KERNEL_DTYPES = ("float32", "float64")
 
 def fusion_refusal(node: Node, device: str = "cpu") -> str | None:
     """Why an op node cannot be part of a kernel, or None when it can: the rule
-    stated with Function.cpp (one float dtype in and out, attrs finite numbers), and
-    reductions (Function.reduce); on the GPU their kernel must also fit the GPU's
-    kernels (gpu_misfit, checked by fuse on the groups it makes)."""
+    stated with Function.cpp (one float dtype in and out, boolean inputs aside, attrs
+    finite numbers), and reductions (Function.reduce); on the GPU their kernel must
+    also fit the GPU's kernels (gpu_misfit, checked by fuse on the groups it makes)."""
     record = node.record
     if record.random:
         return "a random op (each replay draws afresh)"
@@ -339,8 +339,8 @@ def fusion_refusal(node: Node, device: str = "cpu") -> str | None:
     if len(node.outputs) != 1:
         return f"{len(node.outputs)} results"
     dtype = node.outputs[0].dtype
-    if dtype.name not in KERNEL_DTYPES or any(v.dtype != dtype for v in node.inputs
-                                              if v is not labels):
+    if dtype.name not in KERNEL_DTYPES or any(v.dtype not in (dtype, bool) for v in
+                                              node.inputs if v is not labels):
         return (f"dtypes {', '.join(v.dtype.name for v in node.inputs)} -> {dtype.name} "
                 f"(a kernel computes in one of {', '.join(KERNEL_DTYPES)})")
     for key, value in sorted(node.attrs.items()) if not record.reduce else ():
