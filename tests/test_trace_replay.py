@@ -82,6 +82,37 @@ def test_replay_stores_each_new_state_array_as_soon_as_it_is_computed():
 # =============================================================================
 
 
+class Doubled(Function):
+    """y = 2 x, its forward returning a tuple of one array (the book's `return y,`)."""
+
+    def forward(self, x):
+        return (x * 2.0,)
+
+    def backward(self, gy):
+        return gy * 2.0
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "python", "cpu"])
+def test_a_forward_returning_a_tuple_of_one_array_replays_that_array(backend):
+    # eager code takes the tuple's array for the one output; the replay code bound the
+    # tuple itself, and the next op met a (1, 2, 3) array
+    def f(x):
+        y = Doubled()(x)
+        y = F.exp(Doubled()(y * 0.5)) * y
+        y.backward()
+        return y, x.grad
+
+    rng = np.random.default_rng(0)
+    x = Variable(rng.standard_normal((2, 3)).astype(np.float32))
+    graph = dezero.trace(f).lower(x)
+    plan = graph.compile(backend).wait()
+    for _ in range(2):
+        x = Variable(rng.standard_normal((2, 3)).astype(np.float32))
+        for got, want in zip(plan(x), f(Variable(x.data)), strict=True):
+            assert got.shape == want.shape == (2, 3)
+            np.testing.assert_allclose(got.data, want.data, rtol=1e-6 * (backend == "cpu"))
+
+
 def test_backends_are_chosen_by_name_and_give_the_same_result():
     W = Variable(np.arange(6, dtype=np.float32).reshape(3, 2))
     graph = dezero.trace(lambda x: F.tanh(F.matmul(x, W))).lower(np.ones((4, 3), np.float32))

@@ -40,7 +40,7 @@ BUDGETS = {
     "dezero/static/lowering.py": 235,
     "dezero/static/backends/__init__.py": 28,
     "dezero/static/backends/interpreter.py": 67,
-    "dezero/static/backends/pycode.py": 204,
+    "dezero/static/backends/pycode.py": 208,
     "dezero/kernels/gpu.py": 93,
     "dezero/kernels/gpu_reductions.py": 203,
     "dezero/kernels/cpu.py": 386,
@@ -56,7 +56,7 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 3956,
+    "dezero/static/": 3960,
     "dezero/kernels/": 1363,
 }
 

@@ -65,6 +65,13 @@ def inline_call(node) -> str | None:
     return text.format(**fields)
 
 
+def _one_result(forward, *xs):
+    """forward(*xs) of an op node of one result, as Function.__call__ reads it: a
+    tuple of one array (a book-style `return y,`) is that array, not the result."""
+    y = forward(*xs)
+    return y[0] if type(y) is tuple else y
+
+
 def _identity_rows(xp):
     """eye(n, dtype) made once per graph and shape: one_hot picks rows of it."""
     @functools.cache
@@ -191,7 +198,8 @@ class _Code:
             while f"_{base}{k}" in self.env:  # a kernel's name (_k0)
                 k = self.counts[base] = k + 1
             callee = f"_{base}{k}"
-            self.env[callee] = node.record.function(node.attrs).forward
+            forward = node.record.function(node.attrs).forward
+            self.env[callee] = forward if len(outs) > 1 else functools.partial(_one_result, forward)
             call = f"{callee}({', '.join(v.name for v in node.inputs)})"
         if len(outs) == 1 and node.outputs[0].shape == ():
             call = f"_arr({call})"  # numpy returns a scalar for a 0-d result
