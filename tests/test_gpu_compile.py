@@ -32,8 +32,9 @@ import dezero.functions as F
 from dezero import Variable, optimizers
 from dezero.kernels import gpu, gpu_reductions
 from dezero.kernels.codegen import KernelSpec, Param, kernel_spec
-from dezero.models import MLP
+from dezero.models import GPT, MLP
 from dezero.static import ir, passes
+from dezero.utils import clip_grad_norm
 
 # The chains of the benchmarks (and of tests/gpu): x a matrix, a a row, b a scalar.
 CHAINS = {
@@ -263,6 +264,24 @@ def _mlp_step(optimizer, activation, dtype):
                                                                      t[:30])
 
 
+def _gpt_step():
+    """A small GPT's training step with clip_grad_norm and AdamW: layer norm rows, the
+    attention's masked softmax (a bool param), GELU, the loss, one horizontal update."""
+    np.random.seed(0)
+    model = GPT(11, 8, 2, 2, 8)
+    optimizer = optimizers.AdamW().setup(model)
+
+    def step(x, t):
+        loss = F.softmax_cross_entropy(model(x), t)
+        model.cleargrads()
+        loss.backward()
+        clip_grad_norm(model, 1.0)
+        optimizer.update()
+        return loss
+    x = np.random.default_rng(0).integers(0, 11, (3, 8))
+    return dezero.trace(step).lower(x, x)
+
+
 def _forward_backward(fn, *arrays):
     def run(*xs):
         y = fn(*xs)
@@ -289,6 +308,7 @@ def _test_graphs():
         graphs[f"sigmoid MLP SGD {dtype.__name__}"] = _mlp_step(optimizers.SGD, F.sigmoid,
                                                                 dtype)
         graphs[f"ReLU MLP Adam {dtype.__name__}"] = _mlp_step(optimizers.Adam, F.relu, dtype)
+    graphs["GPT AdamW clip_grad_norm"] = _gpt_step()
     with warnings.catch_warnings():  # some rows' gradients are constants
         warnings.simplefilter("ignore")
         for row in ROWS:
@@ -328,6 +348,9 @@ def test_the_test_graphs_have_kernels(graphs):
     update, = [g for g in graphs["ReLU MLP Adam float32"].groups if g.segments]
     in_params, _, body = gpu.elementwise_params(kernel_spec(update))
     assert in_params.startswith("raw float32 _r_") and body.count("if (i < ") == 4
+    # the GPT's masked softmax reads its mask as a bool param
+    gpt = _fused_for_the_gpu(graphs["GPT AdamW clip_grad_norm"])
+    assert any(p.dtype == "bool" for g in gpt.groups for p in kernel_spec(g).inputs)
 
 
 def test_every_kernel_of_the_test_graphs_compiles_to_ptx(graphs):

@@ -1,0 +1,59 @@
+"""A GPT's training step on the GPU: forward, backward, clip_grad_norm and AdamW traced on
+cupy arrays as one graph, replayed by the cupy backend's kernels (row kernels for layer
+norm, the masked softmax and the loss, elementwise kernels for GELU, one horizontal
+launch for AdamW), equal to the same step run eagerly on cupy.
+
+    python -m pytest -q tests/gpu/test_gpt.py
+"""
+import numpy as np
+import pytest
+
+import dezero
+import dezero.functions as F
+from dezero import models, optimizers
+from dezero.cuda import as_numpy
+from dezero.utils import clip_grad_norm
+
+cp = pytest.importorskip("cupy")
+if not dezero.cuda.gpu_enable:
+    pytest.skip(dezero.cuda.no_gpu_reason, allow_module_level=True)
+
+VOCAB, BLOCK, LAYERS, HEADS, EMBD, BATCH = 11, 8, 2, 2, 8, 3
+
+
+def gpt_step(traced):
+    np.random.seed(0)
+    model = models.GPT(VOCAB, BLOCK, LAYERS, HEADS, EMBD)
+    model.to_gpu()
+    optimizer = optimizers.AdamW(alpha=1e-2).setup(model)
+
+    def step(x, t):
+        loss = F.softmax_cross_entropy(model(x), t)
+        model.cleargrads()
+        loss.backward()
+        clip_grad_norm(model, 1.0)
+        optimizer.update()
+        return loss
+    return model, dezero.trace(step) if traced else step
+
+
+def test_the_traced_gpt_step_on_the_gpu_equals_eager_on_the_gpu():
+    (eager_model, eager), (model, traced) = gpt_step(False), gpt_step(True)
+    rng = np.random.default_rng(1)
+    for _ in range(4):
+        x, t = (cp.asarray(rng.integers(0, VOCAB, (BATCH, BLOCK))) for _ in range(2))
+        np.testing.assert_allclose(as_numpy(traced(x, t).data), as_numpy(eager(x, t).data),
+                                   rtol=1e-5)
+        for mine, theirs in zip(model.params(), eager_model.params(), strict=True):
+            assert isinstance(mine.data, cp.ndarray)
+            np.testing.assert_allclose(as_numpy(mine.data), as_numpy(theirs.data),
+                                       rtol=1e-4, atol=1e-6)
+    graph = traced.graph
+    assert traced.entries == 1 and graph.device == "gpu"
+    assert all(g.compiled for g in graph.groups)
+    ops = [[n.op for n in g.nodes] for g in graph.groups]
+    assert ops.count(["mul", "where", "max", "sub", "exp", "sum", "div", "where"]) == LAYERS
+    update, = [g for g in graph.groups if g.segments]
+    assert len(update.segments) == len(list(model.params()))
+    mask, = [n.payload for n in graph.of_kind("const") if n.outputs[0].dtype == bool]
+    assert isinstance(mask, cp.ndarray)
