@@ -233,7 +233,7 @@ def _numbered(source: str, name: str) -> str:
         # _acc_<value> and _col_acc_<value>: accumulators named after their values
         return word if word in _CPP_WORDS or word.startswith("_") and "_acc_" not in \
             word else names.setdefault(word, f"v{len(names)}")
-    text = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("//"))
+    text = "\n".join(line.split("//")[0] for line in source.splitlines())  # comments too
     return re.sub(r"\b[A-Za-z_]\w*\b(?!\s*\()", number, text.replace(f" {name}(", " _k("))
 
 
