@@ -7,12 +7,10 @@ update of every parameter in one horizontal kernel."""
 import numpy as np
 import pytest
 from backend_helpers import assert_replay_equal
+from train_helpers import training_step
 
-import dezero
-import dezero.functions as F
 from dezero import models, optimizers
 from dezero.kernels import cpu
-from dezero.utils import clip_grad_norm
 
 VOCAB, BLOCK, LAYERS, HEADS, EMBD, BATCH = 11, 8, 2, 2, 8, 3
 
@@ -23,15 +21,7 @@ def gpt_step(traced):
     np.random.seed(0)
     model = models.GPT(VOCAB, BLOCK, LAYERS, HEADS, EMBD)
     optimizer = optimizers.AdamW(alpha=1e-2).setup(model)
-
-    def step(x, t):
-        loss = F.softmax_cross_entropy(model(x), t)
-        model.cleargrads()
-        loss.backward()
-        clip_grad_norm(model, 1.0)
-        optimizer.update()
-        return loss
-    return model, dezero.trace(step) if traced else step
+    return model, training_step(model, optimizer, traced, max_norm=1.0)
 
 
 def batches(n):

@@ -6,6 +6,7 @@ import numpy as np
 import dezero
 import dezero.functions as F
 from dezero import Variable
+from dezero.utils import clip_grad_norm
 
 
 def twin_models(make, x):
@@ -39,12 +40,15 @@ def trained_on_both_devices(make, optimizer, x, t, loss_rtol):
     return gpu_step
 
 
-def training_step(model, optimizer, traced=False):
-    """step(x, t) -> loss of model on (x, t), after one update by optimizer."""
+def training_step(model, optimizer, traced=False, max_norm=None):
+    """step(x, t) -> loss of model on (x, t), after one update by optimizer (of the
+    gradients clipped to a global norm of max_norm, where given)."""
     def step(x, t):
         loss = F.softmax_cross_entropy(model(x), t)
         model.cleargrads()
         loss.backward()
+        if max_norm is not None:
+            clip_grad_norm(model, max_norm)
         optimizer.update()
         return loss
     return dezero.trace(step) if traced else step

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 import dezero
-import dezero.functions as F
 from dezero import models, optimizers
 from dezero.cuda import as_numpy
-from dezero.utils import clip_grad_norm
 
 cp = pytest.importorskip("cupy")
+from train_helpers import training_step  # noqa: E402
+
 if not dezero.cuda.gpu_enable:
     pytest.skip(dezero.cuda.no_gpu_reason, allow_module_level=True)
 
@@ -26,15 +26,7 @@ def gpt_step(traced):
     model = models.GPT(VOCAB, BLOCK, LAYERS, HEADS, EMBD)
     model.to_gpu()
     optimizer = optimizers.AdamW(alpha=1e-2).setup(model)
-
-    def step(x, t):
-        loss = F.softmax_cross_entropy(model(x), t)
-        model.cleargrads()
-        loss.backward()
-        clip_grad_norm(model, 1.0)
-        optimizer.update()
-        return loss
-    return model, dezero.trace(step) if traced else step
+    return model, training_step(model, optimizer, traced, max_norm=1.0)
 
 
 def test_the_traced_gpt_step_on_the_gpu_equals_eager_on_the_gpu():
