@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 import pytest
+from train_helpers import entropy_bonus_step
 
 import dezero
 import dezero.functions as F
@@ -290,15 +291,7 @@ def entropy_bonus_run(traced, steps=4):
     optimizer = optimizers.Adam().setup(model)
     rng = np.random.default_rng(1)
     x, t = rng.standard_normal((8, 4)).astype(np.float32), rng.integers(0, 5, 8)
-
-    def step(x, t):
-        z = model(x)
-        loss = F.softmax_cross_entropy(z, t) - 0.1 * F.sum(F.softmax(z) * F.log_softmax(z))
-        model.cleargrads()
-        loss.backward()
-        optimizer.update()
-        return loss, z
-    step = dezero.trace(step) if traced else step
+    step = entropy_bonus_step(model, optimizer, traced)
     results = []
     for i in range(steps):
         results.append([v.data.copy() for v in step(x, t)])

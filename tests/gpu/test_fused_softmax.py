@@ -15,7 +15,7 @@ import re
 
 import numpy as np
 import pytest
-from train_helpers import trained_on_both_devices
+from train_helpers import entropy_bonus_step, trained_on_both_devices
 
 import dezero
 import dezero.functions as F
@@ -239,14 +239,7 @@ def test_an_entropy_bonus_trained_by_adam_returns_the_logits_of_eager_numpy():
             model.to_gpu()
         optimizer = optimizers.Adam().setup(model)
 
-        def step(x, t):
-            z = model(x)
-            loss = F.softmax_cross_entropy(z, t) - 0.1 * F.sum(F.softmax(z) * F.log_softmax(z))
-            model.cleargrads()
-            loss.backward()
-            optimizer.update()
-            return loss, z
-        step = dezero.trace(step) if xp is cp else step
+        step = entropy_bonus_step(model, optimizer, traced=xp is cp)
         runs.append([[dezero.cuda.as_numpy(v.data) for v in step(xp.asarray(x), xp.asarray(t))]
                      for _ in range(4)])
     assert any(g.axes and g.compiled and len(kernel_spec(g).passes) > 2
