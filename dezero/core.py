@@ -10,6 +10,7 @@ Calling a Function on Variables computes at once (define-by-run) and, while
 import contextlib
 import heapq
 import itertools
+import math
 import threading
 import weakref
 
@@ -83,8 +84,16 @@ class TracerHooks:
     def concretized(self, var, how):
         """A value is read into Python: float(var), bool(var), var.item()."""
 
+    def forward(self, function, xs):
+        """Run `function.forward` on the arrays xs for the core; returns its result."""
+        return function.forward(*xs)
+
     def record(self, function, inputs, outputs):
         """`function` has just run on `inputs` (Variables) and made `outputs`."""
+
+    def shape_of(self, var):
+        """`var.shape`: the array's, or with symbolic sizes where the trace has them."""
+        return var._data.shape
 
     def backward_step(self, function):
         """Variable.backward is about to run `function.backward`."""
@@ -103,6 +112,13 @@ class TracedArray:
         """What as_operand makes of it beside the array ref: itself, unless the
         eager value was a numpy float64 scalar, weak like a Python float."""
         return self
+
+
+class TracedSize:
+    """Base of a symbolic size while a trace records (dezero.static.symint): shape
+    helpers keep it as it is, so that the op records the expression, not a number."""
+
+    __slots__ = ()
 
 
 class _ThreadTracer(threading.local):
@@ -176,6 +192,8 @@ class Variable:
     # ---- array-like properties -------------------------------------------------
     @property
     def shape(self):
+        if _tracing and _thread.tracer is not None:
+            return _thread.tracer.shape_of(self)
         return self._data.shape
 
     @property
@@ -184,6 +202,8 @@ class Variable:
 
     @property
     def size(self):
+        if _tracing and _thread.tracer is not None:
+            return math.prod(self.shape)  # symbolic where the shape is
         return self._data.size
 
     @property
@@ -191,6 +211,8 @@ class Variable:
         return self._data.dtype
 
     def __len__(self):
+        if _tracing and _thread.tracer is not None and getattr(self._data, "ndim", 0):
+            return int(self.shape[0])  # Python needs an int: a symbolic size is fixed
         return len(self._data)
 
     def __repr__(self):
@@ -433,6 +455,8 @@ def as_operand(x, like):
         return (cuda.get_array_module(ref) if isinstance(x, np.generic) else np).array(x)
     if isinstance(x, TracedArray):
         return x.operand_of(ref)  # Function.__call__ wraps it; the tracer unwraps it
+    if isinstance(x, TracedSize):
+        return x.operand_of(like)  # an op of the graph that computes the number
     return x if x is None else np.asarray(x)  # None is refused by the op, by name
 
 
@@ -541,6 +565,11 @@ class Function:
                 of the whole shared axis); None: what forward makes of zeros of the
                 inputs' types (OpRecord.result_types), which load() checks a graph
                 file's declared results against. Not inherited past forward
+      shapes    a function (input shapes, attrs) -> the result shapes, in plain
+                Python, so that it also takes symbolic sizes (a trace's SymInts,
+                whose comparisons become relations the replay checks); None for
+                elementwise ops (broadcasting) and ops without one, whose
+                symbolic sizes a trace fixes. Not inherited past forward
     Subclasses store their constructor arguments under the same names, so that
     `type(f)(**f.attrs)` rebuilds an equivalent op.
     """
@@ -550,7 +579,7 @@ class Function:
     collective = False
     commutative = False
     py = None
-    neutral = neutral_attrs = epilogue = parts = types = None
+    neutral = neutral_attrs = epilogue = parts = types = shapes = None
     fresh_result = False
     op_name = "function"
 
@@ -578,7 +607,8 @@ class Function:
             if x.generation > generation:
                 generation = x.generation
         try:
-            ys = self.forward(*xs)
+            ys = self.forward(*xs) if not _tracing or _thread.tracer is None else \
+                _thread.tracer.forward(self, xs)
         except (ValueError, IndexError) as e:
             if str(e).startswith(f"{self.op_name}:"):
                 raise  # the op wrote a full message already

@@ -19,6 +19,119 @@ from dezero import core, cuda, utils
 from dezero.core import Config, Constant, Function, Variable, as_operand, as_variable, no_grad
 from dezero.errors import TraceError, user_stacklevel
 from dezero.errors import where as user_line
+from dezero.op_record import broadcast_shapes
+
+# =============================================================================
+# Shape rules: the `shapes` fact of the ops that are not elementwise
+# =============================================================================
+# Each takes the input shapes and the attrs and gives the result shapes, in plain
+# Python, so that it also takes a trace's symbolic sizes (SymInts: a comparison on
+# one is recorded as a relation the replay checks). None: no rule for these attrs
+# (an index array), and the tracer fixes the sizes (Function.shapes).
+
+
+def _same_shape(shapes, attrs):
+    return [shapes[0]]
+
+
+def _reduced(shape, axis, keepdims) -> tuple:
+    axes = range(len(shape)) if axis is None else {
+        a % len(shape) for a in (axis if isinstance(axis, tuple) else (axis,))}
+    return tuple(1 if i in axes else n for i, n in enumerate(shape)
+                 if keepdims or i not in axes)
+
+
+def _slice_length(s: slice, n):
+    """len(range(n)[s]) for a step of 1 (None for another step)."""
+    if s.step not in (None, 1):
+        return None
+    bounds = []
+    for bound, default in ((s.start, 0), (s.stop, n)):
+        bound = default if bound is None else bound
+        if bound < 0:
+            bound = bound + n
+            if bound < 0:
+                bound = 0
+        elif bound > n:
+            bound = n
+        bounds.append(bound)
+    start, stop = bounds
+    return stop - start if stop > start else 0
+
+
+def _indexed(shapes, attrs):
+    """x[slices] for basic indexing (ints, slices of step 1, None, ...)."""
+    shape, key = list(shapes[0]), attrs["slices"]
+    key = list(key) if type(key) is tuple else [key]
+    if any(not (k is None or k is Ellipsis or type(k) is slice or isinstance(
+            k, (int, np.integer, core.TracedSize))) or isinstance(k, bool) for k in key):
+        return None
+    if Ellipsis in key:
+        at = key.index(Ellipsis)
+        key[at:at + 1] = [slice(None)] * (len(shape) - sum(k is not None for k in key) + 1)
+    out, axis = [], 0
+    for k in key:
+        if k is None:
+            out.append(1)
+            continue
+        if type(k) is slice:
+            length = _slice_length(k, shape[axis])
+            if length is None:
+                return None
+            out.append(length)
+        axis += 1
+    return [tuple(out) + tuple(shape[axis:])]
+
+
+def _reshaped(shapes, attrs):
+    shape, new = shapes[0], list(attrs["shape"])
+    size = math.prod(shape)
+    unknown = [i for i, n in enumerate(new) if type(n) is int and n == -1]
+    if unknown:
+        new[unknown[0]] = size // math.prod(n for i, n in enumerate(new) if i != unknown[0])
+    if not math.prod(new) == size:  # a relation where the sizes are symbolic
+        raise ValueError(f"reshape: cannot reshape {tuple(shape)} to {tuple(new)}")
+    return [tuple(new)]
+
+
+def _transposed(shapes, attrs):
+    shape, axes = shapes[0], attrs["axes"]
+    return [tuple(reversed(shape)) if axes is None else tuple(shape[a] for a in axes)]
+
+
+def _product(shapes, attrs):
+    x, W = shapes[0], shapes[1]
+    if not x[-1] == W[-2]:
+        raise ValueError(f"cannot multiply shapes {tuple(x)} and {tuple(W)}")
+    return [broadcast_shapes(x[:-2], W[:-2]) + (x[-2], W[-1])]
+
+
+def _linear_shape(shapes, attrs):
+    x, W = shapes[0], shapes[1]
+    if not x[-1] == W[0]:
+        raise ValueError(f"cannot multiply shapes {tuple(x)} and {tuple(W)}")
+    return [tuple(x[:-1]) + (W[1],)]
+
+
+def _reduce_shape(shapes, attrs):
+    return [_reduced(shapes[0], attrs["axis"], attrs["keepdims"])]
+
+
+def _joined(shapes, axis):
+    axis %= len(shapes[0])
+    return [shapes[0][:axis] + (sum(s[axis] for s in shapes),) + shapes[0][axis + 1:]]
+
+
+def _split_shapes(shapes, attrs):
+    shape, axis = shapes[0], attrs["axis"] % len(shapes[0])
+    bounds = (0, *attrs["indices"], shape[axis])
+    return [shape[:axis] + (stop - start,) + shape[axis + 1:]
+            for start, stop in zip(bounds, bounds[1:])]
+
+
+def _attr_shape(name):
+    return lambda shapes, attrs: [tuple(attrs[name])]
+
 
 # =============================================================================
 # Arithmetic: add, sub, rsub, mul, div, rdiv, neg, pow
@@ -468,6 +581,8 @@ class Equal(Function):
 class Reshape(Function):
     py = "{x}.reshape({shape})"
 
+    shapes = staticmethod(_reshaped)
+
     def __init__(self, shape):
         self.shape = shape
 
@@ -479,11 +594,13 @@ class Reshape(Function):
 
 
 def _shape(op, shape):
-    """shape as a tuple of ints; a single int is a 1-d shape, as numpy reads it."""
-    if isinstance(shape, (int, np.integer)):
-        return (int(shape),)
+    """shape as a tuple of ints; a single int is a 1-d shape, as numpy reads it. A
+    symbolic size of a trace stays as it is, so the op records its expression."""
+    if isinstance(shape, (int, np.integer, core.TracedSize)):
+        shape = (shape,)
     try:
-        return tuple(operator.index(n) for n in shape)
+        return tuple(n if isinstance(n, core.TracedSize) else operator.index(n)
+                     for n in shape)
     except TypeError:
         raise TypeError(f"{op}: shape must be an int or a tuple of ints, got "
                         f"{shape!r}") from None
@@ -497,6 +614,8 @@ def reshape(x, shape):
 
 
 class Transpose(Function):
+    shapes = staticmethod(_transposed)
+
     @staticmethod
     def py(in_shapes, out_shape, attrs):
         # The usual case, a plain transpose, is an attribute rather than a call.
@@ -522,6 +641,8 @@ def transpose(x, axes=None):
 class GetItem(Function):
     """y = x[slices]; index arrays may repeat (the backward adds them up)."""
 
+    shapes = staticmethod(_indexed)
+
     def __init__(self, slices):
         self.slices = slices
 
@@ -535,6 +656,8 @@ class GetItem(Function):
 
 class GetItemGrad(Function):
     """Scatter-add gy into zeros of in_shape at slices: the adjoint of GetItem."""
+
+    shapes = staticmethod(_attr_shape("in_shape"))
 
     def __init__(self, slices, in_shape):
         self.slices = slices
@@ -583,6 +706,8 @@ def flatten(x):
 class Concat(Function):
     """y = the inputs joined along axis (numpy's concatenate)."""
     fresh_result = True
+
+    shapes = staticmethod(lambda shapes, attrs: _joined(shapes, attrs["axis"]))
 
     def __init__(self, axis=0):
         self.axis = axis
@@ -661,6 +786,8 @@ def stack(xs, axis=0):
 
 class Split(Function):
     """ys = x cut along axis before each of `indices`, one or more (numpy's split)."""
+
+    shapes = staticmethod(_split_shapes)
 
     def __init__(self, indices, axis=0):
         self.indices = indices
@@ -765,6 +892,8 @@ def where(condition, x, y):
 class Tril(Function):
     """y = x with the elements above its k-th diagonal zeroed (the last two axes)."""
 
+    shapes = staticmethod(_same_shape)
+
     def __init__(self, k=0):
         self.k = k
 
@@ -777,6 +906,8 @@ class Tril(Function):
 
 class Triu(Function):
     """y = x with the elements below its k-th diagonal zeroed (the last two axes)."""
+
+    shapes = staticmethod(_same_shape)
 
     def __init__(self, k=0):
         self.k = k
@@ -831,6 +962,8 @@ class Sum(Function):
     reduce = "sum"
     py = "{x}.sum(axis={axis}, keepdims={keepdims})"
 
+    shapes = staticmethod(_reduce_shape)
+
     def __init__(self, axis=None, keepdims=False):
         self.axis = axis
         self.keepdims = keepdims
@@ -852,6 +985,8 @@ def sum(x, axis=None, keepdims=False):
 
 class SumTo(Function):
     reduce = "sum"
+
+    shapes = staticmethod(_attr_shape("shape"))
 
     @staticmethod
     def py(in_shapes, out_shape, attrs):
@@ -885,6 +1020,8 @@ def sum_to(x, shape):
 class BroadcastTo(Function):
     py = "_xp.broadcast_to({x}, {shape})"
 
+    shapes = staticmethod(_attr_shape("shape"))
+
     def __init__(self, shape):
         self.shape = shape
 
@@ -915,6 +1052,8 @@ mean = average
 
 class Max(Function):
     reduce = "max"
+
+    shapes = staticmethod(_reduce_shape)
 
     def __init__(self, axis=None, keepdims=False):
         self.axis = axis
@@ -983,6 +1122,8 @@ class MatMul(Function):
     fresh_result = True
     types = staticmethod(lambda types, attrs: _cut_product(MatMul(), types))
 
+    shapes = staticmethod(_product)
+
     def forward(self, x, W):
         _check_matmul(self.op_name, x, W)
         try:
@@ -1025,6 +1166,8 @@ class Linear(Function):
     # forward computes, so that the add fuses with the elementwise ops after it.
     epilogue = staticmethod(lambda x, W, b: ("add", (*x[:-1], W[-1])))
     types = staticmethod(lambda types, attrs: _cut_product(Linear(), types))
+
+    shapes = staticmethod(_linear_shape)
 
     def forward(self, x, W, b=None):
         _check_matmul(self.op_name, x, W)
@@ -1176,6 +1319,8 @@ class Softmax(Function):
     parts = staticmethod(lambda shapes, attrs: (
         _row_parts(attrs["axis"]) + [("y", "div", ("e", "s"), {})], ("y",)))
 
+    shapes = staticmethod(_same_shape)
+
     def __init__(self, axis=1):
         self.axis = axis
 
@@ -1203,6 +1348,8 @@ def softmax(x, axis=1):
 class LogSoftmax(Function):
     parts = staticmethod(lambda shapes, attrs: (_row_parts(attrs["axis"]) + [
         ("l", "log", ("s",), {}), ("y", "sub", ("d", "l"), {})], ("y",)))
+
+    shapes = staticmethod(_same_shape)
 
     def __init__(self, axis=1):
         self.axis = axis
@@ -1348,6 +1495,8 @@ class AsType(Function):
     """y = x as another dtype; the gradient goes back in x's dtype (none for integers)."""
     op_name = "astype"
 
+    shapes = staticmethod(_same_shape)
+
     def __init__(self, dtype):
         self.dtype = dtype
 
@@ -1376,6 +1525,8 @@ class OneHot(Function):
     that read the same labels checked them already (softmax_cross_entropy's
     backward)."""
 
+    shapes = staticmethod(lambda shapes, attrs: [tuple(shapes[0]) + (attrs['num_classes'],)])
+
     def __init__(self, num_classes, dtype, labels_of="one_hot"):
         self.num_classes = num_classes
         self.dtype = dtype
@@ -1399,9 +1550,28 @@ class OneHot(Function):
 
 def _per_example(x):
     """1 / N, the scale of a loss summed over a batch of N = len(x) examples (a 0-d x
-    is one example); NaN for an empty batch, as numpy's and PyTorch's means give."""
-    n = len(x) if x.ndim else 1
+    is one example); NaN for an empty batch, as numpy's and PyTorch's means give.
+    (x.shape[0] rather than len(x): a symbolic batch size stays symbolic.)"""
+    n = x.shape[0] if x.ndim else 1
     return 1 / n if n else float("nan")
+
+
+class SizeNumber(Function):
+    """y = value, a number computed from sizes (1 / B for a mean over B rows), as a 0-d
+    array of dtype on like's device. A graph of symbolic sizes computes it at each
+    replay from the sizes of the call; like gives only the device."""
+
+    shapes = staticmethod(lambda shapes, attrs: [()])
+
+    def __init__(self, value, dtype):
+        self.value = value
+        self.dtype = dtype
+
+    def forward(self, like):
+        return cuda.get_array_module(like).asarray(self.value, dtype=self.dtype)
+
+    def backward(self, gy):
+        return None
 
 
 def _check_labels(op, x, t):
@@ -1443,6 +1613,8 @@ class SoftmaxCrossEntropy(Function):
     Outputs the loss and softmax(x), the probabilities its backward reads."""
     parts = staticmethod(_cross_entropy_parts)
 
+    shapes = staticmethod(lambda shapes, attrs: [(), shapes[0]])
+
     def forward(self, x, t):
         _check_labels(self.op_name, x, t)
         _check_class_ids(self.op_name, t, x.shape[1])
@@ -1482,6 +1654,8 @@ class SoftmaxCrossEntropyGrad(Function):
     cpp = "({p} - ({t} == _r ? 1 : 0)) * {c}"
     labels = "t"
 
+    shapes = staticmethod(_same_shape)
+
     def forward(self, p, t, c):
         xp = cuda.get_array_module(p)
         if cuda.get_array_module(t) is not xp:  # core names the argument on the other device
@@ -1503,6 +1677,8 @@ class PickLabels(Function):
     kernel folds over each row like a reduction."""
     reduce = "pick"
     labels = "t"
+
+    shapes = staticmethod(lambda shapes, attrs: [(shapes[0][0], 1)])
 
     def forward(self, x, t):
         _check_class_ids(self.op_name, t, x.shape[1])
@@ -1556,6 +1732,8 @@ def softmax_cross_entropy(x, t, ignore_index=None):
 class IgnoreLabels(Function):
     """t with each label equal to ignore_index set to 0 (any class would do: its loss is
     multiplied by 0), the others checked to be ids of softmax_cross_entropy's classes."""
+
+    shapes = staticmethod(_same_shape)
 
     def __init__(self, ignore_index, classes):
         self.ignore_index = ignore_index
@@ -1656,6 +1834,8 @@ class Probabilities(Function):
     """p itself, once checked to hold probabilities (values in [0, 1]): an op, so
     that a replayed trace checks the values of every call, not of the first."""
 
+    shapes = staticmethod(_same_shape)
+
     def forward(self, p):
         if p.size and not (p.min() >= 0 and p.max() <= 1):  # NaN fails both
             raise ValueError(f"probabilities: p of binary_cross_entropy must hold values "
@@ -1685,6 +1865,8 @@ def binary_cross_entropy(p, t):
 
 class MeanSquaredError(Function):
     """sum((x0 - x1) ** 2) / len(x0): the book's mean over the batch axis."""
+
+    shapes = staticmethod(lambda shapes, attrs: [()])
 
     def forward(self, x0, x1):
         _check_same_shape(self.op_name, x0, x1, "x1")
@@ -1722,6 +1904,8 @@ class Accuracy(Function):
 
     It is piecewise constant in y, so its gradient is zero: backward gives none."""
 
+    shapes = staticmethod(lambda shapes, attrs: [()])
+
     def forward(self, y, t):
         _check_class_ids(self.op_name, t, y.shape[1])
         pred = y.argmax(axis=1).reshape(t.shape)
@@ -1748,6 +1932,8 @@ def accuracy(y, t):
 class DropoutMask(Function):
     """A fresh random mask shaped like x: 0 with probability ratio, else 1 / (1 - ratio)."""
     random = True
+
+    shapes = staticmethod(_same_shape)
 
     def __init__(self, ratio):
         self.ratio = ratio
@@ -1886,6 +2072,8 @@ class EmbedID(Function):
     """Rows of W picked by the integer ids x: y = W[x]."""
     op_name = "embed_id"
 
+    shapes = staticmethod(lambda shapes, attrs: [tuple(shapes[0]) + tuple(shapes[1][1:])])
+
     def forward(self, x, W):
         if x.dtype.kind not in "iu":
             # numpy would read bool ids as a mask: [True, False, True] picks 2 rows.
@@ -1902,6 +2090,8 @@ class EmbedID(Function):
 class EmbedIDGrad(Function):
     """Scatter-add gy into zeros of W's shape at rows x: the adjoint of embed_id."""
     op_name = "embed_id_grad"
+
+    shapes = staticmethod(_attr_shape("w_shape"))
 
     def __init__(self, w_shape):
         self.w_shape = w_shape

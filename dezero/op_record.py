@@ -61,6 +61,7 @@ class OpRecord:
     labels: str | None    # the parameter of class labels a row kernel reads per row
     fresh_result: bool    # forward returns an array it shares with nothing else
     types: object         # (input types, attrs) -> result types, not from forward on zeros
+    shapes: object        # (input shapes, attrs) -> result shapes, in Python (symbolic sizes)
     random: bool
     collective: bool
     commutative: bool
@@ -116,7 +117,7 @@ def _record(cls) -> OpRecord:
             p.name for p in init if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
     facts = {name: own_fact(cls, name) for name in ("cpp", "cpp_type", "reduce", "py",
                                                     "neutral", "neutral_attrs", "epilogue",
-                                                    "parts", "labels", "types")}
+                                                    "parts", "labels", "types", "shapes")}
     return OpRecord(cls.op_name, cls, tuple(p.name for p in forward), counts, attr_names,
                     random=bool(cls.random), collective=bool(cls.collective),
                     commutative=bool(cls.commutative),
@@ -147,3 +148,23 @@ def register(cls) -> None:
 def as_result_array(y):
     """forward may return a numpy scalar for a 0-d result; a graph holds arrays."""
     return y if isinstance(y, cuda.array_types) else np.asarray(y)
+
+
+def broadcast_shapes(*shapes):
+    """numpy's broadcast of shapes, in Python so that it takes a trace's symbolic
+    sizes too (an axis of 1 gives way; two others must be equal)."""
+    ndim = max(map(len, shapes), default=0)
+    result = []
+    for axis in range(ndim):
+        out = 1
+        for shape in shapes:
+            n = shape[axis - ndim + len(shape)] if axis - ndim + len(shape) >= 0 else 1
+            if n == 1:
+                continue
+            if out == 1:
+                out = n
+            elif not out == n:
+                raise ValueError(f"shapes {', '.join(str(tuple(s)) for s in shapes)} do "
+                                 f"not broadcast (axis {axis}: {out} and {n})")
+        result.append(out)
+    return tuple(result)

@@ -317,6 +317,8 @@ EXTRA_CALLS = {
         Variable(np.random.default_rng(0).uniform(0.1, 0.9, (2, 3))), np.ones((2, 3))),
     "dropout_mask": lambda: F.dropout(_x(2, 3)),
     "embed_id": lambda: F.embed_id(_labels(), _x(3, 5)),
+    # A number of sizes (1 / B) that a graph of symbolic sizes computes at each replay.
+    "size_number": lambda: F.SizeNumber(0.25, "float64")(_x(2, 3)),
     # ---- convolution and pooling (tested in depth in test_functions_conv.py) --
     "conv2d": lambda: F.conv2d(_x(1, 2, 5, 5), _x(3, 2, 3, 3, seed=1), _x(3, seed=2),
                                stride=1, pad=1),

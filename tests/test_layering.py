@@ -77,7 +77,8 @@ def test_trace_errors_keep_their_old_import_paths():
 
 # What ir.py may build on: the array modules, the errors, the op records and the naming
 # rules of generated code.
-BELOW_IR = {"dezero.cuda", "dezero.errors", "dezero.op_record", "dezero.static.names"}
+BELOW_IR = {"dezero.cuda", "dezero.errors", "dezero.op_record", "dezero.static.names",
+            "dezero.static.sizes"}
 
 
 def test_ir_imports_none_of_its_consumers():

@@ -138,7 +138,7 @@ def test_config_train_is_part_of_the_signature():
 
 
 def test_bound_on_entries_warns_then_runs_eagerly():
-    traced = dezero.trace(lambda x: x * 3.0, max_entries=2)
+    traced = dezero.trace(lambda x: x * 3.0, max_entries=2, dynamic=False)
     for n in (1, 2):
         traced(Variable(np.ones(n, np.float32)))
     with pytest.warns(UserWarning, match="max_entries"):

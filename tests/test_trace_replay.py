@@ -228,7 +228,7 @@ def test_passes_import_only_the_ir_and_leave_the_old_graph_as_it_was(monkeypatch
     # which imports only the IR
     others = {("dezero.static", "debugging"), ("dezero.static", "horizontal")}
     assert {m for m, name in imported if (m, name) not in others} == \
-        {"dezero.static.ir", "dezero.static.names"}
+        {"dezero.static.ir", "dezero.static.names", "dezero.static.sizes"}
     assert {node.module for node in ast.walk(ast.parse(inspect.getsource(horizontal)))
             if isinstance(node, ast.ImportFrom)} == {"__future__", "dezero.static.ir"}
 

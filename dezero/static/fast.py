@@ -20,6 +20,8 @@ from dezero.core import Config, Variable, current_tracer
 from dezero.static import debugging
 from dezero.static.ir import type_str
 from dezero.static.names import printable
+from dezero.static.sizes import Size, has_size, substitute
+from dezero.static.sizes import names as names_of
 from dezero.static.slots import DataSlot
 
 
@@ -46,12 +48,17 @@ def fast_check(entry, key: tuple):
     tests = [("_tracer() is None", "no trace records"),
              ("_debugging.LEVEL < 2", "level 2 times each replay"),
              (f"(_config.train, _config.enable_backprop) == {bind(key[count])}", "Config")]
+    bound: set = set()  # the symbolic sizes read so far (locals named _s_B ...)
     for name, (_, shape, dtype, _, is_variable, _) in zip(names, key):
         if is_variable:
             tests.append((f"type({name}) is _Variable and {name}.grad is None", None))
             name += "._data"
-        tests.append((f"type({name}) is _ndarray and {name}.shape == {bind(shape)} and "
+        same = f"{name}.shape == {bind(shape)}" if not has_size(shape) else \
+            _sized(f"{name}.shape", shape, bound)
+        tests.append((f"type({name}) is _ndarray and {same} and "
                       f"{name}.dtype == {bind(dtype)}", f"{type_str(shape, dtype)}"))
+    tests += [(_code(r.left) + f" {r.op} " + _code(r.right), f"{r}")
+              for r in entry.graph.relations]
     tests += [(f"{a} is not {b}", "two Variables") for (a, p), (b, q) in
               itertools.combinations(zip(names, key), 2) if p[4] and q[4]]
     tests += entry.structure.tests(bind)
@@ -69,10 +76,29 @@ def fast_check(entry, key: tuple):
     source = "\n".join([
         "def check(*args):", "    try:", f"        [{', '.join(names)}] = args",
         "        return (" + "\n                ".join(lines),
-        "    except (AttributeError, KeyError, TypeError, ValueError):  # a key gone, and such",
+        "    except (AttributeError, KeyError, NameError, TypeError, ValueError):  # a key gone",
         "        return False  # the general way says why", ""])
     exec(compile(source, f"<fast check of {entry.graph.name}>", "exec"), env)
     check = env["check"]
     check.source = source
     debugging.log(4, f"fast check of {entry.graph.name}:\n{source}")
     return check
+
+
+def _code(size) -> str:
+    """A size as code over the check's locals: B is _s_B."""
+    return str(substitute(size, {n: Size.name(f"_s_{n}") for n in names_of(size)}))
+
+
+def _sized(shape_code: str, shape: tuple, bound: set) -> str:
+    """The test that an array's shape fits a symbolic one: its rank, each static size,
+    each name read once (then compared), each expression computed."""
+    tests = [f"len({shape_code}) == {len(shape)}"]
+    for axis, n in enumerate(shape):
+        here = f"{shape_code}[{axis}]"
+        if isinstance(n, Size) and n.op == "name" and n.args[0] not in bound:
+            bound.add(n.args[0])
+            tests.append(f"(_s_{n.args[0]} := {here}) is not None")
+        else:
+            tests.append(f"{here} == {_code(n) if isinstance(n, Size) else n}")
+    return " and ".join(tests)

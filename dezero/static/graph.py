@@ -13,6 +13,7 @@ from dezero import cuda
 from dezero.core import TracedArray, Variable
 from dezero.static import backends, drawing, passes, saving
 from dezero.static.ir import Graph, Node, type_str
+from dezero.static.sizes import has_size
 from dezero.utils import render_dot
 
 # =============================================================================
@@ -70,12 +71,14 @@ class StaticGraph(Graph):
             data = x._data if isinstance(x, Variable) else x
             if isinstance(data, TracedArray):
                 data = data.array  # called inside a trace: run() says why it refuses
-            if not isinstance(data, cuda.array_types) or data.shape != value.shape or \
-                    data.dtype != value.dtype:
+            if not isinstance(data, cuda.array_types) or data.dtype != value.dtype or \
+                    len(data.shape) != len(value.shape) or not has_size(value.shape) and \
+                    data.shape != value.shape:
                 got = type_str(data.shape, data.dtype) if isinstance(
                     data, cuda.array_types) else type(data).__name__
                 raise TypeError(f"graph {self.name}: input {value.name} must be "
                                 f"{value.type}, got {got}; trace again for other shapes")
+        # (symbolic sizes: the plan reads them from the shapes and checks the relations)
         return self.compile().run(inputs)
 
     def interpret(self, *inputs):

@@ -16,6 +16,8 @@ outside an op are watched in randomness.py.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 import dezero.functions as F
@@ -59,15 +61,18 @@ class GuardedArray(TracedArray):
         self.array, self.value, self.source, self.tracer = array, value, source, tracer
 
     # ---- the type is fine to read ------------------------------------------------
-    shape = property(lambda self: self.array.shape)
+    # Sizes the recording makes symbolic are SymInts (symint.py) in shape and size.
+    shape = property(lambda self: self.tracer.shape_of_guard(self))
     dtype = property(lambda self: self.array.dtype)
     ndim = property(lambda self: self.array.ndim)
-    size = property(lambda self: self.array.size)
+    size = property(lambda self: math.prod(self.shape))
     itemsize = property(lambda self: self.array.itemsize)
-    nbytes = property(lambda self: self.array.nbytes)
+    nbytes = property(lambda self: self.size * self.array.itemsize)
 
     def __len__(self):
-        return len(self.array)
+        if not self.ndim:
+            return len(self.array)  # numpy's TypeError
+        return int(self.shape[0])  # Python needs an int: a symbolic size is fixed
 
     def __repr__(self):
         return f"<traced array {type_str(self.shape, self.dtype)}: its numbers are not " \

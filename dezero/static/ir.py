@@ -16,8 +16,9 @@ import numpy as np
 
 from dezero import cuda
 from dezero.errors import GraphError
-from dezero.op_record import RECORDS, OpRecord
+from dezero.op_record import RECORDS, OpRecord, broadcast_shapes
 from dezero.static.names import is_source_name, printable
+from dezero.static.sizes import Size
 
 # =============================================================================
 # Values and nodes: Value, Node, type_str
@@ -27,7 +28,8 @@ from dezero.static.names import is_source_name, printable
 KINDS = ("input", "state", "const", "op", "write", "output")
 
 def type_str(shape, dtype) -> str:
-    """'f32[32,784]' for float32 of shape (32, 784); 'bool[3]' for booleans."""
+    """'f32[32,784]' for float32 of shape (32, 784); 'bool[3]' for booleans; a
+    symbolic size by its expression, 'f32[B*T,784]'."""
     dtype = np.dtype(dtype)
     short = "bool" if dtype.kind == "b" else f"{dtype.kind}{dtype.itemsize * 8}"
     return f"{short}[{','.join(str(n) for n in shape)}]"
@@ -46,7 +48,7 @@ class Value:
 
     def __init__(self, name: str | None, shape: tuple, dtype, place: str | None = None):
         self.name, self.place = name, place
-        self.shape = tuple(int(n) for n in shape)
+        self.shape = tuple(n if isinstance(n, Size) else int(n) for n in shape)
         self.dtype = np.dtype(dtype)
 
     @property
@@ -180,6 +182,8 @@ def format_attr(value) -> str:
         return f"({inner},)" if len(value) == 1 else f"({inner})"
     if isinstance(value, np.ndarray):
         return f"array{type_str(value.shape, value.dtype)}"
+    if isinstance(value, Size):
+        return str(value)
     if isinstance(value, (np.dtype, type)):
         return np.dtype(value).name
     if value is Ellipsis:
@@ -195,6 +199,8 @@ def canonical_attr(value):
         return type(value).__name__, value
     if type(value) is float:
         return "float", repr(value)
+    if type(value) is Size:
+        return "size", str(value)
     if type(value) in (tuple, list):
         return type(value).__name__, tuple(canonical_attr(v) for v in value)
     if type(value) is slice:
@@ -281,6 +287,8 @@ def format_graph(graph: Graph) -> str:
     the nodes of a kernel (graph.groups) under a comment that names it."""
     inputs = ", ".join(repr(v) for v in graph.input_values)
     header = f"trace {graph.name}({inputs})"
+    if graph.relations:  # what the sizes of a call must satisfy (B >= 2 ...)
+        header += " where " + ", ".join(map(str, graph.relations))
     states = [n for n in graph.nodes if n.kind == "state"]
     if states:
         header += " captures " + ", ".join(
@@ -333,6 +341,9 @@ class Graph:
         self.device = "cpu"
         # The kernels laid over the node list (passes.fuse); empty before fusion.
         self.groups: list[Group] = []
+        # sizes.Relations between the symbolic sizes of the inputs that every call
+        # must keep (B >= 2, B*T == 640): the recording relied on them.
+        self.relations: list = []
 
     # ---- views ------------------------------------------------------------
     def of_kind(self, kind: str) -> list[Node]:
@@ -362,6 +373,7 @@ class Graph:
         it has no groups (fuse sets them)."""
         graph = type(self)(self.name, nodes, self.out_tree)
         graph.owns_state, graph.device = self.owns_state, self.device
+        graph.relations = self.relations
         return graph
 
     def __str__(self):
@@ -418,7 +430,7 @@ class Graph:
                 if node.record.elementwise and len(node.outputs) == 1 and any(
                         v.shape != node.outputs[0].shape for v in node.inputs):
                     try:
-                        shape = np.broadcast_shapes(*(v.shape for v in node.inputs))
+                        shape = broadcast_shapes(*(v.shape for v in node.inputs))
                     except ValueError:
                         fail(node, "elementwise inputs do not broadcast together")
                     if shape != node.outputs[0].shape:

@@ -31,6 +31,7 @@ from dezero.core import Config, Variable, _wrap_output, current_tracer
 from dezero.errors import GraphError, TraceError
 from dezero.static import horizontal
 from dezero.static.ir import Graph, Group, Node, format_node, stored
+from dezero.static.sizes import bind, broken, has_size
 from dezero.static.slots import AttrSlot
 
 # =============================================================================
@@ -267,6 +268,7 @@ class Plan:
 
     def __init__(self, graph: Graph):
         self.graph, self.program = graph, lower(graph)
+        self.symbolic = any(has_size(v.shape) for v in graph.input_values)
 
     def __call__(self, *inputs):
         names = self.graph.input_names
@@ -291,6 +293,24 @@ class Plan:
                 raise GraphError(f"graph {self.graph.name} reads the {slot}, which is "
                                  f"None now; it was set when the graph was traced")
         return arrays
+
+    def sizes_of(self, leaves) -> dict:
+        """The symbolic sizes of this call, read from the inputs' shapes ({} where the
+        graph has none); a call that breaks a relation the graph relies on raises."""
+        if not self.symbolic:
+            return {}
+        values = self.graph.input_values
+        shapes = [getattr(getattr(x, "_data", x), "shape", ()) for x in leaves]
+        bindings, why = bind([v.shape for v in values], shapes, [f"input {v.name}" for v in values])
+        relation = None if why else broken(self.graph.relations, bindings)
+        if why or relation:
+            why = why or f"sizes {bindings} break {relation}, which the recording relied on"
+            takes = ", ".join(f"{v.name}: {v.type}" for v in values)
+            where = ", ".join(map(str, self.graph.relations))
+            raise TypeError(f"graph {self.graph.name}: {why}; it takes {takes}"
+                            f"{' where ' + where if where else ''}\n  fix: call the traced "
+                            f"function, which records again for these sizes")
+        return bindings
 
     def refuse_while_recording(self):
         if current_tracer() is not None:

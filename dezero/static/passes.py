@@ -34,6 +34,7 @@ from dezero.static.ir import (
     row_shapes,
 )
 from dezero.static.names import identifier, letter_name
+from dezero.static.sizes import has_size
 
 # =============================================================================
 # Helpers: remap, is_pinned
@@ -143,7 +144,7 @@ def fold(graph: Graph) -> Graph:
 def _evaluate(node: Node, arrays):
     value = node.outputs[0]
     limit = max([FOLD_LIMIT] + [a.size for a in arrays])
-    if int(np.prod(value.shape)) > limit:
+    if has_size(value.shape) or int(np.prod(value.shape)) > limit:
         return None
     try:
         y = as_result_array(node.record.function(node.attrs).forward(*arrays))
@@ -239,6 +240,8 @@ def split_parts(graph: Graph) -> Graph:
 
 def _split(node: Node, used: set) -> list | None:
     """The nodes of node's parts, or None where one of them could not join a kernel."""
+    if any(has_size(v.shape) for v in node.inputs):
+        return None  # its parts could join no kernel (fusion_refusal)
     steps, results = node.record.parts([v.shape for v in node.inputs], node.attrs)
     dtype = node.outputs[0].dtype
     values = dict(zip(node.record.params, node.inputs))
@@ -314,6 +317,8 @@ def fusion_refusal(node: Node, device: str = "cpu") -> str | None:
     finite numbers), and reductions (Function.reduce); on the GPU their kernel must
     also fit the GPU's kernels (gpu_misfit, checked by fuse on the groups it makes)."""
     record = node.record
+    if any(has_size(v.shape) for v in (*node.inputs, *node.outputs)):
+        return "symbolic sizes (a kernel is written for sizes known when it is compiled)"
     if record.random:
         return "a random op (each replay draws afresh)"
     if record.collective:

@@ -38,6 +38,7 @@ from dezero.static.ir import type_str
 from dezero.static.lowering import container
 from dezero.static.passes import optimize
 from dezero.static.reach import Structure, changed, held, python_writes, survey
+from dezero.static.sizes import bind, broken, has_size
 from dezero.static.slots import GradSlot
 from dezero.static.tracer import Tracer
 from dezero.static.watch import Watch, escaped
@@ -242,7 +243,14 @@ class Entry:
                            and c.node.attrs["field"] != "attr"
                            and id(c.var) not in fresh_grads]
         self.grad_unset += [GradUnset(tracer.label(v), v) for v in tracer.unbuilt]
-        self.fast = fast_check(self, key)
+        # The signature it replays: the call's, with the recorded inputs' shapes, which
+        # hold names where sizes are symbolic (the relations in graph.relations).
+        inputs = iter(node.outputs[0] for node, _ in tracer.inputs)
+        self.key = tuple((part[0], next(inputs).shape, *part[2:]) if _kind(part) == "array"
+                         else part for part in key)
+        self.symbolic = self.key != tuple(key)
+        self.labels = [node.outputs[0].name for node, _ in tracer.inputs]
+        self.fast = fast_check(self, self.key)
 
     def subsumes(self, other: Entry) -> bool:
         """True if `other` differs from this entry only in requiring .grad unset,
@@ -283,11 +291,22 @@ class TracedFunction:
     that a warning is given and new signatures run eagerly.
     """
 
-    def __init__(self, fn, static_argnames=(), check=False, max_entries=8):
+    def __init__(self, fn, static_argnames=(), check=False, max_entries=8, dynamic=None):
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.check = check
         self.max_entries = max_entries
+        if dynamic not in (None, True, False):
+            raise TypeError(f"trace({getattr(fn, '__name__', fn)}): dynamic is None "
+                            f"(automatic), True or False, got {dynamic!r}")
+        self.dynamic = dynamic
+        # Automatic dynamic: (argument, axis) of the sizes that record as symbols,
+        # once a call differed from a recording only there; and those the function
+        # fixes to a number (int(n), a branch on its value), kept static.
+        self._symbolic_axes: dict[tuple, str] = {}
+        self._fixed_axes: set[tuple] = set()
+        self._symbolic: list[Entry] = []  # entries of symbolic sizes, by their pattern
+        self.retraces: list[str] = []  # why each recording was made, what became symbolic
         self.static_argnames = frozenset([static_argnames] if isinstance(
             static_argnames, str) else static_argnames)
         self.name = getattr(fn, "__name__", type(fn).__name__)
@@ -346,7 +365,7 @@ class TracedFunction:
         if traced is None:
             traced = methods[key] = TracedFunction(
                 _bind_weakly(self.fn, obj), self.static_argnames, self.check,
-                self.max_entries)
+                self.max_entries, self.dynamic)
         return traced
 
     def __repr__(self):
@@ -354,7 +373,7 @@ class TracedFunction:
 
     @property
     def entries(self) -> int:
-        return sum(len(v) for v in self._cache.values())
+        return sum(len(v) for v in self._cache.values()) + len(self._symbolic)
 
     # ---- signature --------------------------------------------------------
     def _signature(self, args, kwargs, labels=None):
@@ -416,6 +435,14 @@ class TracedFunction:
         key, leaves = self._signature(args, kwargs)
         entries = self._cache.get(key)
         reason = None
+        if not entries and self._symbolic:
+            entry, reason = self._symbolic_entry(key, leaves)
+            if entry is not None:
+                self._stale_streak = 0
+                if debugging.LEVEL >= 2:
+                    return self._replay_logged(entry, leaves)
+                self._hot = entry if entry.fast is not None and not kwargs else None
+                return entry.compiled.run(leaves)
         if entries:
             for entry in entries:
                 reason = entry.structure.changed() or entry.guard_failure(leaves)
@@ -425,7 +452,7 @@ class TracedFunction:
                         return self._replay_logged(entry, leaves)
                     self._hot = entry if entry.fast is not None and not kwargs else None
                     return entry.compiled.run(leaves)
-        else:
+        elif reason is None:
             reason = self._miss_reason(key, args, kwargs)
         self._hot = None
         self._drop_stale()
@@ -449,10 +476,48 @@ class TracedFunction:
         finally:
             del self._recording[key]
 
+    def _symbolic_entry(self, key, leaves):
+        """(the entry of symbolic sizes this call replays, None), or (None, why none)."""
+        reason = None
+        for entry in self._symbolic:
+            reason = _pattern_failure(entry, key)
+            if reason is None:
+                reason = entry.structure.changed() or entry.guard_failure(leaves)
+            if reason is None:
+                return entry, None
+        return None, reason
+
+    def _symbolic_sizes(self, key) -> dict:
+        """(argument, axis) -> name for the sizes this recording makes symbolic: every
+        size of 2 or more under dynamic=True; under automatic dynamic those in which a
+        call has differed from a recording of the same structure. Sizes equal in this
+        call share a name (the relation x.shape[0] == t.shape[0]); 0 and 1 broadcast
+        and stay numbers."""
+        shapes = [part[1] for part in key if _kind(part) == "array"]
+        if self.dynamic is False:
+            return {}
+        if self.dynamic is None:
+            for old in [*self._cache, *(e.key for e in self._symbolic)]:
+                for spot in _size_changes(old, key):
+                    if spot not in self._fixed_axes:
+                        self._symbolic_axes.setdefault(spot, "")
+            axes = list(self._symbolic_axes)
+        else:
+            axes = [(i, a) for i, shape in enumerate(shapes) for a in range(len(shape))]
+        chosen, by_size = {}, {}
+        for i, a in axes:
+            n = shapes[i][a] if i < len(shapes) and a < len(shapes[i]) else 0
+            if isinstance(n, int) and n >= 2:
+                chosen[(i, a)] = by_size.setdefault(n, _SIZE_NAMES[len(by_size)] if len(
+                    by_size) < len(_SIZE_NAMES) else f"S{len(by_size)}")
+        return chosen
+
     def _drop_stale(self):
         # A graph recorded with a layer, hook or model that has since been replaced
         # can never replay again; dropping it keeps max_entries for live ones.
-        stale = False
+        stale = len(self._symbolic)
+        self._symbolic = [e for e in self._symbolic if e.structure.changed() is None]
+        stale = len(self._symbolic) < stale
         for key, entries in list(self._cache.items()):
             live = [e for e in entries if e.structure.changed() is None]
             stale |= len(live) < len(entries)
@@ -496,7 +561,8 @@ class TracedFunction:
                        if _kind(part) == "array"]
         start = time.perf_counter()
         attrs_before = [(h, n, getattr(h, n, None)) for h, n in self._carried]
-        tracer = Tracer(self.name, attrs_before)
+        symbolic = self._symbolic_sizes(key)
+        tracer = Tracer(self.name, attrs_before, symbolic)
         seen = [tracer.add_input(label, leaf) for label, leaf in zip(leaf_labels, leaves)]
         call_args, call_kwargs = with_leaves(args, kwargs, self._static_positions,
                                              self.static_argnames, seen)
@@ -610,11 +676,34 @@ class TracedFunction:
                 f"from the function's globals, closure and arguments, so a replay would "
                 f"never update it\n  fix: keep state carried between calls as an attribute "
                 f"of a Layer or of an object the function reads (self.h = h), or return it")
-        if kept:
+        self.retraces.append(reason + self._note_sizes(symbolic, leaf_labels, recorded_graph))
+        if kept and entry.symbolic:
+            self._symbolic.append(entry)
+        elif kept:
             entries = self._cache.setdefault(key, [])
             entries[:] = [e for e in entries if not entry.subsumes(e)]
             entries.append(entry)
         return result, graph
+
+    def _note_sizes(self, symbolic, labels, graph) -> str:
+        """'; symbolic: x axis 0 is B' for the sizes the recording kept symbolic; a
+        size the function fixed (int(n), a branch on its value) stays static from now."""
+        shapes = [v.shape for v in graph.input_values]
+        kept, fixed = [], []
+        for i, axis in symbolic:
+            if has_size(shapes[i][axis]):
+                kept.append(f"{labels[i]} axis {axis} is {shapes[i][axis]}")
+            else:
+                fixed.append(f"{labels[i]} axis {axis}")
+                if self.dynamic is None:
+                    self._symbolic_axes.pop((i, axis), None)
+                    self._fixed_axes.add((i, axis))
+        note = f"; symbolic: {', '.join(kept)}" if kept else ""
+        if fixed:
+            note += f"; static: {', '.join(fixed)} (the function reads it as a number)"
+        if note:
+            debugging.log(1, f"sizes of {self.name}{note}")
+        return note
 
     def _warn_constant_outputs(self, graph):
         consts = {id(n.outputs[0]) for n in graph.of_kind("const")}
@@ -625,6 +714,47 @@ class TracedFunction:
                 f"state, so every replay returns the recorded value; numpy math on array "
                 f"arguments is not recorded (pass Variables, or use dezero functions)",
                 stacklevel=4)
+
+# The names symbolic sizes get, in the order a recording meets new sizes.
+_SIZE_NAMES = ("B", "T", "N", "M", "K", "L", "P", "Q", "R", "S")
+
+
+def _size_changes(old, new) -> list:
+    """[(argument, axis)] where signature `new` differs from `old` only in sizes
+    (same structure, dtypes and ranks); [] where it differs otherwise."""
+    if len(old) != len(new):
+        return []
+    spots, i = [], 0
+    for a, b in zip(old, new):
+        if _kind(a) == "array" and _kind(b) == "array":
+            if a[2:] != b[2:] or len(a[1]) != len(b[1]):
+                return []
+            spots += [(i, axis) for axis, (m, n) in enumerate(zip(a[1], b[1])) if m != n]
+            i += 1
+        elif a != b:
+            return []
+    return spots
+
+
+def _pattern_failure(entry, key) -> str | None:
+    """None if the call's signature fits the entry's symbolic one (ranks, static
+    sizes, the relations between sizes), else why not."""
+    pattern = entry.key
+    if len(pattern) != len(key):
+        return "the structure of the arguments changed"
+    want, got = [], []
+    for i, (a, b) in enumerate(zip(pattern, key)):
+        if _kind(a) == "array" and _kind(b) == "array" and a[2:] == b[2:]:
+            want.append(a[1])
+            got.append(b[1])
+        elif a != b:
+            return describe_change(f"part {i} of the signature", a, b)
+    bindings, why = bind(want, got, entry.labels)
+    if why is not None:
+        return why
+    relation = broken(entry.graph.relations, bindings)
+    return None if relation is None else f"sizes {bindings} break {relation}"
+
 
 def _explain_dtypes(tracer, labels, leaves, error):
     """Re-raise a recording's TraceError as a dtype mismatch when a float argument
@@ -672,7 +802,7 @@ def _bind_weakly(fn, obj):
     return method
 
 
-def trace(fn=None, *, static_argnames=(), check=False, max_entries=8):
+def trace(fn=None, *, static_argnames=(), check=False, max_entries=8, dynamic=None):
     """Trace `fn`: usable as @trace, @trace(check=True) or trace(fn, static_argnames=...).
 
     static_argnames  parameters whose values select a graph (counts, flags, modes)
@@ -682,6 +812,10 @@ def trace(fn=None, *, static_argnames=(), check=False, max_entries=8):
                      the eager run (for random ops this compares numpy's draws; cupy's random
                      state is not replayed, so leave check off for GPU dropout)
     max_entries      how many graphs to keep; beyond that, new signatures run eagerly
+    dynamic          None (automatic): shapes are static until a call differs from a
+                     recording only in sizes; those sizes then record as symbols
+                     (B, T), one graph for all of them. True: every size of 2 or more
+                     is symbolic from the first call. False: one graph per shape
 
     Outputs of a replay are fresh Variables without a graph behind them (an argument
     returned as it is comes back as that very object): call backward() inside the
@@ -689,9 +823,9 @@ def trace(fn=None, *, static_argnames=(), check=False, max_entries=8):
     """
     if fn is None:
         return functools.partial(trace, static_argnames=static_argnames, check=check,
-                                 max_entries=max_entries)
+                                 max_entries=max_entries, dynamic=dynamic)
     return TracedFunction(fn, static_argnames=static_argnames, check=check,
-                          max_entries=max_entries)
+                          max_entries=max_entries, dynamic=dynamic)
 
 
 __all__ = ["trace", "TracedFunction", "TraceError"]

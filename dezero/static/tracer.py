@@ -18,14 +18,17 @@ import numpy as np
 
 from dezero import cuda, layers
 from dezero.core import TracerHooks, Variable
-from dezero.errors import TraceError, user_frame, where
+from dezero.errors import GraphError, TraceError, user_frame, where
+from dezero.op_record import RECORDS, broadcast_shapes
 from dezero.static.graph import StaticGraph
 from dezero.static.guard import GuardedArray, overlap
 from dezero.static.ir import Node, Value
 from dezero.static.lowering import container
 from dezero.static.names import dotted, identifier, letter_name, printable
 from dezero.static.randomness import RandomWatch
+from dezero.static.sizes import Relation, Size, has_size, settle, substitute
 from dezero.static.slots import AttrSlot, DataSlot, GradSlot
+from dezero.static.symint import exprs, hints, holds_symint, symbolic_shape
 
 # =============================================================================
 # Tracer: the core hooks (created, read, assigned, concretized, record, backward_step)
@@ -49,6 +52,14 @@ class Traced:
     attr: tuple | None = None      # (object, name): an attribute carrying it between calls
 
 
+@dataclass(frozen=True)
+class _Typed:
+    """The shape (SymInts where symbolic) and dtype an op's shape rule reads."""
+
+    shape: tuple
+    dtype: np.dtype
+
+
 class Tracer(TracerHooks):
     """Receives the core's hooks during one run of a traced function.
 
@@ -58,8 +69,12 @@ class Tracer(TracerHooks):
     are shared.
     """
 
-    def __init__(self, name: str, carried=()):
+    def __init__(self, name: str, carried=(), symbolic=None):
         self.name = name
+        # (argument position, axis) -> the size's name, for the sizes recorded as
+        # symbols; the relations the run's decisions on them relied on (symint.py).
+        self.symbolic: dict = dict(symbolic or {})
+        self.relations: list = []
         self.inputs: list[tuple[Node, object]] = []   # (input node, argument)
         # id(Variable) -> its record; first those of attributes known to carry values
         # between calls (LSTM.h): a captured Variable found in one is read through it.
@@ -88,12 +103,28 @@ class Tracer(TracerHooks):
         """Register an argument; returns what the traced function receives for it
         (the Variable itself, or a GuardedArray standing for an array)."""
         data = arg._data if isinstance(arg, Variable) else arg
-        value = Value(name, data.shape, data.dtype)
+        value = Value(name, self._input_shape(len(self.inputs), data.shape), data.dtype)
         self.inputs.append((Node("input", outputs=[value]), arg))
         if not isinstance(arg, Variable):
             return GuardedArray(arg, value, name, self)
         self.known[id(arg)] = Traced(arg, value, input=True, before_grad=arg.grad)
         return arg
+
+    def _input_shape(self, position: int, shape: tuple) -> tuple:
+        """The shape an input Value records: a name where the size is symbolic (never
+        0 or 1, which broadcast: those stay numbers), with the relation that it is 2
+        or more, which the graph's broadcasting relies on."""
+        out = []
+        for axis, n in enumerate(shape):
+            name = self.symbolic.get((position, axis))
+            if name is None or n < 2:
+                out.append(n)
+                continue
+            size = Size.name(name)
+            if not any(r.left == size and r.op == ">=" for r in self.relations):
+                self.relations.append(Relation(size, ">=", 2))
+            out.append(size)
+        return tuple(out)
 
     # ---- hooks called by the core -----------------------------------------------
     def installed(self) -> None:
@@ -124,19 +155,72 @@ class Tracer(TracerHooks):
         # .dtype captures nothing.
         return GuardedArray(data, known and known.value, var, self)
 
+    def forward(self, function, xs):
+        # Symbolic sizes in attrs (x.reshape(B * T, C)): forward computes with this
+        # run's numbers; the op keeps the SymInts, which record() turns into Sizes.
+        symbolic = {k: v for k, v in vars(function).items() if holds_symint(v)}
+        if not symbolic:
+            return function.forward(*xs)
+        vars(function).update({k: hints(v) for k, v in symbolic.items()})
+        try:
+            return function.forward(*xs)
+        finally:
+            vars(function).update(symbolic)
+
     def record(self, function, inputs, outputs) -> None:
         self.random.look(self.name, function.random)
         self.recorded.add(function)
         attrs = function.attrs
         for name, value in attrs.items():
             self._check_attr(function.op_name, name, value)
-        node = Node("op", function.op_name, [self.resolve(x) for x in inputs], attrs,
-                    [Value(None, y._data.shape, y._data.dtype) for y in outputs])
+        ins = [self.resolve(x) for x in inputs]
+        shapes = [y._data.shape for y in outputs]
+        if any(has_size(v.shape) for v in ins) or holds_symint(list(attrs.values())):
+            shapes = self._symbolic_shapes(function, inputs, ins, attrs, shapes)
+            attrs = {k: exprs(v) for k, v in attrs.items()}
+        node = Node("op", function.op_name, ins, attrs,
+                    [Value(None, shape, y._data.dtype) for shape, y in zip(shapes, outputs)])
         frame = user_frame()
         node.source = (frame.f_code.co_filename, frame.f_lineno) if frame else None
         self.ops.append(node)
         for y, value in zip(outputs, node.outputs):
             self.known[id(y)] = Traced(y, value, computed=True)
+
+    def _symbolic_shapes(self, function, inputs, values, attrs, shapes):
+        """The op's result shapes as expressions of the inputs' sizes: broadcasting
+        for an elementwise op, else its shape rule (OpRecord.result_types) on SymInts,
+        where any size the rule reads as a number becomes fixed (a relation)."""
+        record = RECORDS[function.op_name]
+        typed = [_Typed(symbolic_shape(v.shape, x._data.shape, self.relations), v.dtype)
+                 for v, x in zip(values, inputs)]
+        symbolic = None
+        if record.elementwise:
+            symbolic = [broadcast_shapes(*(t.shape for t in typed))] * len(shapes)
+        elif record.shapes is not None:
+            symbolic = record.shapes([t.shape for t in typed], attrs)
+        if symbolic is None:  # no rule: sizes forward on zeros reads become fixed
+            symbolic = [shape for shape, _ in record.result_types(attrs, typed)]
+        if [hints(tuple(s)) for s in symbolic] != [tuple(s) for s in shapes]:
+            raise GraphError(f"{function.op_name}: its shape rule gives "
+                             f"{', '.join(map(str, symbolic))} where forward made "
+                             f"{', '.join(map(str, shapes))}; the rule is wrong")
+        return [exprs(tuple(s)) for s in symbolic]
+
+    def shape_of(self, var: Variable):
+        known = self.known.get(id(var))
+        value = known.value if known is not None else None
+        if value is None or not has_size(value.shape) or var._data is None:
+            return var._data.shape
+        return symbolic_shape(value.shape, var._data.shape, self.relations)
+
+    def shape_of_guard(self, guard: GuardedArray):
+        value = guard.value
+        if value is None and isinstance(guard.source, Variable) and \
+                guard.source._data is guard.array:
+            value = getattr(self.known.get(id(guard.source)), "value", None)
+        if value is None or not has_size(value.shape):
+            return guard.array.shape
+        return symbolic_shape(value.shape, guard.array.shape, self.relations)
 
     def cleared(self, var: Variable) -> None:
         # W.cleargrad() before backward(), as model.cleargrads() tells the observer:
@@ -353,11 +437,23 @@ class Tracer(TracerHooks):
         nodes = [n for n, _ in self.inputs] + [c.node for c in self.captures] + \
             self.consts + self.ops + writes + [Node("output", inputs=outputs)]
         graph = StaticGraph(self.name, nodes, out_tree)
+        graph.relations = self._settle_sizes(nodes)
         arrays = [getattr(arg, "_data", arg) for _, arg in self.inputs] + \
             [c.before_data for c in self.captures]
         if any(cuda.cp is not None and isinstance(a, cuda.cp.ndarray) for a in arrays):
             graph.device = "gpu"
         return graph
+
+    def _settle_sizes(self, nodes) -> list:
+        """The relations a replay checks; sizes the run fixed (int(B), B == 32) or
+        made equal (T == B) are replaced in every shape and attr of the graph."""
+        replacements, relations = settle(self.relations)
+        if replacements:
+            for node in nodes:
+                node.attrs = substitute(node.attrs, replacements)
+                for value in node.outputs:
+                    value.shape = substitute(value.shape, replacements)
+        return relations
 
     def _flatten_output(self, obj, outputs):
         # An argument returned as it is (dropout in test mode): the replay returns the

@@ -14,6 +14,7 @@ from dezero.errors import GraphError
 from dezero.op_record import as_result_array
 from dezero.static.ir import Graph
 from dezero.static.lowering import Plan, store
+from dezero.static.sizes import evaluate, has_size
 
 # =============================================================================
 # Shared by the backends: reraise
@@ -42,6 +43,7 @@ class Interpreter(Plan):
         super().__init__(graph)
         self.functions = {id(n): n.record.function(n.attrs) for n in graph.nodes
                           if n.kind == "op"}
+        self.sized = {id(n) for n in graph.nodes if n.kind == "op" and has_size(n.attrs)}
         self.methods = {"read": self.read, "node": self.node, "store": self.store,
                         "free": self.free, "return": self.returns}
 
@@ -52,6 +54,7 @@ class Interpreter(Plan):
     def execute(self, leaves, state=None) -> list:
         """The arrays the program returns, run on `leaves` (arrays or Variables) and
         `state` (the arrays to read, the captured state's now if None)."""
+        self.sizes = self.sizes_of(leaves)
         self.leaves = dict(zip(self.graph.input_names, leaves))
         self.env = {n.outputs[0].name: n.payload for n in self.graph.of_kind("const")}
         self.env.update((name, x._data if isinstance(x, Variable) else x)
@@ -75,7 +78,10 @@ class Interpreter(Plan):
 
     def node(self, step):
         node = step.node
-        ys = self.functions[id(node)].forward(*(self.env[v.name] for v in node.inputs))
+        function = self.functions[id(node)]
+        if self.sizes and id(node) in self.sized:  # attrs of symbolic sizes, this call's
+            function = node.record.function(evaluate(node.attrs, self.sizes))
+        ys = function.forward(*(self.env[v.name] for v in node.inputs))
         if not isinstance(ys, tuple):
             ys = (ys,)
         if len(ys) != len(node.outputs):
@@ -83,9 +89,10 @@ class Interpreter(Plan):
                              f"{len(node.outputs)}")
         for value, y in zip(node.outputs, ys):
             y = as_result_array(y)
-            if y.shape != value.shape or y.dtype != value.dtype:
+            if y.shape != evaluate(value.shape, self.sizes) or y.dtype != value.dtype:
                 raise GraphError(f"{node.op} produced {y.dtype}{list(y.shape)} where the "
-                                 f"graph says {value.type}")
+                                 f"graph says {value.type}" + (f" (with {self.sizes})"
+                                                               if self.sizes else ""))
             self.env[value.name] = y
 
     def value(self, name: str, copies):

@@ -24,6 +24,8 @@ from dezero.static.backends.interpreter import reraise
 from dezero.static.ir import Graph, format_attr, format_node
 from dezero.static.lowering import Plan, holder, lower, returned_arguments
 from dezero.static.names import identifier, is_source_name, printable, source_literal
+from dezero.static.sizes import Size, evaluate, has_size, substitute
+from dezero.static.sizes import names as names_of
 from dezero.static.slots import AttrSlot, GradSlot
 
 # =============================================================================
@@ -58,11 +60,29 @@ def inline_call(node) -> str | None:
         return None
     fields = {name: v.name for name, v in zip(names, node.inputs)}
     for key, value in node.attrs.items():
-        literal = source_literal(value)
+        literal = source_literal(value) if not has_size(value) else sized_literal(value)
         if literal is None or key in fields:  # an attr may not stand for an input
             return None
         fields[key] = literal
     return text.format(**fields)
+
+
+def sized_literal(value) -> str | None:
+    """Source for a size, or a tuple of ints and sizes, over the replay function's
+    locals of the sizes (B is _s_B, read from the inputs' shapes at its start)."""
+    if isinstance(value, Size):
+        return f"({substitute(value, {n: Size.name('_s_' + n) for n in names_of(value)})})"
+    if type(value) is tuple:
+        parts = [sized_literal(v) if has_size(v) else source_literal(v) for v in value]
+        return None if None in parts else f"({parts[0]},)" if len(parts) == 1 else \
+            f"({', '.join(parts)})"
+    return None
+
+
+def _sized_forward(record, attrs, one, sizes, *xs):
+    """forward of an op whose attrs hold sizes, rebuilt with this call's sizes."""
+    y = record.function(evaluate(attrs, sizes)).forward(*xs)
+    return y[0] if one and type(y) is tuple else y
 
 
 def _one_result(forward, *xs):
@@ -122,9 +142,24 @@ def generate(graph: Graph, factory=None, program=None):
             code.lines.append(f"    _i_{name} = {name}")
         code.lines.append(f"    {name} = {name}._data if _isinstance({name}, _Variable) "
                           f"else {name}")
+    code.lines += _read_sizes(graph)
     for step in program.steps:
         code.step(step)
     return "\n".join(code.lines) + "\n", env, code.line_steps, fname
+
+
+def _read_sizes(graph: Graph) -> list:
+    """Lines that read the symbolic sizes from the inputs' shapes (a size another
+    input has too is checked where the call comes: Plan.sizes_of)."""
+    lines, seen = [], []
+    for value in graph.input_values:
+        for axis, n in enumerate(value.shape):
+            if isinstance(n, Size) and n.op == "name" and n.args[0] not in seen:
+                seen.append(n.args[0])
+                lines.append(f"    _s_{n.args[0]} = {value.name}.shape[{axis}]")
+    if seen:
+        lines.append(f"    _sizes = {{{', '.join(f'{n!r}: _s_{n}' for n in seen)}}}")
+    return lines
 
 
 def group_function(step):
@@ -198,9 +233,16 @@ class _Code:
             while f"_{base}{k}" in self.env:  # a kernel's name (_k0)
                 k = self.counts[base] = k + 1
             callee = f"_{base}{k}"
-            forward = node.record.function(node.attrs).forward
-            self.env[callee] = forward if len(outs) > 1 else functools.partial(_one_result, forward)
-            call = f"{callee}({', '.join(v.name for v in node.inputs)})"
+            args = ", ".join(v.name for v in node.inputs)
+            if has_size(node.attrs):
+                self.env[callee] = functools.partial(_sized_forward, node.record,
+                                                     node.attrs, len(outs) == 1)
+                args = "_sizes" + (", " + args if args else "")
+            else:
+                forward = node.record.function(node.attrs).forward
+                self.env[callee] = forward if len(outs) > 1 else \
+                    functools.partial(_one_result, forward)
+            call = f"{callee}({args})"
         if len(outs) == 1 and node.outputs[0].shape == ():
             call = f"_arr({call})"  # numpy returns a scalar for a 0-d result
         text = f"{', '.join(outs)} = {call}"
@@ -293,6 +335,8 @@ class Compiled(Plan):
     def run(self, leaves):
         """Replay on `leaves` (arrays or Variables, in input order)."""
         self.refuse_while_recording()
+        if self.symbolic:
+            self.sizes_of(leaves)  # ranks, static sizes and relations, with a clear error
         try:
             return self.fn(*leaves)
         except Exception as e:  # noqa: BLE001 - re-raised with the step's line

@@ -1,0 +1,203 @@
+"""SymInt: a symbolic size as user code sees it while a trace records.
+
+Part of the tracer stage (tracer.py makes them). While a recording makes some
+dimensions symbolic, `x.shape` of a traced value holds a SymInt for each: the
+size's expression (sizes.Size) and its value in this run (the hint). Arithmetic
+on SymInts gives SymInts, so `x.reshape(B * T, C)` records the expression.
+A decision on one (`==`, `<`, `if n:`, `int(n)`, numpy reading it as an index)
+takes the hint and records the relation it relied on; the replay checks every
+relation, so a graph is never replayed where one of its decisions would differ.
+
+    B = x.shape[0]; (B * 2).hint  # 64 while recording at 32;  int(B)  # B == 32
+"""
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+import dezero.functions as F
+from dezero.core import TracedSize, as_operand
+from dezero.static.sizes import Relation, Size, combine, has_size
+
+# =============================================================================
+# SymInt: expression and hint; decisions become relations
+# =============================================================================
+
+_NEGATED = {"==": "!=", "!=": "==", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
+_COMPARE = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+            ">": operator.gt, ">=": operator.ge}
+
+
+class SymInt(TracedSize):
+    """expr: the Size (or number) it stands for; hint: its value in this run;
+    relations: the recording's list of Relations, which decisions append to."""
+
+    __slots__ = ("expr", "hint", "relations")
+
+    def __init__(self, expr, hint, relations: list):
+        self.expr, self.hint, self.relations = expr, hint, relations
+
+    def _with(self, op, other, swap=False):
+        if isinstance(other, SymInt):
+            b, hb = other.expr, other.hint
+        elif isinstance(other, (int, float)) and not isinstance(other, bool):
+            b = hb = other
+        else:
+            return NotImplemented
+        a, ha = self.expr, self.hint
+        if swap:
+            a, b, ha, hb = b, a, hb, ha
+        return SymInt(combine(op, a, b), combine(op, ha, hb), self.relations)
+
+    __add__ = lambda self, o: self._with("+", o)           # noqa: E731
+    __radd__ = lambda self, o: self._with("+", o, True)    # noqa: E731
+    __sub__ = lambda self, o: self._with("-", o)           # noqa: E731
+    __rsub__ = lambda self, o: self._with("-", o, True)    # noqa: E731
+    __mul__ = lambda self, o: self._with("*", o)           # noqa: E731
+    __rmul__ = lambda self, o: self._with("*", o, True)    # noqa: E731
+    __floordiv__ = lambda self, o: self._with("//", o)     # noqa: E731
+    __rfloordiv__ = lambda self, o: self._with("//", o, True)  # noqa: E731
+    __truediv__ = lambda self, o: self._with("/", o)       # noqa: E731
+    __rtruediv__ = lambda self, o: self._with("/", o, True)  # noqa: E731
+
+    def __neg__(self):
+        return SymInt(combine("-", 0, self.expr), -self.hint, self.relations)
+
+    def __pos__(self):
+        return self
+
+    # ---- decisions: the hint decides, the relation is kept -------------------------
+    def decide(self, op: str, other) -> bool:
+        other_expr = other.expr if isinstance(other, SymInt) else other
+        if op in ("==", "!=") and other_expr == self.expr:
+            return op == "=="  # the same expression: equal at every size
+        result = _COMPARE[op](self.hint, other.hint if isinstance(other, SymInt) else other)
+        kept = op if result else _NEGATED[op]
+        self.relations.append(Relation(self.expr, kept, other_expr))
+        return result
+
+    def _compare(self, op, other):
+        if not isinstance(other, (SymInt, int, float)) or isinstance(other, bool):
+            return NotImplemented
+        return self.decide(op, other)
+
+    __eq__ = lambda self, o: self._compare("==", o)  # noqa: E731
+    __ne__ = lambda self, o: self._compare("!=", o)  # noqa: E731
+    __lt__ = lambda self, o: self._compare("<", o)   # noqa: E731
+    __le__ = lambda self, o: self._compare("<=", o)  # noqa: E731
+    __gt__ = lambda self, o: self._compare(">", o)   # noqa: E731
+    __ge__ = lambda self, o: self._compare(">=", o)  # noqa: E731
+
+    def __hash__(self):
+        return hash(self.hint)  # equal to the number it compares equal to
+
+    def operand_of(self, like):
+        """What as_operand makes of it beside like (a Variable or array): the number
+        as an op of the graph, in the dtype eager code gives the hint there."""
+        dtype = np.asarray(as_operand(self.hint, like)).dtype
+        return F.SizeNumber(self, dtype.name)(like)
+
+    def __bool__(self):
+        return self.decide("!=", 0)
+
+    def specialize(self):
+        """The hint, the size fixed to it for this graph (expr == hint)."""
+        self.decide("==", self.hint)
+        return self.hint
+
+    __index__ = __int__ = specialize
+
+    def __array__(self, dtype=None, copy=None):
+        # numpy math on a size (np.sqrt(1 / n)) computes with the number: fixed.
+        return np.asarray(self.specialize(), dtype)
+
+    def __float__(self):
+        return float(self.specialize())
+
+    def __format__(self, spec):
+        return format(self.specialize(), spec) if spec else str(self)
+
+    def __str__(self):
+        return str(self.expr)
+
+    __repr__ = __str__
+
+
+# =============================================================================
+# Helpers for the tracer: exprs, hints, holds_symint, symbolic_shape
+# =============================================================================
+
+
+def exprs(value):
+    """value with each SymInt replaced by its expression (attrs as the graph keeps them)."""
+    if isinstance(value, SymInt):
+        return value.expr
+    if isinstance(value, tuple):
+        return tuple(exprs(x) for x in value)
+    if isinstance(value, list):
+        return [exprs(x) for x in value]
+    if isinstance(value, slice):
+        return slice(*exprs((value.start, value.stop, value.step)))
+    return value
+
+
+def hints(value):
+    """value with each SymInt replaced by its hint (what forward computes with)."""
+    if isinstance(value, SymInt):
+        return value.hint
+    if isinstance(value, tuple):
+        return tuple(hints(x) for x in value)
+    if isinstance(value, list):
+        return [hints(x) for x in value]
+    if isinstance(value, slice):
+        return slice(*hints((value.start, value.stop, value.step)))
+    return value
+
+
+def holds_symint(value) -> bool:
+    if isinstance(value, SymInt):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(map(holds_symint, value))
+    if isinstance(value, slice):
+        return holds_symint((value.start, value.stop, value.step))
+    return False
+
+
+class SymShape(tuple):
+    """A shape holding SymInts. Shapes of two ranks are unequal whatever their sizes
+    (as numpy's tuples say, with no relation on a size); slices and sums stay so."""
+
+    __slots__ = ()
+
+    def __eq__(self, other):
+        if isinstance(other, tuple) and len(other) != len(self):
+            return False
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other):
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    __hash__ = tuple.__hash__
+
+    def __getitem__(self, key):
+        item = tuple.__getitem__(self, key)
+        return SymShape(item) if isinstance(key, slice) else item
+
+    def __add__(self, other):
+        return SymShape(tuple.__add__(self, tuple(other))) if isinstance(
+            other, tuple) else NotImplemented
+
+    def __radd__(self, other):
+        return SymShape(tuple(other) + tuple(self)) if isinstance(other, tuple) \
+            else NotImplemented
+
+
+def symbolic_shape(shape, hint_shape, relations):
+    """A shape of Sizes and ints as SymInts (ints stay ints) with this run's sizes."""
+    if not has_size(shape):
+        return tuple(shape)
+    return SymShape(SymInt(n, h, relations) if isinstance(n, Size) else n
+                    for n, h in zip(shape, hint_shape))
