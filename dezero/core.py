@@ -535,8 +535,9 @@ class Function:
       commutative  the inputs may be swapped (common-subexpression elimination)
       py        the Python expression the replay code writes instead of calling
                 forward, placeholders as in cpp (`_xp` is numpy or cupy); a dict
-                by the number of inputs, or a function (input shapes, output
-                shape, attrs) -> the expression; None: the code calls forward.
+                by the number of inputs, or a function (input types, each a
+                (shape, dtype), output shape, attrs) -> the expression (Pow:
+                products for a float square or cube); None: the code calls forward.
                 A subclass that overrides forward does not inherit it
       neutral   {input position: constant} that makes the op return its other
                 input exactly (x * 1); neutral_attrs: attrs that make it return

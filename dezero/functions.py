@@ -263,13 +263,21 @@ class Pow(Function):
         # is products too, as pow's vector math takes a slow path at each negative x.
         return {0.5: "sqrt({x})", 2: "{x} * {x}", 3: "{x} * {x} * {x}"}.get(c, "pow({x}, {c})")
 
-    py = "{x} ** {c}"
+    @staticmethod
+    def py(in_types, out_shape, attrs):
+        (_, dtype), = in_types
+        return _PRODUCTS.get(attrs["c"], "{x} ** {c}") if dtype.kind == "f" else "{x} ** {c}"
+
     neutral_attrs = {"c": 1}  # x ** 1 == x
 
     def __init__(self, c):
         self.c = c
 
     def forward(self, x):
+        # A float square or cube as products: np.power takes ~40x as long on a cube
+        # (x * x * x may differ from it in the last bit; the kernels spell the same).
+        if x.dtype.kind == "f" and self.c in _PRODUCTS:
+            return x * x if self.c == 2 else x * x * x
         return x ** _like(self.c, x)
 
     def backward(self, gy):
@@ -277,6 +285,9 @@ class Pow(Function):
         if self.c == 0:
             return gy * 0  # x ** 0 is constant, also at x = 0 (where 0 * x ** -1 is NaN)
         return self.c * x ** (self.c - 1) * gy
+
+
+_PRODUCTS = {2: "{x} * {x}", 3: "{x} * {x} * {x}"}  # Pow's float spellings of x ** 2, x ** 3
 
 
 def _like(c, x):
@@ -617,7 +628,7 @@ class Transpose(Function):
     shapes = staticmethod(_transposed)
 
     @staticmethod
-    def py(in_shapes, out_shape, attrs):
+    def py(in_types, out_shape, attrs):
         # The usual case, a plain transpose, is an attribute rather than a call.
         return "{x}.T" if attrs["axes"] is None else "{x}.transpose({axes})"
 
@@ -989,11 +1000,11 @@ class SumTo(Function):
     shapes = staticmethod(_attr_shape("shape"))
 
     @staticmethod
-    def py(in_shapes, out_shape, attrs):
+    def py(in_types, out_shape, attrs):
         # utils.sum_to works out the summed axes at every call; the graph knows both
         # shapes, so the replay code names them once (the same single reduction;
         # _sum is ndarray.sum without its Python-level wrapper).
-        (x_shape,), lead = in_shapes, len(in_shapes[0]) - len(out_shape)
+        ((x_shape, _),), lead = in_types, len(in_types[0][0]) - len(out_shape)
         kept = [i + lead for i, n in enumerate(out_shape) if n == 1 and x_shape[i + lead] != 1]
         axes = tuple(range(lead)) + tuple(kept)
         if not kept:
@@ -1533,7 +1544,7 @@ class OneHot(Function):
         self.labels_of = labels_of
 
     @staticmethod
-    def py(shapes, shape, attrs):
+    def py(in_types, out_shape, attrs):
         # The replay code writes rows of a cached identity (_eye) only for labels
         # checked already; otherwise it calls forward, which checks them each call.
         return None if attrs["labels_of"] is not None else "_eye({num_classes}, {dtype})[{t}]"

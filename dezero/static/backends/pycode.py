@@ -52,7 +52,7 @@ def inline_call(node) -> str | None:
         return None
     text = node.record.py
     if callable(text):
-        text = text([v.shape for v in node.inputs], node.outputs[0].shape, node.attrs)
+        text = text([(v.shape, v.dtype) for v in node.inputs], node.outputs[0].shape, node.attrs)
     elif isinstance(text, dict):  # spelled by the number of inputs (linear: with b?)
         text = text.get(len(node.inputs))
     names = node.record.params[:len(node.inputs)]
