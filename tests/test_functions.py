@@ -1,5 +1,6 @@
 """Op tests driven by the op table (tests/op_table.py): forward against numpy,
 gradients against numerical ones, second derivatives, broadcasting and dtypes."""
+import math
 import re
 import warnings
 
@@ -338,6 +339,32 @@ def test_float_square_and_cube_are_products_in_eager_and_in_the_python_replay(dt
         np.testing.assert_array_equal((Variable(a) ** c).data, expected, strict=True)
     ints = np.arange(-5, 6)
     np.testing.assert_array_equal((Variable(ints) ** 3).data, ints ** 3, strict=True)
+
+
+def test_erf_is_within_two_ulp_of_math_erf_element_by_element():
+    # erf's numpy forward is piecewise polynomials in float64; math.erf is the
+    # reference, over [-7, 7], near zero, tiny and subnormal values, piece edges and
+    # the ends: signed zeros, +-1 beyond 6, inf and NaN.
+    rng = np.random.default_rng(0)
+    edges = np.arange(0, 6.1, 1 / 32)
+    special = [0.0, 5e-324, 1e-310, 1e-300, 1e-20, 1e-8, 5.9, 5.95, 6.0, 30.0, 1e300, np.inf]
+    a = np.concatenate([rng.uniform(-7, 7, 200_000), rng.standard_normal(20_000) * 1e-3,
+                        edges, np.nextafter(edges, 0), np.nextafter(edges, 7), special])
+    a = np.concatenate([a, -a, [np.nan]])
+    expected = np.array([math.erf(v) for v in a])
+    y = F.erf(a).data
+    assert y.dtype == np.float64
+    assert np.array_equal(np.isnan(y), np.isnan(expected))
+    np.testing.assert_array_equal(np.signbit(y[a == 0]), np.signbit(a[a == 0]))
+    known = ~np.isnan(expected)
+    ulps = np.abs(y[known] - expected[known]) / np.spacing(np.abs(expected[known]))
+    assert ulps.max() <= 2, a[known][ulps.argmax()]
+    with np.errstate(over="ignore"):  # 1e300 is inf in float32
+        x32 = a.astype(np.float32)  # float32: computed in float64, then rounded
+    y32 = F.erf(x32).data
+    assert y32.dtype == np.float32
+    np.testing.assert_array_equal(y32, np.array([math.erf(v) for v in x32], np.float32))
+    assert F.erf(np.float64(0.5)).data == math.erf(0.5)  # 0-d
 
 
 def test_gradient_of_x_to_the_zero_is_zero_also_at_zero():
