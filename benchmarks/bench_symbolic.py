@@ -4,7 +4,8 @@ For each batch size, one training step (forward, backward, update) of an MLP
 replayed from a graph traced with dynamic=True (sizes symbolic) and from one traced
 with dynamic=False at that size, on the same backend; the ratio is the symbolic
 replay's time over the static one's, timed in turns in one process (timing.py).
-Also the time to prepare each (record, optimise, compile: the first call).
+Also the time to prepare each (record, optimise, compile: the first call), with the
+kernel cache warm for both.
 
     python benchmarks/bench_symbolic.py                 # spiral 2-10-3 and 784-1000-10, Adam
     DEZERO_BACKEND=python python benchmarks/bench_symbolic.py --model spiral
@@ -61,6 +62,8 @@ def main():
         model(np.zeros((1, features), np.float32))
         x0 = rng.standard_normal((sizes[0], features)).astype(np.float32)
         t0 = rng.integers(0, hidden[-1], sizes[0])
+        for dynamic in (False, True):  # kernels compiled into the cache: compared warm
+            prepared(dynamic, model, x0, t0)
         symbolic, prep_symbolic = prepared(True, model, x0, t0)
         print(f"{name} ({os.environ.get('DEZERO_BACKEND', 'cpu')} backend): symbolic graph "
               f"prepared in {prep_symbolic * 1e3:.1f} ms")
