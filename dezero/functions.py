@@ -928,7 +928,7 @@ def where(condition, x, y):
     x = as_operand(x, y)
     y = as_operand(y, x)
     try:
-        np.broadcast_shapes(condition.shape, x.shape, y.shape)
+        broadcast_shapes(condition.shape, x.shape, y.shape)
     except ValueError:
         raise ValueError(f"where: condition of shape {tuple(condition.shape)}, x of shape "
                          f"{tuple(x.shape)} and y of shape {tuple(y.shape)} do not broadcast "
@@ -1499,7 +1499,7 @@ def scaled_dot_product_attention(q, k, v, mask=None, is_causal=False, dropout_p=
             raise ValueError(f"{op}: give mask or is_causal, not both; for both, pass "
                              f"mask & np.tri({scores.shape[-2]}, {scores.shape[-1]}, "
                              f"dtype=bool)")
-        mask = cuda.get_array_module(q).tri(*scores.shape[-2:], dtype=bool)
+        mask = _causal_mask(cuda.get_array_module(q), *scores.shape[-2:])
     if mask is not None:
         mask = _attention_mask(op, mask, scores.shape)
         # The lowest number rather than -inf: a row with no key left then has no
@@ -1515,6 +1515,14 @@ def scaled_dot_product_attention(q, k, v, mask=None, is_causal=False, dropout_p=
     return matmul(weights, v)
 
 
+def _causal_mask(xp, queries, keys):
+    """np.tri(queries, keys) of bools; where a trace keeps a size symbolic, the lower
+    triangle of ones broadcast to it (ops with shape rules), which np.tri would fix."""
+    if not isinstance(queries, core.TracedSize) and not isinstance(keys, core.TracedSize):
+        return xp.tri(queries, keys, dtype=bool)
+    return tril(broadcast_to(xp.ones((1, 1), bool), (queries, keys)))
+
+
 def _attention_mask(op, mask, shape):
     if not hasattr(mask, "dtype"):  # a list; arrays pass (traced too)
         mask = np.asarray(mask)
@@ -1523,7 +1531,7 @@ def _attention_mask(op, mask, shape):
                         f"make one, e.g. mask = m > 0, or add a float mask to the scores "
                         f"of a composed attention")
     try:
-        fits = np.broadcast_shapes(tuple(mask.shape), shape) == shape
+        fits = broadcast_shapes(tuple(mask.shape), shape) == tuple(shape)
     except ValueError:
         fits = False
     if not fits:

@@ -301,9 +301,9 @@ class GPT(Model):
 
     def forward(self, ids):
         ids = self._check_ids(ids)
-        T = ids.shape[1]
-        xp = cuda.get_array_module(self.wte.W.data)
-        x = self.wte(ids) + self.wpe(xp.arange(T))
+        # The first T rows of the position table (the rows of arange(T)): a slice, so a
+        # trace may keep T symbolic, where arange(T) would read it as a number.
+        x = self.wte(ids) + self.wpe.W[:ids.shape[1]]
         x = L._dropout(x, self.dropout)
         for block in self.blocks:
             x = block(x)
