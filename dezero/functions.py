@@ -119,7 +119,9 @@ def _reduce_shape(shapes, attrs):
 
 def _joined(shapes, axis):
     axis %= len(shapes[0])
-    return [shapes[0][:axis] + (sum(s[axis] for s in shapes),) + shapes[0][axis + 1:]]
+    # functools.reduce, not sum: this module's sum is the op
+    length = functools.reduce(operator.add, (s[axis] for s in shapes))
+    return [shapes[0][:axis] + (length,) + shapes[0][axis + 1:]]
 
 
 def _split_shapes(shapes, attrs):

@@ -131,6 +131,19 @@ def test_expressions_of_sizes_are_recorded():
     assert "x: f64[B,T,N]) where B >= 2, T >= 2, N >= 2\n" in text  # nothing implied
 
 
+def test_a_concatenation_of_symbolic_sizes_sums_them():
+    def f(x, y):
+        return F.concat([x, y], axis=0) * 2.0
+
+    traced = dezero.trace(f)
+    rng = np.random.default_rng(0)
+    for n, m in [(2, 3), (4, 5), (6, 7), (3, 2)]:
+        x, y = rng.standard_normal((n, 4)), rng.standard_normal((m, 4))
+        np.testing.assert_array_equal(traced(x, y).data, f(x, y).data)
+    assert traced.entries == 2  # the first call static, then both lengths symbolic
+    assert "f64[B + T,4] = concat(x, y)" in str(traced._symbolic[0].graph)
+
+
 def test_a_branch_on_a_size_is_a_relation_the_replay_checks():
     def f(x):
         return x * 2.0 if x.shape[0] > 4 else x * 3.0
