@@ -2,6 +2,7 @@
 
 Run by hand: python benchmarks/bench_gpt.py [--rounds 7] [--threads both|one|all]
              python benchmarks/bench_gpt.py --train 500
+             python benchmarks/bench_gpt.py --generation [--tokens 200]
 Prints, for one thread (the process pinned to one core, as `taskset -c 0` does, and one
 BLAS, OpenMP and torch thread) and for all threads, each in a fresh process of its own:
 - one training step of models.GPT (vocab 65, block 64, 4 layers, 4 heads, n_embd 128,
@@ -10,8 +11,10 @@ BLAS, OpenMP and torch thread) and for all threads, each in a fresh process of i
   PyTorch eager, torch.compile (inductor, model and optimizer step) and jax.jit
   (value_and_grad and AdamW in jax.numpy), all from the same weights on the same batches;
 - the forward pass alone (inference) of the five;
-- generating 200 tokens (tokens/s): dezero's model.generate, a traced forward called per
-  context length, a traced forward over a fixed window, and a loop in PyTorch eager;
+- generating 200 tokens (tokens/s): dezero's model.generate, a traced forward called on
+  the growing context with a graph per length (dynamic=False) and with the length
+  symbolic (automatic dynamic: two graphs), a traced forward over a fixed window, and a
+  loop in PyTorch eager (--generation times this alone);
 - the peak of numpy's memory (tracemalloc) in one eager step and in one replay;
 then the targets, met or not. Times are medians over interleaved rounds (timing.py): the
 process's CPU time on one thread, wall time on all.
@@ -453,15 +456,19 @@ def bench_inference(weights, x, rounds, clock, torch, jax):
 
 def bench_generation(weights, tokens, rounds, clock, torch):
     """Tokens/s generating `tokens` after one token, each candidate once a round (the
-    rounds taking turns); the traced forward per length is one trace for all rounds, so
-    its first round records its graphs, and is shown apart."""
+    rounds taking turns). The traced forwards called on the growing context are one
+    trace each for all rounds, so their first round records their graphs, and is shown
+    apart: per length (dynamic=False) a graph for each length, symbolic (automatic
+    dynamic) one for the first length, then one of the length symbolic."""
     model = dezero_gpt(weights)
-    per_length = dezero.trace(forward_of(model))
+    growing = {"traced per length": dezero.trace(forward_of(model), dynamic=False),
+               "traced, symbolic": dezero.trace(forward_of(model))}
     window = traced_forward(model, np.zeros((1, CONFIG["block_size"]), np.int64))
     runs = {"dezero generate": lambda: model.generate(np.zeros((1, 1), np.int64), tokens,
                                                       rng=np.random.default_rng(0)),
-            "traced per length": lambda: traced_generation(per_length, tokens,
-                                                           np.random.default_rng(0)),
+            **{name: lambda forward=forward: traced_generation(forward, tokens,
+                                                               np.random.default_rng(0))
+               for name, forward in growing.items()},
             "traced window": lambda: traced_generation(window, tokens,
                                                        np.random.default_rng(0), True)}
     if torch is not None:
@@ -478,18 +485,19 @@ def bench_generation(weights, tokens, rounds, clock, torch):
                 outputs[name] = runs[name]()
                 seconds[name].append(clock() - start)
             caught += [str(w.message) for w in found]
-    first = seconds["traced per length"].pop(0)
+    firsts = {name: seconds[name].pop(0) for name in growing}
     print(f"generation of {tokens} tokens, tokens/s (median of {rounds} rounds; the traced "
-          f"per length: of the rounds after its first)")
+          f"per length and symbolic: of the rounds after their first)")
     for name, times in seconds.items():
         same = "" if name == "torch eager" else "  same tokens as dezero generate: " + (
             "yes" if np.array_equal(outputs[name], outputs["dezero generate"]) else "no")
         print(f"  {name:18s} {tokens / statistics.median(times):8.1f}{same}")
-    print(f"  traced per length: {per_length.entries} graphs kept (max_entries="
-          f"{per_length.max_entries}); its first round, which recorded them, "
-          f"{tokens / first:.1f} tokens/s" + (
-              " (the kernels' compiler runs in processes of its own, which the CPU time "
-              "of this one leaves out)" if clock is time.process_time else ""))
+    for name, forward in growing.items():
+        print(f"  {name}: {forward.entries} graphs kept (max_entries="
+              f"{forward.max_entries}); its first round, which recorded them, "
+              f"{tokens / firsts[name]:.1f} tokens/s" + (
+                  " (the kernels' compiler runs in processes of its own, which the CPU "
+                  "time of this one leaves out)" if clock is time.process_time else ""))
     for message in dict.fromkeys(caught):
         print(f"  warning: {message.splitlines()[0]}")
 
@@ -565,6 +573,9 @@ def bench_all(args):
     clock = time.process_time if one_thread else time.perf_counter
     print(f"times: {'CPU time of the process' if one_thread else 'wall time'}")
     weights, data = initial_weights(), batches(8)
+    if args.generation:
+        bench_generation(weights, args.tokens, args.rounds, clock, torch)
+        return
     train, replay, eager = bench_training(weights, data, args.rounds, clock, torch, jax)
     ratios = [f"eager/traced {train['dezero eager'] / train['dezero traced']:.2f}x"]
     for other in ("torch eager", "torch.compile", "jax.jit"):
@@ -622,6 +633,8 @@ def main():
     parser.add_argument("--tokens", type=int, default=200)
     parser.add_argument("--train", type=int, metavar="STEPS",
                         help="compare STEPS training steps against PyTorch instead")
+    parser.add_argument("--generation", action="store_true",
+                        help="time generation only (no training step, forward or memory)")
     args = parser.parse_args()
     if args.train:
         compare_training(args.train)
