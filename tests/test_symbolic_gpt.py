@@ -1,8 +1,9 @@
 """A GPT traced with automatic dynamic sizes: a forward called on a growing context
 (generation's calls) and a training step called on varying batch sizes each replay one
 graph of symbolic sizes after the first, static recording, and equal eager code (to
-the bit on the python backend)."""
+the bit on the python backend); the training step with the context length varying too."""
 import numpy as np
+import pytest
 from backend_helpers import assert_replay_equal
 from train_helpers import training_step
 
@@ -47,17 +48,21 @@ def test_a_context_longer_than_block_size_is_refused_by_the_symbolic_graph():
             raise AssertionError("a context of block_size + 1 tokens passed")
 
 
-def test_the_training_step_of_varying_batch_sizes_replays_one_symbolic_graph():
+@pytest.mark.parametrize("shapes, axis", [
+    ([(3, 8), (5, 8), (2, 8), (4, 8), (7, 8)], 0),  # the batch size
+    ([(3, 4), (3, 6), (3, 9), (3, 16), (3, 3)], 1),  # the context length
+])
+def test_the_training_step_of_varying_sizes_replays_one_symbolic_graph(shapes, axis):
     eager_model, traced_model = small_gpt(), small_gpt()
     eager = training_step(eager_model, optimizers.AdamW(alpha=1e-2).setup(eager_model),
                           max_norm=1.0)
     traced = training_step(traced_model, optimizers.AdamW(alpha=1e-2).setup(traced_model),
                            traced=True, max_norm=1.0)
     rng = np.random.default_rng(1)
-    for B in (3, 5, 2, 4, 7):
-        x, t = rng.integers(0, VOCAB, (B, 8)), rng.integers(0, VOCAB, (B, 8))
-        assert_replay_equal(traced(x, t).data, eager(x, t).data, err_msg=f"B={B}")
+    for shape in shapes:
+        x, t = rng.integers(0, VOCAB, shape), rng.integers(0, VOCAB, shape)
+        assert_replay_equal(traced(x, t).data, eager(x, t).data, err_msg=f"{shape}")
         for mine, theirs in zip(traced_model.params(), eager_model.params(), strict=True):
-            assert_replay_equal(mine.data, theirs.data, err_msg=f"B={B}")
-    assert traced.entries == 2  # B=3 static, then B symbolic
-    assert "symbolic: x axis 0" in traced.retraces[1]
+            assert_replay_equal(mine.data, theirs.data, err_msg=f"{shape}")
+    assert traced.entries == 2  # the first shape static, then the size symbolic
+    assert f"symbolic: x axis {axis}" in traced.retraces[1]
