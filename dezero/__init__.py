@@ -54,5 +54,11 @@ else:
 
 setup_variable()
 from dezero.static import TraceError, trace  # noqa: E402,F401
+from dezero.static.symbols import (  # noqa: E402,F401
+    Builder,
+    Script,
+    compile,
+    placeholder,
+)
 
 __version__ = "0.1.0"

@@ -183,7 +183,8 @@ class Variable:
             value = np.asarray(value)  # numpy's 0-d arithmetic returns scalars
         if _tracing and _thread.tracer is not None:
             value = _thread.tracer.assigned(self, value)
-        if value is not None and not isinstance(value, cuda.array_types):
+        if value is not None and not isinstance(value, cuda.array_types) and \
+                not hasattr(value, "abstract_forward"):  # (a placeholder's, symbols.py)
             raise TypeError(
                 f"Variable.data must be a numpy or cupy array (or None), got "
                 f"{type(value).__name__}")
@@ -372,7 +373,7 @@ class Variable:
 
 def _wrap_output(data):
     """A Variable for an array a Function computed (skips __init__'s type check)."""
-    if not isinstance(data, cuda.array_types):
+    if not isinstance(data, cuda.array_types) and not hasattr(data, "abstract_forward"):
         data = np.asarray(data)  # numpy returns scalars, not 0-d arrays, from 0-d ops
     v = object.__new__(Variable)
     v._data = data
@@ -441,8 +442,10 @@ def as_operand(x, like):
         return x
     ref = like._data if isinstance(like, Variable) else like
     # A Python float or int meeting a float array, or a traced one (numpy arithmetic
-    # on an argument inside a traced function): the dtype eager numpy gives it.
-    if (type(ref) is np.ndarray or isinstance(ref, TracedArray)) and \
+    # on an argument inside a traced function, or a placeholder's): the dtype eager
+    # numpy gives it.
+    if (type(ref) is np.ndarray or isinstance(ref, TracedArray) or
+            hasattr(ref, "abstract_forward")) and \
             (type(x) is float or type(x) is int) and ref.dtype.kind == "f":
         return _scalar_array(x, ref.dtype if _NEP50 else _numpy_dtype(ref, x))
     if isinstance(x, (bool, int, float, complex)) and isinstance(ref, cuda.array_types):
@@ -617,14 +620,17 @@ class Function:
             raise type(e)(f"{self.op_name}: {e} (input shapes: {shapes})") from e
         except (TypeError, AttributeError) as e:
             # Checked only once numpy has failed: Variables holding strings, objects
-            # or None cost nothing on the way in.
-            for i, x in enumerate(xs):  # kinds object, bytes, str, void
-                if not isinstance(x, cuda.array_types) or x.dtype.kind in "OSUV":
-                    raise TypeError(_non_numeric_message(self.op_name, i, x)) from e
-            mixed = cuda.gpu_enable and cuda.two_devices_error(self.op_name, xs)
-            if mixed:
-                raise mixed from e
-            raise
+            # or None cost nothing on the way in; nor do placeholders (static/symbols.py).
+            abstract = next((x for x in xs if hasattr(x, "abstract_forward")), None)
+            if abstract is None:
+                for i, x in enumerate(xs):  # kinds object, bytes, str, void
+                    if not isinstance(x, cuda.array_types) or x.dtype.kind in "OSUV":
+                        raise TypeError(_non_numeric_message(self.op_name, i, x)) from e
+                mixed = cuda.gpu_enable and cuda.two_devices_error(self.op_name, xs)
+                if mixed:
+                    raise mixed from e
+                raise
+            ys = abstract.abstract_forward(self, xs)
         outputs = [_wrap_output(y) for y in ys] if type(ys) is tuple else [_wrap_output(ys)]
 
         if Config.enable_backprop:

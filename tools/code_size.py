@@ -16,13 +16,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Module (relative to the repository) -> most code lines it may have.
 BUDGETS = {
-    "dezero/core.py": 375,
+    "dezero/core.py": 380,
     "dezero/op_record.py": 108,
     "dezero/static/trace.py": 592,
     "dezero/static/tracer.py": 447,
     "dezero/static/guard.py": 184,
     "dezero/static/ir.py": 305,
-    "dezero/static/graph.py": 66,
+    "dezero/static/graph.py": 92,
+    "dezero/static/symbols.py": 210,
     "dezero/static/names.py": 49,
     "dezero/static/sizes.py": 265,
     "dezero/static/symint.py": 128,
@@ -58,7 +59,7 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 4700,
+    "dezero/static/": 4860,
     "dezero/kernels/": 1363,
 }
 

@@ -9,6 +9,8 @@ those modules, so that ir.py stays data and printing.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from dezero import cuda
 from dezero.core import TracedArray, Variable
 from dezero.static import backends, drawing, passes, saving
@@ -62,7 +64,9 @@ class StaticGraph(Graph):
         default backend generates none: the interpreter)."""
         return getattr(self.compile(), "source", None) or self.compile("python").source
 
-    def __call__(self, *inputs):
+    def __call__(self, *inputs, **named):
+        if named:
+            inputs = self.arguments(*inputs, **named)
         values = self.input_values
         if len(inputs) != len(values):
             raise TypeError(f"graph {self.name} takes {len(values)} inputs "
@@ -71,15 +75,33 @@ class StaticGraph(Graph):
             data = x._data if isinstance(x, Variable) else x
             if isinstance(data, TracedArray):
                 data = data.array  # called inside a trace: run() says why it refuses
-            if not isinstance(data, cuda.array_types) or data.dtype != value.dtype or \
-                    len(data.shape) != len(value.shape) or not has_size(value.shape) and \
-                    data.shape != value.shape:
-                got = type_str(data.shape, data.dtype) if isinstance(
-                    data, cuda.array_types) else type(data).__name__
-                raise TypeError(f"graph {self.name}: input {value.name} must be "
-                                f"{value.type}, got {got}; trace again for other shapes")
+            _check_input(self.name, value, data)
         # (symbolic sizes: the plan reads them from the shapes and checks the relations)
         return self.compile().run(inputs)
+
+    def arguments(self, *inputs, partial=False, **named) -> list:
+        """The inputs in order from arrays by name (those given positionally first); an
+        array of another dtype of its kind (float64 for float32) is converted."""
+        names = self.input_names
+        named = dict(zip(names, inputs)) | named
+        for key in named:
+            if key not in names:
+                raise TypeError(f"graph {self.name} has no input {key}; its inputs are "
+                                f"{', '.join(f'{v.name}: {v.type}' for v in self.input_values)}")
+        missing = [v for v in self.input_values if v.name not in named]
+        if missing and not partial:
+            raise TypeError(f"graph {self.name}: no array for input "
+                            f"{', '.join(f'{v.name} ({v.type})' for v in missing)}")
+        args = []
+        for value in self.input_values:
+            data = named.get(value.name)
+            if isinstance(data, cuda.array_types) and data.dtype != value.dtype and \
+                    np.can_cast(data.dtype, value.dtype, "same_kind"):
+                data = data.astype(value.dtype)
+            if data is not None:
+                _check_input(self.name, value, data)
+            args.append(data)
+        return args
 
     def interpret(self, *inputs):
         """Run with the reference interpreter (slow, checked); same result as graph(*inputs)."""
@@ -115,3 +137,13 @@ class StaticGraph(Graph):
     @staticmethod
     def load(path: str) -> StaticGraph:
         return saving.load(path, StaticGraph)
+
+
+def _check_input(name, value, data):
+    if not isinstance(data, cuda.array_types) or data.dtype != value.dtype or \
+            len(data.shape) != len(value.shape) or not has_size(value.shape) and \
+            data.shape != value.shape:
+        got = type_str(data.shape, data.dtype) if isinstance(
+            data, cuda.array_types) else type(data).__name__
+        raise TypeError(f"graph {name}: input {value.name} must be "
+                        f"{value.type}, got {got}; trace again for other shapes")

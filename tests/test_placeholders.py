@@ -1,0 +1,166 @@
+"""Define-and-run from symbols: placeholders, dezero.compile, Builder and Script,
+checked against the same code traced from data and run eagerly."""
+import re
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import dezero
+import dezero.functions as F
+from dezero import Variable, models, optimizers
+
+
+def test_the_essay_example_runs_as_written():
+    a = dezero.placeholder('a', ())
+    b = dezero.placeholder('b', ())
+    d = a * b + 1
+    f = dezero.compile(d)
+    assert float(f(a=np.array(2.0), b=np.array(3.0)).data) == 7.0
+    assert f.input_names == ["a", "b"]
+
+
+def _function(x, w):
+    return F.sum(F.tanh(F.matmul(x, w)) * 2 + 1, axis=1)
+
+
+def _without_names(graph):
+    # Names of computed values differ (letters); the ops, types and order must not.
+    return re.sub(r"\b[a-z]{1,2}\b(?=[:,)\n ])", "_", str(graph)).splitlines()[1:]
+
+
+def test_a_graph_of_placeholders_equals_the_traced_function():
+    x, w = dezero.placeholder("x", ("B", "T")), dezero.placeholder("w", ("T", "N"))
+    graph = dezero.compile(_function(x, w))
+    traced = dezero.trace(_function, dynamic=True)
+    rng = np.random.default_rng(0)
+    X, W = rng.standard_normal((6, 4), np.float32), rng.standard_normal((4, 5), np.float32)
+    traced(X, W)
+    assert _without_names(graph) == _without_names(traced.graph)
+    assert "(x: f32[B,T], w: f32[T,N])" in str(graph)
+    for n in (2, 6, 9):  # one graph for any size B
+        X = rng.standard_normal((n, 4), np.float32)
+        np.testing.assert_allclose(graph(x=X, w=W).data, _function(Variable(X), Variable(W)).data,
+                                   rtol=1e-6)
+
+
+def test_a_huge_placeholder_defines_a_graph_at_once_without_memory():
+    tracemalloc.start()
+    start = time.perf_counter()
+    z = dezero.placeholder("z", (200000, 200000))
+    graph = dezero.compile(F.sum(F.exp(F.matmul(z, z)) + 1, axis=0))
+    seconds = time.perf_counter() - start
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert seconds < 2 and peak < 50 * 2**20
+    assert "f32[200000,200000] = matmul(z, z)" in str(graph)
+
+
+def test_a_placeholder_has_no_numbers():
+    a = dezero.placeholder("a", ("B",))
+    y = a * 2
+    for read in (lambda: float(a), lambda: bool(a), lambda: np.asarray(a.data),
+                 lambda: a.data + 1, lambda: float(y), lambda: y.data.sum()):
+        with pytest.raises((TypeError, AttributeError),
+                           match="(?s)placeholder a.*no numbers.*dezero.compile"):
+            read()
+
+
+def _train_step(model, optimizer, x, t):
+    loss = F.mean_squared_error(model(x), t)
+    model.cleargrads()
+    loss.backward()
+    optimizer.update()
+    return loss
+
+
+def _data():
+    rng = np.random.default_rng(1)
+    X = rng.random((20, 3), np.float32)
+    return X, X.sum(1, keepdims=True)
+
+
+def _model():
+    np.random.seed(0)
+    model = models.MLP((8, 1))
+    optimizer = optimizers.SGD(0.1).setup(model)
+    X, T = _data()
+    model(X)  # parameters made before recording, as in the eager twin
+    return model, optimizer
+
+
+def test_a_training_step_built_from_placeholders_trains_as_eager_does():
+    model, optimizer = _model()
+    eager_model, eager_optimizer = _model()
+    with dezero.Builder("train") as b:
+        x, t = b.input("x", ("B", 3)), b.input("t", ("B", 1))
+        b.output("loss", _train_step(model, optimizer, x, t))
+    script = b.build().compile()
+    before = [p.data.copy() for p in model.params()]
+    assert all(np.array_equal(p.data, e.data) for p, e in zip(model.params(),
+                                                                  eager_model.params()))
+    X, T = _data()
+    script.set_input("x", X)
+    script.set_input("t", T)
+    first = float(script.run()["loss"].data)
+    eager = float(_train_step(eager_model, eager_optimizer, X, T).data)
+    assert first == pytest.approx(eager, rel=1e-6)
+    for p, e, old in zip(model.params(), eager_model.params(), before):
+        assert not np.array_equal(p.data, old)
+        np.testing.assert_allclose(p.data, e.data, rtol=1e-5, atol=1e-7)
+    losses = [float(script.run()["loss"].data) for _ in range(20)]
+    assert losses[-1] < first / 2
+    script.clear_inputs()
+    with pytest.raises(TypeError, match="no array for input x"):
+        script.run()
+
+
+def test_script_saves_and_loads_as_data(tmp_path):
+    with dezero.Builder("affine") as b:
+        x = b.input("x", (2, 3))
+        b.output("y", F.sum(x * 3 - 1, axis=1))
+    script = b.build()
+    script.save(str(tmp_path / "affine.json"))
+    loaded = dezero.Script.load(str(tmp_path / "affine.json"))
+    X = np.arange(6, dtype=np.float32).reshape(2, 3)
+    loaded.set_input("x", X)
+    np.testing.assert_allclose(loaded.run()["y"].data, (X * 3 - 1).sum(1))
+    assert loaded.compile("interpreter").run()["y"].data.tolist() == [6.0, 33.0]
+
+
+def test_bad_inputs_name_the_input_and_its_shape():
+    with dezero.Builder("b") as b:
+        x = b.input("x", ("B", 3))
+        i = b.input("i", ("B",), np.int64)
+        b.output("y", x * 2)
+        b.output("j", i + 1)
+    script = b.build()
+    with pytest.raises(TypeError, match=r"input x must be f32\[B,3\], got f32\[4\]"):
+        script.set_input("x", np.zeros(4, np.float32))
+    with pytest.raises(TypeError, match=r"input i must be i64\[B\], got f32\[4\]"):
+        script.set_input("i", np.zeros(4, np.float32))
+    with pytest.raises(TypeError, match=r"no input q; its inputs are x: f32\[B,3\], i"):
+        script.set_input("q", np.zeros(4, np.float32))
+    script.set_input("x", np.zeros((4, 3), np.float32))
+    with pytest.raises(TypeError, match="no array for input i"):
+        script.run()
+    script.set_input("i", np.zeros(5, np.int64))
+    with pytest.raises(TypeError, match=r"input i.*B.*it takes x: f32\[B,3\]"):
+        script.run()
+
+
+class RunningSum(dezero.Function):
+    """An op with no shape rule: only forward on zeros tells its results' shapes."""
+
+    def forward(self, x):
+        return np.cumsum(x, axis=0)
+
+
+def test_an_op_that_cannot_propagate_names_itself():
+    small = dezero.placeholder("small", (3, 4))
+    assert RunningSum()(small).shape == (3, 4)  # forward on zeros of small shapes
+    big = dezero.placeholder("big", (3000, 3000))
+    with pytest.raises(TypeError, match=r"RunningSum cannot run on placeholders of shapes "
+                                        r"\(3000, 3000\): it has no shape rule"):
+        RunningSum()(big)
