@@ -138,6 +138,8 @@ def test_bad_inputs_name_the_input_and_its_shape():
     script = b.build()
     with pytest.raises(TypeError, match=r"input x must be f32\[B,3\], got f32\[4\]"):
         script.set_input("x", np.zeros(4, np.float32))
+    with pytest.raises(TypeError, match=r"input x must be f32\[B,3\], got f32\[4,2\]"):
+        script.set_input("x", np.zeros((4, 2), np.float32))
     with pytest.raises(TypeError, match=r"input i must be i64\[B\], got f32\[4\]"):
         script.set_input("i", np.zeros(4, np.float32))
     with pytest.raises(TypeError, match=r"no input q; its inputs are x: f32\[B,3\], i"):

@@ -15,7 +15,6 @@ from dezero import cuda
 from dezero.core import TracedArray, Variable
 from dezero.static import backends, drawing, passes, saving
 from dezero.static.ir import Graph, Node, type_str
-from dezero.static.sizes import has_size
 from dezero.utils import render_dot
 
 # =============================================================================
@@ -25,7 +24,7 @@ from dezero.utils import render_dot
 
 class StaticGraph(Graph):
     """A recorded computation users run and inspect: `graph(*inputs)` runs it on arrays
-    or Variables given in the order of `input_names`, reads captured state afresh,
+    or Variables given in the order of `input_names` (or by name), reads captured state afresh,
     applies the state writes and returns the structure the traced function returned.
     """
 
@@ -141,8 +140,8 @@ class StaticGraph(Graph):
 
 def _check_input(name, value, data):
     if not isinstance(data, cuda.array_types) or data.dtype != value.dtype or \
-            len(data.shape) != len(value.shape) or not has_size(value.shape) and \
-            data.shape != value.shape:
+            len(data.shape) != len(value.shape) or any(
+                type(n) is int and n != m for n, m in zip(value.shape, data.shape)):
         got = type_str(data.shape, data.dtype) if isinstance(
             data, cuda.array_types) else type(data).__name__
         raise TypeError(f"graph {name}: input {value.name} must be "
