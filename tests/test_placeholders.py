@@ -21,6 +21,14 @@ def test_the_essay_example_runs_as_written():
     assert f.input_names == ["a", "b"]
 
 
+def test_compile_refuses_an_output_without_a_graph():
+    a = dezero.placeholder("a", (2,))
+    with dezero.no_grad():
+        b = a * 2
+    with pytest.raises(TypeError, match="not computed by Functions from placeholders"):
+        dezero.compile({"b": b})
+
+
 def _function(x, w):
     return F.sum(F.tanh(F.matmul(x, w)) * 2 + 1, axis=1)
 

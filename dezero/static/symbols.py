@@ -25,10 +25,11 @@ import numpy as np
 from dezero.core import Constant, Function, Variable, set_tracer
 from dezero.op_record import RECORDS, broadcast_shapes
 from dezero.static.graph import StaticGraph
-from dezero.static.tracer import Traced, Tracer
+from dezero.static.tracer import Traced, Tracer, _Typed
 
-# Stand-in numbers of named sizes: primes far from the small sizes code writes (3, 1).
-_STAND_INS = (1009, 1013, 1019, 1021, 1031, 1033, 1039, 1049, 1051, 1061)
+# Named sizes stand in as distinct odd numbers far from the sizes code writes (3, 1):
+# each one's shape rule runs on them, and the tracer records the names instead.
+_STAND_IN_OF: dict = {}
 _SMALL = 1 << 20  # elements up to which an op without a rule runs forward on zeros
 _serials = itertools.count()  # placeholders become a graph's inputs in order of making
 _abstract_results: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -103,7 +104,7 @@ def abstract_forward(function, xs):
     attrs, shapes = function.attrs, [tuple(x.shape) for x in xs]
     source = next(x.source for x in xs if isinstance(x, AbstractArray))
     source = source if source.startswith("a value") else f"a value computed from {source}"
-    typed = [x if isinstance(x, np.ndarray) else _Typed(x.shape, x.dtype) for x in xs]
+    typed = [x if isinstance(x, np.ndarray) else _Typed(tuple(x.shape), x.dtype) for x in xs]
     if record.elementwise:
         out = [(broadcast_shapes(*shapes), t) for _, t in record.result_types(attrs, typed)]
     elif record.shapes is not None:
@@ -119,11 +120,6 @@ def abstract_forward(function, xs):
     ys = tuple(AbstractArray(s, d, source) for s, d in out)
     _abstract_results[function] = ys
     return ys if len(ys) > 1 else ys[0]
-
-
-class _Typed:
-    def __init__(self, shape, dtype):
-        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
 
 
 def placeholder(name: str, shape, dtype=np.float32) -> Variable:
@@ -142,13 +138,9 @@ def placeholder(name: str, shape, dtype=np.float32) -> Variable:
 def _stand_in(n):
     if isinstance(n, int):
         return n
-    names = _stand_in.names
-    if n not in names:
-        names[n] = _STAND_INS[len(names) % len(_STAND_INS)] + 2 * (len(names) // 10)
-    return names[n]
-
-
-_stand_in.names = {}
+    if n not in _STAND_IN_OF:  # the same name stands for the same number everywhere
+        _STAND_IN_OF[n] = 1009 + 2 * len(_STAND_IN_OF)
+    return _STAND_IN_OF[n]
 
 
 def is_placeholder(var) -> bool:
@@ -167,6 +159,11 @@ def compile(outputs, name: str = "compiled") -> StaticGraph:
     """The StaticGraph of `outputs` (a Variable, a tuple or a dict of them) computed
     from placeholders: call it with arrays by name, f(a=..., b=...)."""
     leaves = list(_leaves(outputs))
+    for v in leaves:
+        if v.creator is None and not is_placeholder(v):
+            raise TypeError(f"compile: output {v.name or v} was not computed by Functions "
+                            f"from placeholders (made under no_grad()?), so no graph leads "
+                            f"to it\n  fix: compute it from dezero.placeholder(...) values")
     functions, placeholders, seen = [], [], set()
     stack = [v.creator for v in leaves if v.creator is not None]
     placeholders += [v for v in leaves if is_placeholder(v)]
