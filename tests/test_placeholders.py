@@ -137,6 +137,24 @@ def test_script_saves_and_loads_as_data(tmp_path):
     assert loaded.compile("interpreter").run()["y"].data.tolist() == [6.0, 33.0]
 
 
+def test_a_new_backend_drops_compiled_plans_and_keeps_the_graph():
+    with dezero.Builder("twice") as b:
+        b.output("y", b.input("x", ("B",)) * 2)
+    script = b.build().compile()
+    graph = script.graph
+    script.compile("interpreter")
+    assert script.graph is graph and list(graph._compiled) == ["interpreter"]
+    script.set_input("x", np.ones(3, np.float32))
+    assert script.run()["y"].data.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_a_builder_refuses_a_placeholder_made_outside_it():
+    outside = dezero.placeholder("outside", (2,))
+    with pytest.raises(TypeError, match="(?s)placeholder outside was made outside it.*b.input"):
+        with dezero.Builder("mixed") as b:
+            b.output("y", b.input("x", (2,)) + outside)
+
+
 def test_bad_inputs_name_the_input_and_its_shape():
     with dezero.Builder("b") as b:
         x = b.input("x", ("B", 3))

@@ -25,6 +25,7 @@ import numpy as np
 from dezero.core import Constant, Function, Variable, set_tracer
 from dezero.op_record import RECORDS, broadcast_shapes
 from dezero.static.graph import StaticGraph
+from dezero.static.passes import optimize
 from dezero.static.tracer import Traced, Tracer, _Typed
 
 # Named sizes stand in as distinct odd numbers far from the sizes code writes (3, 1):
@@ -195,9 +196,7 @@ def compile(outputs, name: str = "compiled") -> StaticGraph:
 
 
 def _finish(tracer, outputs):
-    from dezero.static.passes import optimize  # (passes imports graph; here on use)
-    graph = tracer.finish(outputs)
-    return optimize(graph)
+    return optimize(tracer.finish(outputs))
 
 
 def _outputs_of(f):
@@ -239,13 +238,17 @@ class Builder:
 
     def __exit__(self, *exc):
         set_tracer(self._previous)
-        if exc[0] is None:
+        stray = [c.var.name for c in self.tracer.captures if is_placeholder(c.var)]
+        if exc[0] is None and not stray:
             for _, var in self.tracer.inputs:  # inputs take no gradient: give it as an output
                 var.grad = None
             self.script = Script(_finish(self.tracer, dict(self.outputs)))
         # The block computed no numbers: state keeps its arrays for the runs.
         for var, data, grad in self.tracer.state_before():
             var._data, var.grad = data, grad
+        if exc[0] is None and stray:
+            raise TypeError(f"Builder {self.name}: placeholder {', '.join(stray)} was made "
+                            f"outside it\n  fix: make inputs with b.input(name, shape)")
 
     def input(self, name: str, shape, dtype=np.float32) -> Variable:
         var = placeholder(name, shape, dtype)
