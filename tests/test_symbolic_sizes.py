@@ -209,3 +209,12 @@ def test_interpreter_and_python_replays_agree_on_a_symbolic_graph():
             var.data = data.copy()
         b = graph(x, t).data
         assert a == b
+
+
+def test_a_symbolic_graph_missed_by_dtype_says_dtype_not_shape():
+    traced = dezero.trace(lambda x: x * 2.0)
+    for n in (4, 2):
+        traced(np.ones((n, 3), np.float32))
+    traced(np.ones((2, 3), np.float64))
+    assert traced.retraces[-1].startswith("x dtype float32 -> float64")
+    assert "x: f64[B,3]" in str(traced.graph)  # recorded with the size still symbolic

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BUDGETS = {
     "dezero/core.py": 380,
     "dezero/op_record.py": 108,
-    "dezero/static/trace.py": 592,
+    "dezero/static/trace.py": 599,
     "dezero/static/tracer.py": 447,
     "dezero/static/guard.py": 184,
     "dezero/static/ir.py": 305,
@@ -59,7 +59,7 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 4860,
+    "dezero/static/": 4867,
     "dezero/kernels/": 1363,
 }
 

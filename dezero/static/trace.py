@@ -436,7 +436,7 @@ class TracedFunction:
         entries = self._cache.get(key)
         reason = None
         if not entries and self._symbolic:
-            entry, reason = self._symbolic_entry(key, leaves)
+            entry, reason = self._symbolic_entry(key, leaves, args, kwargs)
             if entry is not None:
                 self._stale_streak = 0
                 if debugging.LEVEL >= 2:
@@ -476,11 +476,18 @@ class TracedFunction:
         finally:
             del self._recording[key]
 
-    def _symbolic_entry(self, key, leaves):
+    def _symbolic_entry(self, key, leaves, args, kwargs):
         """(the entry of symbolic sizes this call replays, None), or (None, why none)."""
+        labels = []  # the parts' labels, made only to explain a miss
+
+        def describe(i, old, new):
+            if not labels:
+                self._signature(args, kwargs, labels)
+            return describe_change(labels[i], old, new)
+
         reason = None
         for entry in self._symbolic:
-            reason = _pattern_failure(entry, key)
+            reason = _pattern_failure(entry, key, describe)
             if reason is None:
                 reason = entry.structure.changed() or entry.guard_failure(leaves)
             if reason is None:
@@ -736,9 +743,10 @@ def _size_changes(old, new) -> list:
     return spots
 
 
-def _pattern_failure(entry, key) -> str | None:
+def _pattern_failure(entry, key, describe) -> str | None:
     """None if the call's signature fits the entry's symbolic one (ranks, static
-    sizes, the relations between sizes), else why not."""
+    sizes, the relations between sizes), else why not (describe(i, old, new) tells
+    a part that differs in more than sizes)."""
     pattern = entry.key
     if len(pattern) != len(key):
         return "the structure of the arguments changed"
@@ -748,7 +756,9 @@ def _pattern_failure(entry, key) -> str | None:
             want.append(a[1])
             got.append(b[1])
         elif a != b:
-            return describe_change(f"part {i} of the signature", a, b)
+            if _kind(a) == _kind(b) == "array":  # the sizes fit or not below: say the rest
+                a = (a[0], b[1], *a[2:])
+            return describe(i, a, b)
     bindings, why = bind(want, got, entry.labels)
     if why is not None:
         return why
