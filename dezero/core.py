@@ -561,6 +561,9 @@ class Function:
       labels    the parameter holding integer class labels, one a row (t): cpp
                 (or a "pick" reduce) compares it with `_r`, the column, so the op
                 joins only a CPU kernel over the rows of a 2-d value
+      device_only  forward reads its inputs only for their device (a number of
+                sizes): fusion lets it read the graph's first input instead, so that
+                it waits for no kernel
       fresh_result  forward returns a new array that shares memory with nothing
                 (x @ W): a kernel reading it last may write its result into it
       types     a function (input types, attrs) -> the result types, each type a
@@ -584,7 +587,7 @@ class Function:
     commutative = False
     py = None
     neutral = neutral_attrs = epilogue = parts = types = shapes = None
-    fresh_result = False
+    fresh_result = device_only = False
     op_name = "function"
 
     def __init_subclass__(cls, **kwargs):

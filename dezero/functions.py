@@ -1620,6 +1620,7 @@ class SizeNumber(Function):
     replay from the sizes of the call; like gives only the device."""
 
     shapes = staticmethod(lambda shapes, attrs: [()])
+    device_only = True
 
     def __init__(self, value, dtype):
         self.value = value

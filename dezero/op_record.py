@@ -60,6 +60,7 @@ class OpRecord:
     parts: object         # split_parts: (input shapes, attrs) -> primitive steps, or None
     labels: str | None    # the parameter of class labels a row kernel reads per row
     fresh_result: bool    # forward returns an array it shares with nothing else
+    device_only: bool     # forward reads its inputs only for their device
     types: object         # (input types, attrs) -> result types, not from forward on zeros
     shapes: object        # (input shapes, attrs) -> result shapes, in Python (symbolic sizes)
     random: bool
@@ -121,7 +122,8 @@ def _record(cls) -> OpRecord:
     return OpRecord(cls.op_name, cls, tuple(p.name for p in forward), counts, attr_names,
                     random=bool(cls.random), collective=bool(cls.collective),
                     commutative=bool(cls.commutative),
-                    fresh_result=bool(own_fact(cls, "fresh_result")), **facts)
+                    fresh_result=bool(own_fact(cls, "fresh_result")),
+                    device_only=bool(own_fact(cls, "device_only")), **facts)
 
 
 # =============================================================================
@@ -152,16 +154,18 @@ def as_result_array(y):
 
 def broadcast_shapes(*shapes):
     """numpy's broadcast of shapes, in Python so that it takes a trace's symbolic
-    sizes too (an axis of 1 gives way; two others must be equal)."""
+    sizes too (an axis of 1 gives way; two others must be equal). A symbolic size
+    is taken as no 1, with no relation: where it meets only itself or 1, a call
+    where it is 1 broadcasts to the same shapes."""
     ndim = max(map(len, shapes), default=0)
     result = []
     for axis in range(ndim):
         out = 1
         for shape in shapes:
             n = shape[axis - ndim + len(shape)] if axis - ndim + len(shape) >= 0 else 1
-            if n == 1:
+            if isinstance(n, (int, np.integer)) and n == 1:
                 continue
-            if out == 1:
+            if isinstance(out, (int, np.integer)) and out == 1:
                 out = n
             elif not out == n:
                 raise ValueError(f"shapes {', '.join(str(tuple(s)) for s in shapes)} do "

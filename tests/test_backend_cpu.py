@@ -602,7 +602,7 @@ def test_print_graph_shows_which_kernels_run_compiled(monkeypatch):
     monkeypatch.setattr(measure, "_read", lambda path, groups: None)
     times = {3: ({1: 5.0, 2: 7.0}, 2.0), 6: ({1: 4.0, 2: 3.0}, 9.0)}  # by the group's ops
     monkeypatch.setattr(measure, "_time_both",
-                        lambda library, step: times[len(step.group.nodes)])
+                        lambda library, step, hints: times[len(step.group.nodes)])
     monkeypatch.setattr(measure, "machine_threads", lambda: 2)
     graph = dezero.trace(f).lower(randn(4, 3))
     small, large = graph.groups
@@ -1213,7 +1213,7 @@ def test_a_large_kernel_runs_on_the_threads_measured_faster(tmp_path, monkeypatc
     monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
     copy_cache(chain_library(300, 200), tmp_path)
     monkeypatch.setattr(measure, "machine_threads", lambda: 4)
-    monkeypatch.setattr(measure, "_time_both", lambda library, group: (kernel_us, 90.0))
+    monkeypatch.setattr(measure, "_time_both", lambda library, group, hints: (kernel_us, 90.0))
     monkeypatch.setattr(debugging, "LEVEL", 3)
     x = randn(300, 200)
     plan = dezero.trace(long_chain).lower(x).compile("cpu").wait()
@@ -1334,7 +1334,7 @@ def test_kernels_of_one_loop_on_arrays_of_one_type_are_timed_once(tmp_path, monk
     from dezero.kernels import measure
     monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
     asked = []
-    monkeypatch.setattr(measure, "_time_both", lambda library, step: (
+    monkeypatch.setattr(measure, "_time_both", lambda library, step, hints: (
         asked.append(step.group.name) or ({1: 10.0 + len(asked)}, 90.0)))
 
     def three_kernels(x):  # k0 and k2 on 4x5, k1 on 5x4

@@ -264,9 +264,11 @@ def _mlp_step(optimizer, activation, dtype):
                                                                      t[:30])
 
 
-def _gpt_step():
+def _gpt_step(dynamic=None):
     """A small GPT's training step with clip_grad_norm and AdamW: layer norm rows, the
-    attention's masked softmax (a bool param), GELU, the loss, one horizontal update."""
+    attention's masked softmax (a bool param), GELU, the loss, one horizontal update;
+    with dynamic=True of symbolic batch size and context length (its row kernels take
+    them as scalar params)."""
     np.random.seed(0)
     model = GPT(11, 8, 2, 2, 8)
     optimizer = optimizers.AdamW().setup(model)
@@ -279,7 +281,7 @@ def _gpt_step():
         optimizer.update()
         return loss
     x = np.random.default_rng(0).integers(0, 11, (3, 8))
-    return dezero.trace(step).lower(x, x)
+    return dezero.trace(step, dynamic=dynamic).lower(x, x)
 
 
 def _forward_backward(fn, *arrays):
@@ -309,6 +311,7 @@ def _test_graphs():
                                                                 dtype)
         graphs[f"ReLU MLP Adam {dtype.__name__}"] = _mlp_step(optimizers.Adam, F.relu, dtype)
     graphs["GPT AdamW clip_grad_norm"] = _gpt_step()
+    graphs["GPT of symbolic sizes"] = _gpt_step(dynamic=True)
     with warnings.catch_warnings():  # some rows' gradients are constants
         warnings.simplefilter("ignore")
         for row in ROWS:
@@ -412,6 +415,8 @@ def test_every_reduction_kernel_compiles_to_ptx(graphs):
     for source in sources.values():  # row kernels, with their kept values and totals
         assert "_keep0[_r] = " in source and "_r__bad[0] = 1" in source and \
             "_total_post(" in source and "= -CUDART_INF" in source
+    # of symbolic sizes: row lengths from the sizes' scalar params
+    assert "const ptrdiff_t _R = _n_T;" in sources["float"]
 
 
 @pytest.mark.slow  # about 300 kernels: 3 s of NVRTC

@@ -222,9 +222,9 @@ def op_node(d, op):
 
 
 @pytest.mark.parametrize("change, field", [
-    (lambda d: d.update(version=True), r"version: expected int in \[1, 2\], got bool True"),
-    (lambda d: d.update(version="1"), r"version: expected int in \[1, 2\], got str '1'"),
-    (lambda d: d.update(version=0), r"version: expected int in \[1, 2\], got int 0"),
+    (lambda d: d.update(version=True), r"version: expected int in \[1, 3\], got bool True"),
+    (lambda d: d.update(version="1"), r"version: expected int in \[1, 3\], got str '1'"),
+    (lambda d: d.update(version=0), r"version: expected int in \[1, 3\], got int 0"),
     (lambda d: d.update(extra=1), r"unexpected key 'extra'"),
     (lambda d: d.update(arrays="../g.npz"), r"arrays: expected the file name of the \.npz"),
     (lambda d: d["nodes"][0]["outputs"][0].update(name="sum"), r"nodes\[0\]\.outputs\[0\]"

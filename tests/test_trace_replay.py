@@ -225,12 +225,13 @@ def test_passes_import_only_the_ir_and_leave_the_old_graph_as_it_was(monkeypatch
                 if isinstance(node, ast.ImportFrom) for alias in node.names
                 if node.module.startswith("dezero.static")}
     # the IR and the naming rules below it, the debug log, and the horizontal rule,
-    # which imports only the IR
+    # which imports only the IR and the size type below it
     others = {("dezero.static", "debugging"), ("dezero.static", "horizontal")}
     assert {m for m, name in imported if (m, name) not in others} == \
         {"dezero.static.ir", "dezero.static.names", "dezero.static.sizes"}
     assert {node.module for node in ast.walk(ast.parse(inspect.getsource(horizontal)))
-            if isinstance(node, ast.ImportFrom)} == {"__future__", "dezero.static.ir"}
+            if isinstance(node, ast.ImportFrom)} == {"__future__", "dezero.static.ir",
+                                                     "dezero.static.sizes"}
 
     def snapshot(graph):
         return str(graph), [(id(v), v.name) for n in graph.nodes for v in n.inputs + n.outputs]

@@ -105,7 +105,7 @@ def test_json_format_is_documented_and_versioned(tmp_path):
     (lambda j, z: z.write_bytes(z.read_bytes()[:50]), "hash differs"),
     (lambda j, z: z.unlink(), "missing"),
     (lambda j, z: j.write_text(j.read_text().replace('"version": 2', '"version": 7')),
-     "format version 7; this dezero reads versions up to 2"),
+     "format version 7; this dezero reads versions up to 3"),
     (lambda j, z: j.write_text('{"hello": 1}'), "not a dezero static graph file"),
 ])
 def test_damaged_files_give_clear_errors(tmp_path, damage, message):

@@ -52,11 +52,14 @@ class KernelSpec:
     # some of this one's, by name; `shape` is then (total elements,), and each output
     # has its segment's shape.
     segments: tuple = ()
+    # The names of the symbolic sizes in its shapes (Group.sizes): a replay passes
+    # their values, in this order, as an array after the outputs.
+    sizes: tuple = ()
 
     def key(self) -> str:
         """sha256 of everything in the spec: the same graph gives the same key."""
         text = repr((self.name, self.inputs, self.outputs, self.shape, self.body,
-                     self.segments))
+                     self.segments, self.sizes))
         return hashlib.sha256(text.encode()).hexdigest()
 
     def shape_of(self, param: Param) -> tuple:
@@ -64,6 +67,19 @@ class KernelSpec:
         first segment reading it."""
         return next((s.shape for s in self.segments if param.name in
                      (p.name for p in s.inputs)), self.shape)
+
+
+def size_values(spec, sizes) -> tuple:
+    """The values of a kernel's symbolic sizes (spec.sizes) from the intp array a
+    replay passes as `sizes`, checked: () for a kernel of fixed sizes."""
+    if not spec.sizes:
+        return ()
+    if not (isinstance(sizes, np.ndarray) and sizes.dtype == np.intp and
+            sizes.shape == (len(spec.sizes),)):
+        raise TypeError(f"kernel {spec.name} takes the values of its sizes "
+                        f"{', '.join(spec.sizes)} (sizes=, an intp array of its "
+                        f"{len(spec.sizes)} sizes), got {sizes!r}")
+    return tuple(sizes.tolist())
 
 
 # =============================================================================
@@ -201,7 +217,7 @@ def _make_spec(group: Group, names: dict | None = None) -> KernelSpec:
         reads[id(value)] = local
     lines += [f"{names[id(v)]} = {names[('local', id(v))]};" for v in group.outputs]
     return KernelSpec(group.name, params(group.inputs, names), params(group.outputs, names),
-                      tuple(group.shape), "\n".join(lines) + "\n")
+                      tuple(group.shape), "\n".join(lines) + "\n", sizes=group.sizes)
 
 
 def typed_expression(node, reads: dict, ctype: str) -> str:

@@ -33,10 +33,11 @@ from pathlib import Path
 import numpy as np
 
 from dezero.kernels import cache, cpu_reductions, measure, outputs, pending
-from dezero.kernels.codegen import kernel_spec
+from dezero.kernels.codegen import kernel_spec, size_values
 from dezero.static import debugging
 from dezero.static.backends import pycode
 from dezero.static.lowering import lower
+from dezero.static.sizes import Size, c_text, count, evaluator
 
 # =============================================================================
 # Toolchain: compiler, FLAGS
@@ -110,6 +111,20 @@ def _size(shape) -> int:
     return int(np.prod(shape, dtype=np.int64))
 
 
+def _is_one(shape) -> bool:
+    return all(n == 1 for n in shape)  # (a symbolic size is 2 or more: fusion_refusal)
+
+
+def spelled(spec):
+    """size -> its C++ in a kernel of `spec`: an int, or an expression of _S, the
+    array of the values of spec.sizes that a replay passes (KernelSpec.sizes)."""
+    return lambda n: c_text(n, lambda name: f"_S[{spec.sizes.index(name)}]")
+
+
+def _sizes_param(spec) -> str:
+    return "const npy_intp* _S, " if spec.sizes else ""
+
+
 def kernel_source(spec) -> str:
     """The C++ of one kernel: `int <name>(inputs..., outputs..., int _threads)` on
     numpy arrays and a thread count, its body once inside DEZERO_FOR_EACH_ELEMENT
@@ -118,7 +133,7 @@ def kernel_source(spec) -> str:
     (library_source writes them) in turn, on its thread count; a reduction kernel's
     source is cpu_reductions.reduction_source's."""
     if hasattr(spec, "axes"):
-        return cpu_reductions.reduction_source(spec)
+        return cpu_reductions.reduction_source(spec, spelled(spec), _sizes_param(spec))
     if spec.segments:
         return _horizontal_source(spec)
     ins, outs, nd = spec.inputs, spec.outputs, len(spec.shape)
@@ -128,7 +143,7 @@ def kernel_source(spec) -> str:
                          f"({', '.join(sorted({p.dtype for p in ins}))}); a kernel reads one")
     # An input of one element is read once (unless the kernel has one element too);
     # the flat loop serves only kernels whose inputs are all of one or of all elements.
-    one = [_size(p.shape) == 1 and _size(spec.shape) != 1 for p in ins]
+    one = [_is_one(p.shape) and not _is_one(spec.shape) for p in ins]
     fast = all(o or tuple(p.shape) == tuple(spec.shape) for o, p in zip(one, ins))
     loads, seen = [], set()
     for k, p in enumerate(ins):
@@ -143,9 +158,10 @@ def kernel_source(spec) -> str:
         body.insert(0, f"// kernel {spec.name}")
     return "\n".join([
         "", f"{body[0]}", f"// {signature}",
-        f"extern \"C\" int {spec.name}({params}, int _threads) {{",
+        f"extern \"C\" int {spec.name}({params}, {_sizes_param(spec)}int _threads) {{",
         f"  Object* _arg[] = {{{', '.join(f'_a{k}' for k in range(len(ins) + len(outs)))}}};",
-        f"  static const npy_intp _shape[] = {{{', '.join(map(str, spec.shape)) or '1'}}};",
+        f"  {'' if spec.sizes else 'static '}const npy_intp _shape[] = "
+        f"{{{', '.join(map(spelled(spec), spec.shape)) or '1'}}};",
         f"  static constexpr bool _one[] = {{{', '.join(str(int(o)) for o in one) or '0'}}}, "
         f"_bool[] = {{{', '.join(str(int(p.ctype == 'bool')) for p in ins) or '0'}}};"
         f"  // read once; a mask",
@@ -188,7 +204,8 @@ def library_source(specs) -> str:
             args = ", ".join(f"_a{k}" for k in range(len(spec.inputs) + len(spec.outputs)))
             source = (f"\n// kernel {spec.name}: the loop of {same}\nextern \"C\" int "
                       f"{spec.name}({', '.join('Object* ' + a for a in args.split(', '))}, "
-                      f"int _threads) {{ return {same}({args}, _threads); }}\n")
+                      f"{_sizes_param(spec)}int _threads) {{ return {same}({args}, "
+                      f"{'_S, ' if spec.sizes else ''}_threads); }}\n")
         parts.append(source)
     parts += [_entry(top) for top in specs]
     # Inside the namespace, fmax and fmin mean the header's own.
@@ -199,16 +216,28 @@ def library_source(specs) -> str:
 
 def _entry(spec) -> str:
     """`<name>_call`: the kernel as a builtin function of Python (the header's
-    call_entry), on its arrays, inputs then outputs, of which it checks the outputs."""
+    call_entry), on its arrays, inputs then outputs, of which it checks the outputs;
+    then, where its shapes hold symbolic sizes, the array of their values (an array
+    of another length or type is refused as a wrong number of arrays)."""
     n_in, n = len(spec.inputs), len(spec.inputs) + len(spec.outputs)
     types = ", ".join(str(np.dtype(p.dtype).num) for p in spec.outputs)
-    sizes = ", ".join(str(_size(p.shape)) for p in spec.outputs)
+    sizes = ", ".join(spelled(spec)(count(p.shape)) for p in spec.outputs)
+    head = (f'extern "C" Object* {spec.name}_call(Object* _self, Object* const* _a, npy_intp '
+            f"_n) {{\n  static const int _types[] = {{{types}}};")
+    args = "".join(f"_a[{k}], " for k in range(n))
+    if not spec.sizes:
+        return (f"\nstatic int {spec.name}_on(Object* const* _a, int _threads) {{ return "
+                f"{spec.name}({args}_threads); }}\n{head} static const npy_intp _sizes[] = "
+                f"{{{sizes}}};\n  return call_entry(_self, _a, _n, {n_in}, {n - n_in}, _types, "
+                f"_sizes, {spec.name}_on); }}\n")
     return (f"\nstatic int {spec.name}_on(Object* const* _a, int _threads) {{ return "
-            f"{spec.name}({''.join(f'_a[{k}], ' for k in range(n))}_threads); }}\n"
-            f'extern "C" Object* {spec.name}_call(Object* _self, Object* const* _a, npy_intp _n) '
-            f"{{\n  static const int _types[] = {{{types}}}; static const npy_intp _sizes[] = "
-            f"{{{sizes}}};\n  return call_entry(_self, _a, _n, {n_in}, {n - n_in}, _types, "
-            f"_sizes, {spec.name}_on); }}\n")
+            f"{spec.name}({args}(const npy_intp*)((Array*)_a[{n}])->data, _threads); }}\n"
+            f"{head}\n  const npy_intp* _S = _n == {n + 1} ? size_values(_a[{n}], "
+            f"{np.dtype(np.intp).num}, {len(spec.sizes)}) : nullptr;\n"
+            f"  if (!_S) return call_entry(_self, _a, -1, {n_in}, {n - n_in}, _types, nullptr, "
+            f"{spec.name}_on);\n  const npy_intp _sizes[] = {{{sizes}}};\n"
+            f"  return call_entry(_self, _a, {n}, {n_in}, {n - n_in}, _types, _sizes, "
+            f"{spec.name}_on); }}\n")
 
 
 # Words of a kernel's C++ that are not names of values (calls are kept anyway).
@@ -390,23 +419,35 @@ class KernelLibrary:
         if self.specs.get(spec.name) != spec:
             raise KeyError(f"kernel {spec.name} is not the one compiled into {self.path}")
         if threads is None:
-            threads = self.threads.get(spec.name, measure.machine_threads() if
-                                       _size(spec.shape) >= 1 << 18 else 1)
+            elements = count(spec.shape)  # (a symbolic count: measure.decide's choice)
+            threads = self.threads.get(spec.name, measure.machine_threads() if not
+                                       isinstance(elements, Size) and elements >= 1 << 18 else 1)
         call = self._builtin(spec, threads)
         if hasattr(spec, "axes"):
             return cpu_reductions.reduction_call(spec, call, threads, numpy)
-        take, n_in = self.pool.take, len(spec.inputs)
-        outs = [(self.pool.buffers(p.shape, p.dtype), p.shape, np.dtype(p.dtype))
-                for p in spec.outputs]
+        take, n_in, pool = self.pool.take, len(spec.inputs), self.pool
+        shapes_at = evaluator((tuple(spec.shape), tuple(p.shape for p in spec.outputs)),
+                              spec.sizes)
 
-        def run_kernel(*arrays, out=None):
+        @functools.lru_cache(maxsize=64)
+        def outputs_at(values: tuple) -> tuple:
+            """The kernel's shape and (buffers, shape, dtype) of each output where the
+            sizes are `values` (a horizontal kernel's outputs: their segments')."""
+            shape, shapes = shapes_at(values)
+            return shape, [(pool.buffers(s, p.dtype), s, np.dtype(p.dtype))
+                           for s, p in zip(shapes, spec.outputs)]
+
+        def run_kernel(*arrays, out=None, sizes=None):
             """out: per output, an array to write it into (lowering._into) or None for
-            a buffer; the kernel writes into it only where nobody else holds it."""
+            a buffer; the kernel writes into it only where nobody else holds it.
+            sizes: the values of spec.sizes, an intp array (symbolic sizes only)."""
             start = time.perf_counter() if debugging.LEVEL >= 2 else None
+            shape, outs = outputs_at(size_values(spec, sizes))
+            extra = (sizes,) if spec.sizes else ()
             # A list, so that take() sees the buffers taken already.
             results = [take(*o) for o in outs] if out is None else [
                 take(*o) if g is None else g for g, o in zip(out, outs)]
-            refused = call(*arrays, *results)
+            refused = call(*arrays, *results, *extra)
             while refused:  # each pass conforms one more input, or gives an output a new array
                 if refused > n_in:  # someone else holds it, or it views other memory
                     j = refused - n_in - 1  # (a new array, not the pool's: a state keeps it)
@@ -415,8 +456,8 @@ class KernelLibrary:
                     raise TypeError(f"kernel {spec.name} takes {n_in} input arrays, "
                                     f"{len(arrays)} were given")
                 else:
-                    arrays = _conform(spec, refused - 1, arrays)
-                again = call(*arrays, *results)
+                    arrays = _conform(spec, refused - 1, arrays, shape if spec.sizes else None)
+                again = call(*arrays, *results, *extra)
                 if again == refused:
                     name = (*spec.inputs, *spec.outputs)[refused - 1].name
                     raise RuntimeError(f"kernel {spec.name} refused {name} again, as given")
@@ -439,7 +480,9 @@ class KernelLibrary:
         run_kernel's list and the call's arguments, which name it twice)."""
         address = ctypes.cast(getattr(self.dll, f"{spec.name}_call"), ctypes.c_void_p).value
         method = _MethodDef(spec.name.encode(), address, 0x80, None)  # 0x80: METH_FASTCALL
-        params = np.array([threads, threads > 1 or _size(spec.shape) >= 1 << 14,
+        elements = count(spec.shape)
+        params = np.array([threads, threads > 1 or isinstance(elements, Size) or
+                           elements >= 1 << 14,
                            outputs.REPLAY_REFS + 2], np.intp)
         codes = range(-3, len(spec.inputs) + len(spec.outputs) + 1)
         return _new_builtin(ctypes.addressof(method), (params, method, *codes), None)
@@ -492,9 +535,10 @@ def _check_layout(dll) -> None:
     _layout_checked = True
 
 
-def _conform(spec, k: int, arrays: tuple) -> tuple:
+def _conform(spec, k: int, arrays: tuple, shape=None) -> tuple:
     """`arrays` with input k as the kernel needs it (an aligned, native-order
-    ndarray of its dtype), or an error naming the kernel, input and fix."""
+    ndarray of its dtype), or an error naming the kernel, input and fix. shape: the
+    kernel's at this call's sizes (by default spec.shape_of the input)."""
     p, x = spec.inputs[k], arrays[k]
     if not isinstance(x, np.ndarray) and hasattr(x, "__array__") and \
             type(x).__module__.startswith("cupy"):
@@ -505,7 +549,7 @@ def _conform(spec, k: int, arrays: tuple) -> tuple:
     elif not np.can_cast(x.dtype, p.dtype, "equiv"):
         raise TypeError(f"kernel {spec.name}: input {p.name} is {x.dtype}, the kernel was "
                         f"compiled for {p.dtype}; retrace with inputs of that dtype")
-    shape = spec.shape_of(p)
+    shape = spec.shape_of(p) if shape is None else shape
     try:
         np.broadcast_shapes(x.shape, shape)
     except ValueError:

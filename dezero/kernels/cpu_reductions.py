@@ -12,9 +12,13 @@ numpy adds them.
 """
 from __future__ import annotations
 
+import functools
 import operator
 
 import numpy as np
+
+from dezero.kernels.codegen import size_values
+from dezero.static.sizes import count, evaluator
 
 
 def _size(shape) -> int:
@@ -72,26 +76,29 @@ def layouts(spec) -> list:
     return found
 
 
-def reduction_source(spec) -> str:
+def reduction_source(spec, spell=str, sizes_param="") -> str:
     """The C++ of a reduction kernel (codegen.ReductionSpec): each input is read as K
     rows of the kept axes by R positions of the reduced ones (layouts: the header's
     rows_layout finds its two strides, or refuses an input that reduction_call then
     lays out), the outputs are C-contiguous arrays of K x R (full), K (rows) or 1
     (totals) elements; rows run on OpenMP's threads. It returns -3 for a label out
-    of range."""
+    of range. spell(size) writes a size (cpu.spelled: symbolic ones from the array _S,
+    which sizes_param declares)."""
     ins, outs, n_in = spec.inputs, spec.outputs, len(spec.inputs)
     ctype = outs[0].ctype
-    rows = _size([n for d, n in enumerate(spec.shape) if d not in spec.axes])
-    width = _size([spec.shape[d] for d in spec.axes])
+    rows = count([n for d, n in enumerate(spec.shape) if d not in spec.axes])
+    width = count([spec.shape[d] for d in spec.axes])
+    fixed = "static " if not spec.sizes else ""  # sizes known when it is compiled
     params = ", ".join(f"Object* _a{k}" for k in range(n_in + len(outs)))
     lines = ["", spec.comment, "// " + ", ".join(
         f"{p.name}: {p.dtype}{list(p.shape)} ({level})" for p, level in zip(ins + outs,
                                                                          spec.levels)),
         f"// over shape {list(spec.shape)}, reducing axes {list(spec.axes)}",
-        f'extern "C" int {spec.name}({params}, int _threads) {{',
-        f"  constexpr npy_intp _K = {rows}, _R = {width};"]
+        f'extern "C" int {spec.name}({params}, {sizes_param}int _threads) {{',
+        f"  {'const' if spec.sizes else 'constexpr'} npy_intp _K = {spell(rows)}, "
+        f"_R = {spell(width)};"]
     for j, (p, (shape, order, kept)) in enumerate(zip(ins, layouts(spec))):
-        lines += [f"  static const npy_intp _t{j}[] = {{{', '.join(map(str, shape)) or 1}}};",
+        lines += [f"  {fixed}const npy_intp _t{j}[] = {{{', '.join(map(spell, shape)) or 1}}};",
                   f"  static const int _o{j}[] = {{{', '.join(map(str, order)) or 0}}};",
                   f"  npy_intp _k{j}, _r{j};",
                   f"  if (!rows_layout(_a{j}, {np.dtype(p.dtype).num}, sizeof({p.ctype}), "
@@ -205,28 +212,39 @@ def reduction_call(spec, fn, threads: int, numpy=None):
     are fresh arrays of their shapes (laid out reduced axes first, then transposed,
     for a kernel that runs by columns); its rows run on `threads` OpenMP threads.
     numpy() -> the group's numpy calls, which run instead where a sum's input is laid
-    out otherwise than in C order."""
-    shape, axes = spec.shape, spec.axes
-    order = [d for d in range(len(shape)) if d not in axes] + list(axes)
+    out otherwise than in C order. A kernel of symbolic sizes takes their values
+    (sizes=, an intp array in spec.sizes' order), which fn receives after the outputs."""
+    axes, n_in, sources = spec.axes, len(spec.inputs), spec.sources
+    order = [d for d in range(len(spec.shape)) if d not in axes] + list(axes)
     # full outputs of a kernel that runs by columns: laid out reduced axes first
-    order_out = list(axes) + order[:len(shape) - len(axes)] if columns(spec) else order
+    order_out = list(axes) + order[:len(spec.shape) - len(axes)] if columns(spec) else order
     back = tuple(int(d) for d in np.argsort(order_out))
     direct = order_out == sorted(order_out)  # laid out as numpy's
-    n_in, sources, found = len(spec.inputs), spec.sources, layouts(spec)
     levels = spec.levels[n_in:]
-    made = [(tuple(shape[d] for d in order_out) if level == "full" else p.shape,
-             np.dtype(p.dtype)) for p, level in zip(spec.outputs, levels)]
-    # Where numpy computes the values a sum adds from arrays laid out column by column
-    # (Fortran order, a transpose's view), it lays them out so too and adds each row
-    # in another order than the kernel, which adds as numpy does in C order.
-    ordered = [(i, np.empty(p.shape, p.dtype).strides)  # (those of a C-contiguous one)
-               for k, (i, p) in enumerate(zip(sources, spec.inputs))
-               if spec.levels[k] == "full"] if numpy is not None and any(
-        kind == "sum" for _, folds, _ in spec.passes for kind, _, _ in folds) else []
+    summed = numpy is not None and any(kind == "sum" for _, folds, _ in spec.passes
+                                       for kind, _, _ in folds)
     pick = operator.itemgetter(*sources) if len(sources) > 1 else lambda a: (a[sources[0]],)
+    shapes_at = evaluator((tuple(spec.shape), tuple(p.shape for p in spec.inputs),
+                           tuple(p.shape for p in spec.outputs),
+                           tuple(target for target, _, _ in layouts(spec))), spec.sizes)
 
-    def laid_out(k, x):
-        p, (target, walk, _) = spec.inputs[k], found[k]
+    @functools.lru_cache(maxsize=64)
+    def at(values: tuple) -> tuple:
+        """What the call needs of the shapes where the sizes are `values`: the outputs'
+        (shape, dtype), the inputs' layouts, the C-ordered strides of the full inputs
+        a sum reads (numpy computes from arrays laid out otherwise in another order,
+        and adds each row so), the length of a row."""
+        shape, ins, outs, targets = shapes_at(values)
+        made = [(tuple(shape[d] for d in order_out) if level == "full" else o,
+                 np.dtype(p.dtype)) for o, p, level in zip(outs, spec.outputs, levels)]
+        ordered = [(i, np.empty(x, p.dtype).strides)
+                   for k, (i, x, p) in enumerate(zip(sources, ins, spec.inputs))
+                   if spec.levels[k] == "full"] if summed else []
+        walks = [(target, walk) for target, (_, walk, _) in zip(targets, layouts(spec))]
+        return made, walks, ordered, _size([shape[d] for d in axes])
+
+    def laid_out(k, x, walks):
+        p, (target, walk) = spec.inputs[k], walks[k]
         x = np.asarray(x)
         if x.dtype != p.dtype or not x.flags.aligned:
             if not np.can_cast(x.dtype, p.dtype, "equiv"):
@@ -236,18 +254,20 @@ def reduction_call(spec, fn, threads: int, numpy=None):
         walked = np.broadcast_to(x, target).transpose(walk).copy()  # in C order
         return walked.transpose(np.argsort(walk).astype(int))
 
-    def run_reduction(*arrays):
+    def run_reduction(*arrays, sizes=None):
+        made, walks, ordered, width = at(size_values(spec, sizes))
+        extra = (sizes,) if spec.sizes else ()
         if ordered and not all(getattr(arrays[i], "strides", None) == c or _c_ordered(arrays[i])
                                for i, c in ordered):
             return numpy()(*arrays)
         outs = [np.empty(*m) for m in made]
-        refused = fn(*pick(arrays), *outs)
+        refused = fn(*pick(arrays), *outs, *extra)
         if 0 < refused <= n_in:
-            refused = fn(*[laid_out(k, arrays[i]) for k, i in enumerate(sources)], *outs)
+            refused = fn(*[laid_out(k, arrays[i], walks) for k, i in enumerate(sources)],
+                         *outs, *extra)
         if refused == -3:
             raise IndexError(f"kernel {spec.name} ({spec.comment.split(': ', 1)[1]}): a "
-                             f"label is out of range; labels are class ids in 0.."
-                             f"{_size([shape[d] for d in axes]) - 1}")
+                             f"label is out of range; labels are class ids in 0..{width - 1}")
         if refused:
             raise RuntimeError(f"kernel {spec.name} refused its arguments ({refused})")
         # full results in C order, as numpy gives them: its sums of them add in that order

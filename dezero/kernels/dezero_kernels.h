@@ -99,6 +99,18 @@ static bool writable(const Object* o, int type_num, npy_intp size, npy_intp most
   return n == size;
 }
 
+// The values of a kernel's symbolic sizes (B, T ...), which a replay passes after the
+// outputs: `o` a C-contiguous, aligned array of `count` integers of type_num (numpy's
+// intp), else nullptr.
+static const npy_intp* size_values(Object* o, int type_num, npy_intp count) {
+  if (o->type != ndarray_type) return nullptr;
+  const Array* a = (const Array*)o;
+  if (a->descr->type_num != type_num || a->descr->byteorder == '>' || a->nd != 1 ||
+      a->dims[0] != count || (a->flags & (C_CONTIGUOUS | ALIGNED)) != (C_CONTIGUOUS | ALIGNED))
+    return nullptr;
+  return (const npy_intp*)a->data;
+}
+
 // An argument of a reduction kernel as K rows of R positions: `o` broadcast to `shape`
 // (nd dims), its axes taken in `order`, the first `kept` of them the rows, the others
 // the positions of a row; each group must collapse to one stride (in elements), else it

@@ -18,8 +18,9 @@ import functools
 import numpy as np
 
 from dezero.kernels import gpu_reductions, outputs
-from dezero.kernels.codegen import kernel_spec
+from dezero.kernels.codegen import kernel_spec, size_values
 from dezero.static import debugging
+from dezero.static.sizes import evaluator
 
 # =============================================================================
 # Spec -> ElementwiseKernel arguments: elementwise_params, kernel_source
@@ -91,25 +92,30 @@ def kernel_factory(spec):
     strides, broadcasting to spec.shape) in spec.inputs order -> a tuple of fresh
     output arrays of spec.shape, one per spec.outputs (a horizontal kernel's: each
     of its segment's shape, from one launch); `out` gives, per output, an array to
-    write it into instead (where outputs.writable allows) or None."""
-    if hasattr(spec, "axes"):
+    write it into instead (where outputs.writable allows) or None; `sizes` the values
+    of its symbolic sizes (spec.sizes), a host array, as the replay code passes them."""
+    reduction = hasattr(spec, "axes")
+    if reduction:
         kernel = gpu_reductions.reduction_launch(spec) if gpu_reductions.one_fold(spec) \
             else gpu_reductions.row_launch(spec, elementwise_kernel)
     else:
         kernel = elementwise_kernel(*elementwise_params(spec), spec.name)
     if spec.segments:
         kernel = _horizontal_launch(spec, kernel)
+    shape_at = evaluator(tuple(spec.shape), spec.sizes)
 
-    def run(*arrays, out=None):
+    def run(*arrays, out=None, sizes=None):
+        values = size_values(spec, sizes)
         if out:
             import cupy
             # (a queued kernel would change an array another thread took meanwhile)
             given = outputs.writable(out) if outputs.alone() else (None,) * len(out)
-            arrays += tuple(cupy.empty(spec.shape, p.dtype) if o is None else o
+            arrays += tuple(cupy.empty(shape_at(values), p.dtype) if o is None else o
                             for o, p in zip(given, spec.outputs))
+        launch = functools.partial(kernel, sizes=values) if reduction else kernel
         if debugging.LEVEL >= 2:
-            return _timed(spec.name, kernel, arrays)
-        return kernel(*arrays)
+            return _timed(spec.name, launch, arrays)
+        return launch(*arrays)
 
     run.__name__ = run.__qualname__ = spec.name
     return run

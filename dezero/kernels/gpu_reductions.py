@@ -22,6 +22,7 @@ import numpy as np
 
 from dezero.kernels.codegen import Param
 from dezero.kernels.reductions import ReductionSpec
+from dezero.static.sizes import c_text, count, evaluator
 
 # Infinity as cupy's headers (cupy/math_constants.h) spell it: NVRTC has no INFINITY.
 _IDENTITY = {"sum": "0", "max": "-{inf}", "min": "{inf}"}
@@ -34,10 +35,12 @@ _REDUCE = {"sum": "{a} + {b}", "max": "({b} > {a} || {b} != {b}) ? {b} : {a}",
 
 def one_fold(spec) -> bool:
     """Whether a spec runs as one ReductionKernel (else as a row kernel): one pass
-    folding one sum, max or min, with no labels and nothing after all rows."""
+    folding one sum, max or min, with no labels and nothing after all rows (and of
+    symbolic sizes, storing no full values: their places are numbers in its map)."""
     (_, folds, _), *more = spec.passes
+    stores = "full" in spec.levels[len(spec.inputs):]  # at places its map computes (sizes)
     return not more and len(folds) == 1 and folds[0][0] != "pick" and not spec.totals \
-        and "label" not in spec.levels
+        and "label" not in spec.levels and not (spec.sizes and stores)
 
 
 def reduction_params(spec) -> dict:
@@ -148,23 +151,27 @@ def reduction_launch(spec):
     full = [k for k, level in enumerate(spec.levels[:n_in]) if level == "full"]
     rows = [k for k, level in enumerate(spec.levels[:n_in]) if level == "row"]
     ones = tuple(1 if d in spec.axes else n for d, n in enumerate(spec.shape))
-    kept = tuple(n for d, n in enumerate(spec.shape) if d not in spec.axes)
     drop = tuple(0 if d in spec.axes else slice(None) for d in range(len(spec.shape)))
     # A row value has the reduced axes as 1 (then dropped from a view) or not at all
     # (a (B, T) mask of a sum of (B, T, V) over its last axis).
     with_ones = [spec.inputs[k].shape == ones for k in rows]
     scalar = (0,) if "cub_off" in args["in_params"] else ()
     stored = [level == "full" for level in spec.levels[n_in:]]
+    shapes_at = functools.lru_cache(maxsize=64)(evaluator(
+        (tuple(spec.shape), ones, tuple(n for d, n in enumerate(spec.shape)
+                                        if d not in spec.axes),
+         tuple(p.shape for p in spec.outputs)), spec.sizes))
 
-    def launch(*arrays):
+    def launch(*arrays, sizes=()):
+        shape, ones, kept, out_shapes = shapes_at(tuple(sizes))
         arrays = [arrays[i] for i in spec.sources]  # in spec.inputs' order
-        outs = [cupy.empty(spec.shape if s else kept, p.dtype)
+        outs = [cupy.empty(shape if s else kept, p.dtype)
                 for p, s in zip(spec.outputs, stored)]
         row_args = [cupy.broadcast_to(arrays[k], ones)[drop] if fits else
                     cupy.broadcast_to(arrays[k], kept) for k, fits in zip(rows, with_ones)]
         kernel(*(arrays[k] for k in full), *scalar, *(o for o, s in zip(outs, stored) if not s),
                *row_args, *(o for o, s in zip(outs, stored) if s), axis=spec.axes)
-        return tuple(o.reshape(p.shape) for o, p in zip(outs, spec.outputs))
+        return tuple(o.reshape(out) for o, out in zip(outs, out_shapes))
     return launch
 
 
@@ -177,7 +184,7 @@ def _layout(spec) -> tuple:
     """(rows K, elements a row R, the axes kept axes first, the kept axes' shape)."""
     shape, axes = spec.shape, spec.axes
     kept = [d for d in range(len(shape)) if d not in axes]
-    return (_size([shape[d] for d in kept]), _size([shape[d] for d in axes]),
+    return (count([shape[d] for d in kept]), count([shape[d] for d in axes]),
             kept + list(axes), tuple(shape[d] for d in kept))
 
 
@@ -189,14 +196,15 @@ def row_params(spec) -> tuple[str, str, str]:
     the kept axes' shape, at _k; a 0-d one at 0) and writes so; then the rows _keep<m>
     where a pass keeps full values for the next (a softmax's exp, computed once), the
     row values that the totals kernel sums (_t<m>), and _bad, set to 1 by a row
-    whose label is out of range."""
+    whose label is out of range; the values of its symbolic sizes are scalar params
+    after the inputs (_n_B ...)."""
     _, width, _, _ = _layout(spec)
     n_in, ctype = len(spec.inputs), spec.outputs[0].ctype
     once = [p.shape == () or level == "total" for p, level in zip(spec.inputs, spec.levels)]
     outs = list(zip(spec.outputs, spec.levels[n_in:]))
     labels = [p.name for p, level in zip(spec.inputs, spec.levels) if level == "label"]
     lines = [spec.comment + f" (a row kernel: one thread a row of {width})",
-             "const ptrdiff_t _k = i;", f"const ptrdiff_t _R = {width};"]
+             "const ptrdiff_t _k = i;", f"const ptrdiff_t _R = {c_text(width, _scalar)};"]
     lines += [f"const {p.ctype} {p.name} = _r_{p.name}[{'0' if o else '_k'}];"
               for p, level, o in zip(spec.inputs, spec.levels, once) if o or level != "full"]
     lines += [f"if ({t} < 0 || {t} >= _R) _r__bad[0] = 1;" for t in labels]
@@ -224,8 +232,14 @@ def row_params(spec) -> tuple[str, str, str]:
     out_params += [f"raw {dtype} _r__keep{m}" for m in range(spec.kept)]
     out_params += [f"raw {dtype} _r__t{m}" for m in range(len(spec.totals))]
     out_params += ["raw int32 _r__bad"] if labels else []
-    return (", ".join(f"raw {p.dtype} _r_{p.name}" for p in spec.inputs),
+    return (", ".join([f"raw {p.dtype} _r_{p.name}" for p in spec.inputs] +
+                      [f"int64 {_scalar(n)}" for n in spec.sizes]),
             ", ".join(out_params), "\n".join(lines) + "\n")
+
+
+def _scalar(name: str) -> str:
+    """The scalar parameter of a row kernel that holds the size `name` (spec.sizes)."""
+    return f"_n_{name}"
 
 
 def totals_spec(spec):
@@ -243,7 +257,7 @@ def totals_spec(spec):
         tuple(outputs), ("full",) + ("row",) * (len(inputs) + len(outputs)), (rows,), (0,),
         (), (((), (("sum", acc, "_t0"),), spec.finish),), False,
         f"// kernel {spec.name}_total: the sum over the rows of kernel {spec.name}, then "
-        f"the work on it", stores=((),))
+        f"the work on it", stores=((),), sizes=spec.sizes)
 
 
 def row_source(spec) -> str:
@@ -266,21 +280,24 @@ def row_launch(spec, elementwise_kernel):
     kernel = elementwise_kernel(*row_params(spec), spec.name)
     total = reduction_launch(totals_spec(spec)) if spec.totals else None
     n_in, shape = len(spec.inputs), spec.shape
-    moved = tuple(shape[d] for d in order)
     back = tuple(int(d) for d in np.argsort(order))
     ones = tuple(1 if d in spec.axes else n for d, n in enumerate(shape))
     drop = tuple(0 if d in spec.axes else slice(None) for d in range(len(shape)))
     labels = "label" in spec.levels
+    row_values = [p.shape == ones for p in spec.inputs]  # (else of the kept axes alone)
+    shapes_at = functools.lru_cache(maxsize=64)(evaluator(
+        (rows, width, tuple(shape), tuple(shape[d] for d in order), kept, ones,
+         tuple(p.shape for p in spec.outputs)), spec.sizes))
 
-    def view(x, p, level):
+    def view(x, p, level, row_value, shape, kept, ones):
         if p.shape == () or level == "total":
             return x
         if level == "full":
             return cupy.broadcast_to(x, shape).transpose(order)
-        return cupy.broadcast_to(x, ones)[drop] if p.shape == ones else \
-            cupy.broadcast_to(x, kept)
+        return cupy.broadcast_to(x, ones)[drop] if row_value else cupy.broadcast_to(x, kept)
 
-    def launch(*arrays):
+    def launch(*arrays, sizes=()):
+        rows, width, shape, moved, kept, ones, out_shapes = shapes_at(tuple(sizes))
         arrays = [arrays[i] for i in spec.sources]
         outs = [cupy.empty(moved if level == "full" else kept, p.dtype)
                 for p, level in zip(spec.outputs, spec.levels[n_in:]) if level != "total"]
@@ -288,16 +305,17 @@ def row_launch(spec, elementwise_kernel):
         scratch = [cupy.empty(rows * width, dtype) for _ in range(spec.kept)]
         scratch += [cupy.empty(rows, dtype) for _ in spec.totals]
         bad = (cupy.zeros(1, np.int32),) if labels else ()
-        kernel(*(view(x, p, level) for x, p, level in zip(arrays, spec.inputs, spec.levels)),
+        kernel(*(view(x, p, level, r, shape, kept, ones) for x, p, level, r in
+                 zip(arrays, spec.inputs, spec.levels, row_values)), *sizes,
                *outs, *scratch, *bad, size=rows)
         if labels and int(bad[0][0]):
             raise IndexError(f"kernel {spec.name} ({spec.comment.split(': ', 1)[1]}): a "
                              f"label is out of range; labels are class ids in 0..{width - 1}")
         made = iter(outs)
         totals = iter(total(scratch[-1], *(x for x, level in zip(arrays, spec.levels)
-                                           if level == "total")) if total else ())
+                                           if level == "total"), sizes=sizes) if total else ())
         return tuple(next(totals) if level == "total" else
                      next(made).transpose(back) if level == "full" else
-                     next(made).reshape(p.shape)
-                     for p, level in zip(spec.outputs, spec.levels[n_in:]))
+                     next(made).reshape(out)
+                     for out, level in zip(out_shapes, spec.levels[n_in:]))
     return launch

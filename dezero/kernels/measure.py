@@ -29,6 +29,7 @@ import numpy as np
 from dezero.static import debugging, passes
 from dezero.static.backends import pycode
 from dezero.static.lowering import lower
+from dezero.static.sizes import evaluate
 
 CALLS = 20         # timed calls each way at most (3 at least), the best counts
 BUDGET_S = 0.05    # ... unless a group's calls took this long already
@@ -62,7 +63,7 @@ def decide(library, graph) -> list:
         times, where, timed = {}, "measured", {}
         for s in steps:  # kernels of one loop on arrays of one type time alike: once
             key = (library.loops[s.group.name], tuple((v.shape, v.dtype) for v in s.group.inputs))
-            times[s.group.name] = timed.get(key) or _time_both(library, s)
+            times[s.group.name] = timed.get(key) or _time_both(library, s, graph.hints)
             timed[key] = times[s.group.name]
         _write(path, times)
     for group in groups:
@@ -88,15 +89,26 @@ def _on(threads: int) -> str:
     return f"on {threads} thread{'s' * (threads > 1)}"
 
 
-def _time_both(library, step) -> tuple:
+# The size a symbolic one is timed at where the recording gave none (a placeholder's).
+HINT = 64
+
+
+def _time_both(library, step, hints: dict) -> tuple:
     """({threads: kernel}, numpy statements) best microseconds a call, on the same
-    arrays in [0.5, 1): the kernel on one thread and on machine_threads()."""
+    arrays in [0.5, 1): the kernel on one thread and on machine_threads(). Symbolic
+    sizes take the values of the recording (hints), else HINT."""
     group, rng = step.group, np.random.default_rng(0)
-    arrays = [np.asarray(rng.random(v.shape) * 0.5 + 0.5, v.dtype) for v in group.inputs]
+    values = [hints.get(name, HINT) for name in group.sizes]
+    at = dict(zip(group.sizes, values))
+    arrays = [np.asarray(rng.random(evaluate(v.shape, at)) * 0.5 + 0.5, v.dtype)
+              for v in group.inputs]
+    extra = {"sizes": np.array(values, np.intp)} if group.sizes else {}
     spec, counts = library.specs[group.name], sorted({1, machine_threads()})
-    ways = [library.kernel(spec, threads=n) for n in counts] + [pycode.group_function(step)]
+    kernels = [library.kernel(spec, threads=n) for n in counts]
+    calls = pycode.group_function(step)
     with debugging.debug(min(debugging.LEVEL, 1)):  # a kernel's line per call is not its time
-        best = fastest([lambda fn=fn: fn(*arrays) for fn in ways])
+        best = fastest([lambda fn=fn: fn(*arrays, **extra) for fn in kernels] +
+                       [lambda: calls(*arrays)])
     return dict(zip(counts, best)), best[-1]
 
 

@@ -44,6 +44,7 @@ class ReductionSpec:
     finish: tuple = ()  # statements on the totals (level "total": one value)
     kept: int = 0       # row buffers _keep0, _keep1 ...: full values passes share
     stores: tuple = ()  # per pass: the names of the full outputs it computes and stores
+    sizes: tuple = ()   # the names of the symbolic sizes of its shapes (KernelSpec.sizes)
 
     def key(self) -> str:
         return hashlib.sha256(repr(self).encode()).hexdigest()
@@ -167,6 +168,6 @@ def reduction_spec(group: Group, names: dict, expression, param) -> ReductionSpe
         f"// kernel {group.name}: " + ", ".join(n.op for n in group.nodes),
         totals=tuple(totals), finish=tuple(finish),
         stores=tuple(tuple(names[id(v)] for v in values) for values in stores),
-        kept=sum(m[1] is not None for m in made.values()))
+        kept=sum(m[1] is not None for m in made.values()), sizes=group.sizes)
 
 

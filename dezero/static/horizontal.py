@@ -4,7 +4,8 @@ A rule of the fusion pass (passes.fuse calls merge after the vertical rule): ker
 groups of one body on arrays of other shapes, such as an optimizer's update of each
 parameter, none waiting for another, become the segments of one group, which a
 backend runs as one call (one C function looping over the segments on the CPU, one
-launch on the GPU). Imports only the IR's facts (attrs_key) and numpy.
+launch on the GPU). Imports only the IR's facts (attrs_key), the size type below
+it and numpy.
 
     groups = merge(nodes, groups, log)   # node lists -> lists of segments
     record = group("k4", segments)       # the Group of segments k4_0, k4_1 ...
@@ -14,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from dezero.static.ir import Group, attrs_key
+from dezero.static.sizes import has_size
 
 # =============================================================================
 # Segments: segment_key, merge, group
@@ -32,9 +34,11 @@ def segment_key(part: list, readers: dict):
     outside input, or the result of the j-th op), which results are read outside;
     None for a group that cannot be a segment (an outside input neither of the
     group's shape nor of one element: a segment's loop indexes every input alike;
-    a group with reductions)."""
+    a group with reductions; one of symbolic sizes)."""
     shape, inside = part[0].outputs[0].shape, {id(n) for n in part}
     if any(n.record.reduce for n in part):  # a reduction kernel loops otherwise
+        return None
+    if any(has_size(v.shape) for n in part for v in n.inputs):  # segments' sizes are fixed
         return None
     local, outside, ops = {}, {}, []
     for node in part:

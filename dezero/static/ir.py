@@ -18,7 +18,7 @@ from dezero import cuda
 from dezero.errors import GraphError
 from dezero.op_record import RECORDS, OpRecord, broadcast_shapes
 from dezero.static.names import is_source_name, printable
-from dezero.static.sizes import Size
+from dezero.static.sizes import Size, names
 
 # =============================================================================
 # Values and nodes: Value, Node, type_str
@@ -148,6 +148,12 @@ class Group:
     segments: list = field(default_factory=list)
     axes: tuple | None = None
     decision: str = ""
+
+    @property
+    def sizes(self) -> tuple:
+        """The names of the symbolic sizes its values' shapes hold, sorted: the sizes
+        its kernel takes, as an array, beside its inputs and outputs."""
+        return tuple(sorted(names([self.shape, *(v.shape for v in self.inputs + self.outputs)])))
 
     def header(self) -> str:
         """'kernel k0: 5 ops -> d, f', the comment printed above the group, with its
@@ -344,6 +350,8 @@ class Graph:
         # sizes.Relations between the symbolic sizes of the inputs that every call
         # must keep (B >= 2, B*T == 640): the recording relied on them.
         self.relations: list = []
+        # name -> a size it had in the run recorded (the kernels are timed at these).
+        self.hints: dict = {}
 
     # ---- views ------------------------------------------------------------
     def of_kind(self, kind: str) -> list[Node]:
@@ -373,7 +381,7 @@ class Graph:
         it has no groups (fuse sets them)."""
         graph = type(self)(self.name, nodes, self.out_tree)
         graph.owns_state, graph.device = self.owns_state, self.device
-        graph.relations = self.relations
+        graph.relations, graph.hints = self.relations, self.hints
         return graph
 
     def __str__(self):

@@ -308,8 +308,9 @@ class Plan:
             takes = ", ".join(f"{v.name}: {v.type}" for v in values)
             where = ", ".join(map(str, self.graph.relations))
             raise TypeError(f"graph {self.graph.name}: {why}; it takes {takes}"
-                            f"{' where ' + where if where else ''}\n  fix: call the traced "
-                            f"function, which records again for these sizes")
+                            f"{' where ' + where if where else ''}\n  fix: give it sizes "
+                            f"that keep these, or call the traced function (not its "
+                            f"graph), which records again for new sizes")
         return bindings
 
     def refuse_while_recording(self):

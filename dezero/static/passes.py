@@ -21,7 +21,7 @@ import numpy as np
 
 from dezero import cuda
 from dezero.errors import GraphError
-from dezero.op_record import RECORDS, as_result_array
+from dezero.op_record import RECORDS, as_result_array, broadcast_shapes
 from dezero.static import debugging, horizontal
 from dezero.static.ir import (
     Graph,
@@ -34,7 +34,7 @@ from dezero.static.ir import (
     row_shapes,
 )
 from dezero.static.names import identifier, letter_name
-from dezero.static.sizes import has_size
+from dezero.static.sizes import Size, count, has_size, positive
 
 # =============================================================================
 # Helpers: remap, is_pinned
@@ -240,8 +240,6 @@ def split_parts(graph: Graph) -> Graph:
 
 def _split(node: Node, used: set) -> list | None:
     """The nodes of node's parts, or None where one of them could not join a kernel."""
-    if any(has_size(v.shape) for v in node.inputs):
-        return None  # its parts could join no kernel (fusion_refusal)
     steps, results = node.record.parts([v.shape for v in node.inputs], node.attrs)
     dtype = node.outputs[0].dtype
     values = dict(zip(node.record.params, node.inputs))
@@ -257,13 +255,17 @@ def _split(node: Node, used: set) -> list | None:
 
     for name, op, inputs, attrs in steps:
         for i in inputs:
-            if not isinstance(i, str):  # a number: a constant of the result's dtype
+            if isinstance(i, Size):  # a number of sizes (1/B): computed at each replay
+                values[i] = Value(fresh("c"), (), dtype)
+                nodes.append(Node("op", "size_number", [node.inputs[0]],
+                                  {"value": i, "dtype": dtype.name}, [values[i]]))
+            elif not isinstance(i, str):  # a number: a constant of the result's dtype
                 values[i] = Value(fresh("c"), (), dtype)
                 nodes.append(Node("const", outputs=[values[i]], payload=np.asarray(i, dtype)))
         shapes = [values[i].shape for i in inputs]
         shape = _reduced_shape(shapes[0], attrs["axis"], attrs["keepdims"]) \
             if "axis" in attrs else (shapes[0][0], 1) if RECORDS[op].reduce == "pick" \
-            else tuple(np.broadcast_shapes(*shapes))
+            else broadcast_shapes(*shapes)
         out = named.get(name) or Value(fresh(name), shape, dtype)
         part = Node("op", op, [values[i] for i in inputs], attrs, [out])
         if out.shape != shape or fusion_refusal(part) is not None:
@@ -317,8 +319,10 @@ def fusion_refusal(node: Node, device: str = "cpu") -> str | None:
     finite numbers), and reductions (Function.reduce); on the GPU their kernel must
     also fit the GPU's kernels (gpu_misfit, checked by fuse on the groups it makes)."""
     record = node.record
-    if any(has_size(v.shape) for v in (*node.inputs, *node.outputs)):
-        return "symbolic sizes (a kernel is written for sizes known when it is compiled)"
+    if not all(positive(n) for v in (*node.inputs, *node.outputs) for n in v.shape
+               if isinstance(n, Size)):
+        return ("a symbolic size that may be 0 (T - 1): a kernel's loops take each size "
+                "as 1 or more, as the graph's relations do")
     if record.random:
         return "a random op (each replay draws afresh)"
     if record.collective:
@@ -359,9 +363,15 @@ def _in_blocks(node: Node, axes: tuple) -> bool:
     pairwise) added one after another: the innermost axis of more than one element
     is reduced, and a kept one comes after another reduced one."""
     shape = node.inputs[0].shape
-    kept = [d for d, n in enumerate(shape) if n > 1 and d not in axes]
-    wide = [d for d in axes if shape[d] > 1]
+    kept = [d for d, n in enumerate(shape) if _wide(n) and d not in axes]
+    wide = [d for d in axes if _wide(shape[d])]
     return bool(kept and wide) and min(wide) < max(kept) < max(wide)
+
+
+def _wide(n) -> bool:
+    """Whether an axis holds more than one element: a symbolic size is taken to (a
+    trace's are 2 or more; a placeholder graph's of 1 add the same values)."""
+    return isinstance(n, Size) or n > 1
 
 
 def _finite_as(value, dtype) -> bool:
@@ -428,7 +438,7 @@ def _joined(space: tuple, node: Node, values: list, update: bool) -> tuple | Non
         fits = all(v.shape == shape or v.shape in rows and _reads_as_row(v.shape, shape, axes)
                    for v in values)
     else:  # a row node reads row values of its own shape (one value a row: any)
-        one = int(np.prod(out)) == 1
+        one = all(n == 1 for n in out)
         fits = out in rows and not update and all(
             v.shape == out or one and v.shape in rows for v in values)
     return space if fits else None
@@ -469,6 +479,20 @@ def _set_apart(group: Group) -> list:
     return totals[1:] if len(totals) > 1 else [n for n in group.nodes if n.record.reduce][1:]
 
 
+def _device_from_inputs(graph: Graph) -> Graph:
+    """A node whose op reads its inputs only for their device (record.device_only: a
+    number of sizes, 1/B) reads the graph's first input instead of the value it was
+    given, so that it waits for no kernel (a kernel's result, scaled by it, could not
+    join that kernel)."""
+    first = graph.input_values[:1]
+    if not first or not any(n.kind == "op" and n.record.device_only and n.inputs != first
+                            for n in graph.nodes):
+        return graph
+    return graph.with_nodes([Node(n.kind, n.op, first, n.attrs, n.outputs, n.payload)
+                             if n.kind == "op" and n.record.device_only else n
+                             for n in graph.nodes])
+
+
 def _fuse(graph: Graph, small: dict) -> Graph:
     """fuse, with the reduction nodes in `small` (ids -> why) left out of kernels.
 
@@ -483,6 +507,7 @@ def _fuse(graph: Graph, small: dict) -> Graph:
     def log(message):
         debugging.log(3, f"fuse {graph.name}: {message}")
 
+    graph = _device_from_inputs(graph)
     # Units: every op node starts as one; a group is a unit that grew. Edges point
     # from a unit to the units that read its values (waiters); a unit runs as one
     # step, so the edges between units must never close a cycle.
@@ -762,8 +787,10 @@ def gpu_misfit(group: Group) -> str | None:
     totals = _totals(group)
     if len(totals) > 1:
         return f"{len(totals)} sums over all rows (the kernel after the rows folds one)"
-    width = int(np.prod([group.shape[d] for d in group.axes], dtype=np.int64))
-    if width > GPU_ROW_MAX and not _one_fold(group):
+    # A width of symbolic size fits: a row kernel runs rows of any length, correctly
+    # (a sequence's keys; the bound is one of speed).
+    width = count([group.shape[d] for d in group.axes])
+    if isinstance(width, int) and width > GPU_ROW_MAX and not _one_fold(group):
         return (f"rows of {width} elements in several passes or folds (a row kernel runs "
                 f"each row on one thread: rows over {GPU_ROW_MAX} run op by op)")
     return None

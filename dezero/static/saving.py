@@ -6,7 +6,7 @@ captured state is saved with it and owned by the loaded graph.
 
     graph.save("step.json"); g = dezero.static.load("step.json"); g(x, t); g.state["W"]
 
-File format, version 2
+File format, version 3
 ----------------------
 `NAME.json` is one JSON object:
 
@@ -14,7 +14,8 @@ File format, version 2
      "name": "train_step",                  # the traced function's name
      "arrays": "NAME.npz", "arrays_sha256": "<hex digest of the .npz bytes>",
      "nodes": [NODE, ...],                  # topological order, as printed
-     "out_tree": TREE}
+     "out_tree": TREE,
+     "relations": ["B >= 2", ...]}          # only where shapes hold symbolic sizes
 
     NODE = {"kind": "input" | "state" | "const" | "op" | "write" | "output",
             "op": "matmul",                 # op nodes: the registered Function name
@@ -23,7 +24,10 @@ File format, version 2
             "outputs": [{"name": "a", "shape": [32, 10], "dtype": "float32"}]}
 
 A value may add "place": printable text, where state lives ("model.l0.W"), which
-print(graph) and drawings show (ir.Value). Version 1, the same without places, loads.
+print(graph) and drawings show (ir.Value). A dimension of a shape, and an attribute,
+may be a symbolic size, {"$size": "B*T"} (sizes.py's text: names, ints, + - * // and,
+in attributes, /), with the relations between sizes that every call must keep.
+Versions 1 (without places) and 2 (without sizes) load.
 
 State nodes have attrs {"field": "data"} (the Variable's .data), {"field": "grad",
 "of": "W"} (the .grad of data state W) or {"field": "attr", "name": "h", "of":
@@ -48,7 +52,8 @@ place, different from what the function returned, would be a silent change.
 
 Attribute values: JSON null/bool/int/str/list as themselves; a float as itself, or
 {"$float": "inf" | "-inf" | "nan"}; {"$tuple": [...]}, {"$slice": [start, stop, step]},
-{"$ellipsis": true}, {"$dtype": "float32"}, {"$scalar": value, "dtype": "float32"},
+{"$ellipsis": true}, {"$dtype": "float32"}, {"$size": "B*T"},
+{"$scalar": value, "dtype": "float32"},
 {"$array": [...], "dtype": "int64", "shape": [...]}.
 
 Inputs of a loaded graph are given positionally, in the order of `graph.input_names`
@@ -98,10 +103,11 @@ from dezero.op_record import RECORDS
 from dezero.static.ir import KINDS, Graph, Node, Value, format_node, type_str
 from dezero.static.names import is_source_name
 from dezero.static.passes import fuse
+from dezero.static.sizes import Size, evaluate, has_size, names, parse, parse_relation
 from dezero.static.slots import DataSlot, GradSlot
 
 FORMAT = "dezero.static-graph"
-VERSION = 2
+VERSION = 3
 # The dtypes a file may declare: plain numbers, never objects, strings or records.
 DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
           "float16", "float32", "float64")
@@ -120,13 +126,15 @@ def encode_attr(value):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else {"$float": repr(value)}
+    if isinstance(value, Size):
+        return {"$size": str(value)}
     if isinstance(value, tuple):
         return {"$tuple": [encode_attr(v) for v in value]}
     if isinstance(value, list):
         return [encode_attr(v) for v in value]
     if isinstance(value, slice):
-        return {"$slice": [None if p is None else operator.index(p)
-                           for p in (value.start, value.stop, value.step)]}
+        return {"$slice": [p if p is None else encode_attr(p) if isinstance(p, Size) else
+                           operator.index(p) for p in (value.start, value.stop, value.step)]}
     if value is Ellipsis:
         return {"$ellipsis": True}
     if isinstance(value, np.dtype) or (isinstance(value, type) and
@@ -215,11 +223,25 @@ class Field:
         return np.dtype(self.one_of(value, DTYPES))
 
     def shape(self, value) -> tuple:
-        dims = tuple(self[i].integer(n, 0, 2**48) for i, n in enumerate(self.items(value)))
+        dims = tuple(self[i].size(n) if isinstance(n, dict) else self[i].integer(n, 0, 2**48)
+                     for i, n in enumerate(self.items(value)))
         # numpy refuses a shape whose nonzero dims multiply past its index range
-        self.expect(value, len(dims) <= 32 and math.prod(max(n, 1) for n in dims) <= 2**48,
-                    "at most 32 dimensions and 2**48 elements")
+        self.expect(value, len(dims) <= 32 and math.prod(
+            max(n, 1) for n in dims if not isinstance(n, Size)) <= 2**48,
+            "at most 32 dimensions and 2**48 elements")
         return dims
+
+    def size(self, value, integer: bool = True) -> Size:
+        """A symbolic size, {"$size": "B*T"}: its text parsed, never evaluated as code
+        (a shape's is an integer; an attr's may be a number of sizes, 1/B)."""
+        text = self["$size"].text(self.record(value, ("$size",))["$size"], 200)
+        try:
+            size = parse(text)
+        except ValueError as e:
+            raise GraphFileError(f"{self.path}.$size: {e}") from None
+        self.expect(value, isinstance(size, Size) and (size.integer or not integer),
+                    "a size of names, ints and + - * // (B, B*T, T - 1)")
+        return size
 
     def number(self, value, dtype: np.dtype):
         """A number of dtype's kind in its range: a bool, an int, or a float (which may
@@ -260,13 +282,15 @@ def read_attr(value, at: Field):
     if tag == "$tuple":
         return tuple(read_attr(v, here[i]) for i, v in enumerate(here.items(part)))
     if tag == "$slice":
-        return slice(*(None if p is None else here[i].integer(p, *_INT64)
-                       for i, p in enumerate(here.items(part, 3))))
+        return slice(*(None if p is None else here[i].size(p) if isinstance(p, dict) else
+                       here[i].integer(p, *_INT64) for i, p in enumerate(here.items(part, 3))))
     if tag == "$ellipsis":
         here.expect(part, part is True, "true")
         return Ellipsis
     if tag == "$dtype":
         return here.dtype(part)
+    if tag == "$size":
+        return at.size(value, integer=False)
     dtype = at["dtype"].dtype(record["dtype"])
     if tag == "$scalar":
         return dtype.type(here.number(part, dtype))
@@ -282,7 +306,7 @@ def read_attr(value, at: Field):
 
 # "$tag" -> the other keys of its object
 _TAGS = {"$float": (), "$tuple": (), "$slice": (), "$ellipsis": (), "$dtype": (),
-         "$scalar": ("dtype",), "$array": ("dtype", "shape")}
+         "$size": (), "$scalar": ("dtype",), "$array": ("dtype", "shape")}
 
 
 def _read_op_attrs(record, attrs, at) -> dict:
@@ -317,7 +341,8 @@ def save(graph: Graph, path: str) -> None:
     arrays, nodes = {}, []
     for node in graph.nodes:
         entry = {"kind": node.kind,
-                 "outputs": [{"name": v.name, "shape": list(v.shape), "dtype": v.dtype.name,
+                 "outputs": [{"name": v.name, "shape": [encode_attr(n) for n in v.shape],
+                              "dtype": v.dtype.name,
                               **({"place": v.place} if v.place else {})}
                              for v in node.outputs]}
         if node.kind == "op":
@@ -338,10 +363,14 @@ def save(graph: Graph, path: str) -> None:
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     blob = buffer.getvalue()
-    description = {"format": FORMAT, "version": VERSION, "name": graph.name,
+    sized = any(has_size(v.shape) for n in graph.nodes for v in n.outputs)
+    # A graph of fixed sizes writes version 2, which dezero before sizes reads.
+    description = {"format": FORMAT, "version": VERSION if sized else 2, "name": graph.name,
                    "arrays": os.path.basename(npz_path),
                    "arrays_sha256": hashlib.sha256(blob).hexdigest(),
                    "nodes": nodes, "out_tree": encode_attr(graph.out_tree)}
+    if graph.relations:
+        description["relations"] = [str(r) for r in graph.relations]
     text = json.dumps(description, indent=1, allow_nan=False)
     try:  # a graph that saves also loads: refuse here what load() would refuse
         _build(json.loads(text), arrays)
@@ -372,7 +401,7 @@ def load(path: str, make=Graph) -> Graph:
                              f"versions up to {VERSION}: upgrade dezero to load it")
     try:
         Field().record(description, ("format", "version", "name", "arrays", "arrays_sha256",
-                                     "nodes", "out_tree"))
+                                     "nodes", "out_tree"), ("relations",))
         Field("version").integer(version, 1, VERSION)
         arrays = _read_arrays(description, json_path)
         # Kernels are not saved: fusing the loaded graph finds them again.
@@ -452,7 +481,9 @@ def _build(description, arrays, make=Graph) -> Graph:
     values, owned, nodes = {}, {}, []
     for i, entry in enumerate(Field("nodes").items(description["nodes"])):
         nodes.append(_read_node(entry, Field("nodes")[i], values, owned, arrays))
-    _check_types(nodes)
+    relations = _read_relations(description.get("relations", []), Field("relations"),
+                                names([v.shape for n in nodes for v in n.outputs]))
+    _check_types(nodes, relations)
     unread = set(arrays) - {f"{n.kind}/{n.outputs[0].name}" for n in nodes
                             if n.kind in ("const", "state")}
     if unread:
@@ -461,8 +492,25 @@ def _build(description, arrays, make=Graph) -> Graph:
     tree = _read_tree(description["out_tree"], Field("out_tree"),
                       (n_outputs, sum(n.kind == "input" for n in nodes)))
     graph = make(name, _own_attributes(nodes), tree)
-    graph.owns_state = True
+    graph.owns_state, graph.relations = True, relations
     return graph
+
+
+def _read_relations(texts, at, known) -> list:
+    """The relations between sizes a graph's calls must keep ("B >= 2"), of the names
+    its shapes hold."""
+    relations = []
+    for i, text in enumerate(at.items(texts)):
+        try:
+            relation = parse_relation(at[i].text(text))
+        except ValueError as e:
+            raise GraphFileError(f"{at[i].path}: {e}") from None
+        unknown = names((relation.left, relation.right)) - known
+        if unknown:
+            at[i].fail(f"a relation of the graph's sizes ({', '.join(sorted(known)) or 'none'})",
+                       text)
+        relations.append(relation)
+    return relations
 
 
 def _read_node(entry, at, values, owned, arrays) -> Node:
@@ -497,16 +545,24 @@ def _read_node(entry, at, values, owned, arrays) -> Node:
     return Node(kind, entry.get("op"), inputs, attrs, outputs, payload)
 
 
-def _check_types(nodes):
+def _check_types(nodes, relations=()):
     """Each op node's declared results against its op's rule (OpRecord.result_types:
     forward on zeros of the declared inputs), one node at a time: the kernels and the
     replay code rely on the declared types. A 0-d constant goes in as its value, which
     numpy 1.x casts by (float32 [3] * 1e300 is float64 there, * 0.0 float32)."""
     scalars = {n.outputs[0].name: n.payload for n in nodes
                if n.kind == "const" and n.outputs[0].shape == ()}
+    stand_in = _stand_ins(nodes, relations)
     for i, node in enumerate(nodes):
         declared = [(v.shape, v.dtype) for v in node.outputs]
         inputs = [scalars.get(v.name, v) for v in node.inputs]
+        if stand_in:  # symbolic sizes: checked at a number for each name
+            declared = [(evaluate(shape, stand_in), dtype) for shape, dtype in declared]
+            inputs = [v if isinstance(v, np.ndarray) else  # (zeros that take no memory)
+                      np.broadcast_to(np.zeros((), v.dtype), evaluate(v.shape, stand_in))
+                      for v in inputs]
+            node = Node(node.kind, node.op, node.inputs, evaluate(node.attrs, stand_in),
+                        node.outputs, node.payload)
         try:
             made = node.record.result_types(node.attrs, inputs) if node.kind == "op" \
                 else declared
@@ -517,6 +573,23 @@ def _check_types(nodes):
             raise GraphFileError(f"nodes[{i}] ({format_node(node)}): {node.op} of "
                                  f"{_types((v.shape, v.dtype) for v in node.inputs)} {made}, "
                                  f"where the file declares {_types(declared)}")
+
+
+def _stand_ins(nodes, relations) -> dict:
+    """name -> a number for each symbolic size of the graph: distinct primes that no
+    fixed size of the graph has, so that a size cannot pass for another, each the
+    first that keeps the relations of the names chosen so far (T <= 16)."""
+    used = sorted(names([v.shape for n in nodes for v in n.outputs]))
+    fixed = {d for n in nodes for v in n.outputs for d in v.shape if type(d) is int}
+    primes = [p for p in range(3, 1000) if all(p % q for q in range(2, int(p**0.5) + 1))
+              and p not in fixed]
+    chosen: dict = {}
+    for name in used:
+        for p in (p for p in primes if p not in chosen.values()):
+            chosen[name] = p
+            if all(r.holds(chosen) for r in relations if names((r.left, r.right)) <= set(chosen)):
+                break
+    return chosen
 
 
 def _types(types) -> str:

@@ -103,6 +103,8 @@ def combine(op: str, a, b):
         for x, y in ((a, b), (b, a)):
             if type(x) is int and x in (0, 1):
                 return y if x else 0
+        if isinstance(a, Size) and a.op == "*" and type(a.args[1]) is int and type(b) is int:
+            return combine("*", a.args[0], a.args[1] * b)  # B*T*2*4 is B*T*8
     if op == "//" and type(b) is int and b == 1:
         return a
     return Size(op, (a, b))
@@ -193,6 +195,49 @@ def substitute(value, replacements: dict):
     if isinstance(value, slice):
         return slice(*substitute((value.start, value.stop, value.step), replacements))
     return value
+
+
+def evaluator(value, names: tuple):
+    """A function of the sizes' values (a sequence, in `names` order) that gives
+    `value` (a Size, an int, or tuples of them) evaluated: made once for a kernel,
+    called at each replay, without a dict of bindings per call."""
+    place = {n: i for i, n in enumerate(names)}
+
+    def make(x):
+        if isinstance(x, tuple):
+            parts = [make(y) for y in x]
+            return lambda values: tuple(p(values) for p in parts)
+        if not isinstance(x, Size):
+            return lambda values: x
+        if x.op == "name":
+            i = place[x.args[0]]
+            return lambda values: values[i]
+        f, g, op = make(x.args[0]), make(x.args[1]), _BINARY[x.op][0]
+        return lambda values: op(f(values), g(values))
+
+    return make(value)
+
+
+def c_text(x, spell) -> str:
+    """A size as a C++ integer expression, each name as spell(name) writes it (an
+    element of the kernel's array of sizes, a scalar parameter); sizes are never
+    negative, so // is C's division."""
+    if not isinstance(x, Size):
+        return str(int(x))
+    if x.op == "name":
+        return spell(x.args[0])
+    if x.op == "/":
+        raise ValueError(f"the size {x} is no integer; a kernel's sizes are")
+    a, b = (c_text(y, spell) for y in x.args)
+    return f"({a} {'/' if x.op == '//' else x.op} {b})"
+
+
+def count(shape: tuple):
+    """The number of elements of a shape: an int, or a Size where the shape holds one."""
+    total = 1
+    for n in shape:
+        total = combine("*", total, n)
+    return total
 
 
 # =============================================================================
@@ -300,28 +345,61 @@ def settle(relations):
     return replacements, kept
 
 
-def _lower_bound(x, least: set):
-    """The least value x takes where each name of `least` is 2 or more (None: no bound
-    known, a difference or a quotient)."""
+def _lower_bound(x, least: set | None):
+    """The least value x takes where each name of `least` is 2 or more (None: every
+    name is 1 or more); None where no bound is known (a difference, a quotient)."""
     if type(x) is int:
         return x
     if not isinstance(x, Size) or x.op not in ("name", "+", "*"):
         return None
     if x.op == "name":
-        return 2 if x in least else None
+        return 1 if least is None else 2 if x in least else None
     a, b = (_lower_bound(y, least) for y in x.args)
     if a is None or b is None or x.op == "*" and (a < 0 or b < 0):
         return None
     return a + b if x.op == "+" else a * b
 
 
+def _polynomial(x) -> dict | None:
+    """x as a sum of products of names, {(names...): coefficient} (None where it
+    divides): two expressions of + - * are equal at every size exactly when these are."""
+    if type(x) is int:
+        return {(): x} if x else {}
+    if not isinstance(x, Size) or x.op not in ("name", "+", "-", "*"):
+        return None
+    if x.op == "name":
+        return {(x.args[0],): 1}
+    a, b = (_polynomial(y) for y in x.args)
+    if a is None or b is None:
+        return None
+    terms: dict = {}
+    pairs = [(ma + mb, ca * cb) for ma, ca in a.items() for mb, cb in b.items()] \
+        if x.op == "*" else [*a.items(), *((m, -c if x.op == "-" else c) for m, c in b.items())]
+    for names_, c in pairs:
+        key = tuple(sorted(names_))
+        terms[key] = terms.get(key, 0) + c
+    return {m: c for m, c in terms.items() if c}
+
+
 def _implied(r: Relation, least: set) -> bool:
-    """B*T != 1, B != 0, B + 1 > 2: true at every size the names' bounds allow."""
+    """B*T != 1, B != 0, B + 1 > 2, B*T*2*4 == B*T*8: true at every size the names'
+    bounds allow."""
+    if r.op in ("==", "<=", ">=") and _polynomial(r.left) is not None and \
+            _polynomial(r.left) == _polynomial(r.right):
+        return True
     if r.op not in ("!=", ">", ">=") or type(r.right) is not int or (
             r.op == ">=" and isinstance(r.left, Size) and r.left in least and r.right == 2):
         return False
     bound = _lower_bound(r.left, least)
     return bound is not None and (bound > r.right or r.op == ">=" and bound >= r.right)
+
+
+def positive(x) -> bool:
+    """Whether a size is 1 or more at every call a graph takes (each name is; a
+    trace's are 2 or more): a positive int, a name, sums and products of them; not
+    T - 1, which may be 0."""
+    bound = _lower_bound(x, None)
+    return bound is not None and bound >= 1
 
 
 def broken(relations, bindings: dict) -> Relation | None:
@@ -388,3 +466,16 @@ def _parse_atom(tokens, text):
     if isinstance(head, str):
         raise ValueError(f"not a size: {text!r} (unexpected {head!r})")
     return head, tokens
+
+
+_RELATION = re.compile(r"\s(==|!=|<=|>=|<|>)\s")
+
+
+def parse_relation(text: str) -> Relation:
+    """The Relation that str() wrote as text ('B*T == 640'); anything else raises
+    ValueError."""
+    parts = _RELATION.split(text) if isinstance(text, str) else []
+    if len(parts) != 3:
+        raise ValueError(f"not a relation of sizes: {text!r} (a size, one of "
+                         f"{', '.join(_COMPARE)} between spaces, a size)")
+    return Relation(parse(parts[0]), parts[1], parse(parts[2]))

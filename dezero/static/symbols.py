@@ -180,7 +180,7 @@ def compile(outputs, name: str = "compiled") -> StaticGraph:
             elif is_placeholder(x) and all(x is not p for p in placeholders):
                 placeholders.append(x)
     functions.sort(key=lambda f: f.generation)
-    tracer = Tracer(name)
+    tracer = Tracer(name, least=1)
     previous = set_tracer(tracer)
     try:
         for p in sorted(placeholders, key=lambda p: p._data.serial):
@@ -229,7 +229,7 @@ class Builder:
     """
 
     def __init__(self, name: str = "script"):
-        self.name, self.outputs, self.tracer, self._previous = name, {}, Tracer(name), None
+        self.name, self.outputs, self.tracer, self._previous = name, {}, Tracer(name, least=1), None
         self.script = None
 
     def __enter__(self):

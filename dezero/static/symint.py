@@ -95,7 +95,7 @@ class SymInt(TracedSize):
     def operand_of(self, like):
         """What as_operand makes of it beside like (a Variable or array): the number
         as an op of the graph, in the dtype eager code gives the hint there."""
-        dtype = np.asarray(as_operand(self.hint, like)).dtype
+        dtype = as_operand(self.hint, like).dtype  # (a numpy or cupy array)
         return F.SizeNumber(self, dtype.name)(like)
 
     def __bool__(self):

@@ -69,12 +69,17 @@ class Tracer(TracerHooks):
     are shared.
     """
 
-    def __init__(self, name: str, carried=(), symbolic=None):
+    def __init__(self, name: str, carried=(), symbolic=None, least: int = 2):
         self.name = name
+        # The smallest value of a symbolic size: 2 for a trace (a size of 1 broadcasts
+        # where another would not, so a call with 1 records a graph of its own); 1 for
+        # placeholders, whose stand-ins refuse at definition what 1 would broadcast.
+        self.least = least
         # (argument position, axis) -> the size's name, for the sizes recorded as
         # symbols; the relations the run's decisions on them relied on (symint.py).
         self.symbolic: dict = dict(symbolic or {})
         self.relations: list = []
+        self.hints: dict = {}  # each symbolic size's value in this run
         self.inputs: list[tuple[Node, object]] = []   # (input node, argument)
         # id(Variable) -> its record; first those of attributes known to carry values
         # between calls (LSTM.h): a captured Variable found in one is read through it.
@@ -112,8 +117,8 @@ class Tracer(TracerHooks):
 
     def _input_shape(self, position: int, shape: tuple) -> tuple:
         """The shape an input Value records: a name where the size is symbolic (never
-        0 or 1, which broadcast: those stay numbers), with the relation that it is 2
-        or more, which the graph's broadcasting relies on."""
+        0 or 1, which broadcast: those stay numbers), with the relation that it is
+        `least` or more, which the graph's broadcasting relies on."""
         out = []
         for axis, n in enumerate(shape):
             name = self.symbolic.get((position, axis))
@@ -121,8 +126,9 @@ class Tracer(TracerHooks):
                 out.append(n)
                 continue
             size = Size.name(name)
+            self.hints.setdefault(name, n)
             if not any(r.left == size and r.op == ">=" for r in self.relations):
-                self.relations.append(Relation(size, ">=", 2))
+                self.relations.append(Relation(size, ">=", self.least))
             out.append(size)
         return tuple(out)
 
@@ -438,6 +444,7 @@ class Tracer(TracerHooks):
             self.consts + self.ops + writes + [Node("output", inputs=outputs)]
         graph = StaticGraph(self.name, nodes, out_tree)
         graph.relations = self._settle_sizes(nodes)
+        graph.hints = dict(self.hints)
         arrays = [getattr(arg, "_data", arg) for _, arg in self.inputs] + \
             [c.before_data for c in self.captures]
         if any(cuda.cp is not None and isinstance(a, cuda.cp.ndarray) for a in arrays):

@@ -49,3 +49,26 @@ def test_the_traced_gpt_step_on_the_gpu_equals_eager_on_the_gpu():
     assert len(update.segments) == len(list(model.params()))
     mask, = [n.payload for n in graph.of_kind("const") if n.outputs[0].dtype == bool]
     assert isinstance(mask, cp.ndarray)
+
+
+def test_the_gpt_step_of_symbolic_batch_and_length_on_the_gpu_equals_eager():
+    """Automatic dynamic on cupy arrays: after the first, static recording, one graph
+    of symbolic batch size and context length, whose kernels (row kernels among them)
+    take the sizes of each call, replays every later shape as eager code computes it."""
+    (eager_model, eager), (model, traced) = gpt_step(False), gpt_step(True)
+    rng = np.random.default_rng(2)
+    for shape in [(3, 4), (5, 6), (2, 8), (7, 3), (4, 5)]:
+        x, t = (cp.asarray(rng.integers(0, VOCAB, shape)) for _ in range(2))
+        np.testing.assert_allclose(as_numpy(traced(x, t).data), as_numpy(eager(x, t).data),
+                                   rtol=1e-5, err_msg=f"{shape}")
+        for mine, theirs in zip(model.params(), eager_model.params(), strict=True):
+            np.testing.assert_allclose(as_numpy(mine.data), as_numpy(theirs.data),
+                                       rtol=1e-4, atol=1e-6, err_msg=f"{shape}")
+    assert traced.entries == 2
+    (entry,) = traced._symbolic
+    graph = entry.graph
+    assert graph.device == "gpu" and "x: i64[B,T]" in str(graph)
+    symbolic = [g for g in graph.groups if g.sizes]
+    assert symbolic and all(g.compiled for g in symbolic)
+    assert any(g.axes is not None for g in symbolic)  # softmax and layer-norm rows
+    assert "sizes=" in entry.compiled.source

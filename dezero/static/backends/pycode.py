@@ -143,6 +143,15 @@ def generate(graph: Graph, factory=None, program=None):
         code.lines.append(f"    {name} = {name}._data if _isinstance({name}, _Variable) "
                           f"else {name}")
     code.lines += _read_sizes(graph)
+    # The values of each kernel's symbolic sizes, as the array it takes (Group.sizes).
+    for step in program.steps:
+        if step.kind == "kernel" and code.calls_kernel(step) and step.group.sizes:
+            names = step.group.sizes
+            if names not in code.size_arrays:
+                code.size_arrays[names] = f"_z{len(code.size_arrays)}"
+                code.lines.append(f"    {code.size_arrays[names]} = _size_array(("
+                                  f"{', '.join(f'_s_{n}' for n in names)},))")
+    env["_size_array"] = functools.partial(np.array, dtype=np.intp)
     for step in program.steps:
         code.step(step)
     return "\n".join(code.lines) + "\n", env, code.line_steps, fname
@@ -201,6 +210,7 @@ class _Code:
 
     def __init__(self, env: dict, factory):
         self.env, self.factory, self.lines, self.line_steps, self.counts = env, factory, [], {}, {}
+        self.size_arrays: dict = {}  # names of sizes -> the variable of their values
 
     def calls_kernel(self, step) -> bool:
         return self.factory is not None and step.group.compiled
@@ -265,6 +275,8 @@ class _Code:
         args = [v.name for v in group.inputs]
         if any(step.into):  # arrays the kernel writes into (a matmul's, read only here)
             args.append(f"out=({', '.join(v.name if v else 'None' for v in step.into)},)")
+        if group.sizes:
+            args.append(f"sizes={self.size_arrays[group.sizes]}")
         self.emit(f"{outs}{',' if len(group.outputs) == 1 else ''} = _{group.name}("
                   f"{', '.join(args)})  # kernel {group.name}: {len(group.nodes)} ops" + "".join(
                       f"; {v.name} into {w.name}'s array"

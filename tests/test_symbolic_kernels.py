@@ -1,0 +1,152 @@
+"""Kernels of symbolic sizes: a graph whose shapes hold B or T fuses as a static one,
+its C++ kernels take the sizes' values as an array beside the arrays (the loops read
+their extents from it), and its replays at any size equal eager code; graph files
+keep the sizes and the relations between them."""
+import json
+
+import numpy as np
+import pytest
+from backend_helpers import assert_within_ulps
+
+import dezero
+import dezero.functions as F
+from dezero import optimizers
+from dezero.errors import GraphFileError
+from dezero.kernels import cpu
+from dezero.static import passes
+
+needs_compiler = pytest.mark.skipif(cpu.missing_reason() is not None,
+                                    reason=str(cpu.missing_reason()))
+
+
+def _mlp_step(seed=0):
+    """An MLP's Adam training step (forward, loss, backward, update), and its model."""
+    np.random.seed(seed)
+    model = dezero.models.MLP((16, 3))
+    model(np.zeros((1, 2), np.float32))
+    optimizer = optimizers.Adam().setup(model)
+
+    def step(x, t):
+        loss = F.softmax_cross_entropy(model(x), t)
+        model.cleargrads()
+        loss.backward()
+        optimizer.update()
+        return loss
+    return model, step
+
+
+def _batch(n, seed):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, 2)).astype(np.float32), rng.integers(0, 3, n)
+
+
+def test_a_symbolic_graph_fuses_as_the_static_one_does():
+    _, step = _mlp_step()
+    static = dezero.trace(step, dynamic=False).lower(*_batch(8, 0))
+    _, step = _mlp_step()
+    symbolic = dezero.trace(step, dynamic=True).lower(*_batch(8, 0))
+    assert "x: f32[B,2], t: i64[B]" in str(symbolic)
+    assert [[n.op for n in g.nodes] for g in symbolic.groups] == \
+        [[n.op for n in g.nodes] for g in static.groups]
+    sized = [g for g in symbolic.groups if g.sizes]
+    assert sized and all(g.sizes == ("B",) for g in sized)
+    assert any(g.axes is not None for g in sized)  # the loss's rows and its mean over B
+    assert not any(g.sizes for g in symbolic.groups if g.segments)  # Adam: fixed shapes
+
+
+def test_a_size_that_may_be_zero_stays_out_of_kernels():
+    def f(x):
+        return F.tanh(x[1:] * 2.0)  # x[1:] has B - 1 rows: none where B is 1
+
+    graph = dezero.trace(f, dynamic=True).lower(dezero.Variable(np.ones((5, 3), np.float32)))
+    node, = [n for n in graph.of_kind("op") if n.op == "tanh"]
+    assert "B - 1" in str(node) and "may be 0" in passes.fusion_refusal(node)
+    assert not graph.groups
+
+
+@needs_compiler
+@pytest.mark.parametrize("sizes", [(8, 2, 5, 17, 64, 3, 128), (3, 31, 2, 7)])
+def test_kernels_of_symbolic_batch_size_replay_as_eager(sizes):
+    (eager_model, eager), (model, step) = _mlp_step(), _mlp_step()
+    traced = dezero.trace(step, dynamic=True)
+    graph = traced.lower(*_batch(sizes[0], 0))
+    plan = graph.compile("cpu").wait()
+    assert "_S[0]" in plan.kernel_source and "sizes=_z0" in plan.source
+    for i, n in enumerate(sizes):
+        x, t = _batch(n, i + 1)
+        want = eager(x, t).data
+        got = plan.run((x, t))
+        assert_within_ulps(got.data, want, scale=8.0, ulps=64, err_msg=f"B={n}")
+        for p, q in zip(model.params(), eager_model.params(), strict=True):
+            np.testing.assert_allclose(p.data, q.data, rtol=1e-4, atol=1e-6,
+                                       err_msg=f"B={n}")
+
+
+@needs_compiler
+def test_a_kernel_refuses_sizes_that_are_not_its_array_of_sizes():
+    graph = dezero.trace(lambda x: F.sum(F.tanh(x) * 2.0, axis=1),
+                         dynamic=True).lower(np.ones((4, 5), np.float32))
+    plan = graph.compile("cpu").wait()
+    (group,) = graph.groups
+    run = plan.library.kernel(group.spec)
+    x = np.random.default_rng(0).standard_normal((3, 7)).astype(np.float32)
+    y, = run(x, np.float32(2), sizes=np.array([3, 7], np.intp))
+    np.testing.assert_allclose(y, np.sum(np.tanh(x) * 2, axis=1), rtol=1e-5)
+    for wrong in (None, np.array([3], np.intp), np.array([3, 7], np.int32), [3, 7]):
+        with pytest.raises(TypeError, match="takes the values of its sizes B, T .*an intp "
+                                            "array of its 2 sizes"):
+            run(x, np.float32(2), sizes=wrong)
+
+
+def test_tautologies_among_relations_are_dropped():
+    def f(x):
+        b, t, c = x.shape
+        heads = F.reshape(x, (b, t, 2, c // 2))  # and back: B*T*2*4 is B*T*8
+        return F.sum(F.reshape(heads, (b, t, c)), axis=2)
+
+    traced = dezero.trace(f)  # B and T symbolic at the second call, 8 stays
+    for shape in [(3, 5, 8), (4, 6, 8)]:
+        traced(np.ones(shape, np.float32))
+    (entry,) = traced._symbolic
+    assert [str(r) for r in entry.graph.relations] == ["B >= 2", "T >= 2"]
+
+
+def _saved_symbolic_step(tmp_path):
+    _, step = _mlp_step()
+    graph = dezero.trace(step, dynamic=True).lower(*_batch(5, 0))
+    graph.save(str(tmp_path / "step.json"))
+    return tmp_path / "step.json"
+
+
+def test_a_symbolic_graph_saves_and_loads_with_its_sizes(tmp_path):
+    path = _saved_symbolic_step(tmp_path)
+    description = json.loads(path.read_text())
+    assert description["version"] == 3 and description["relations"] == ["B >= 2"]
+    assert description["nodes"][0]["outputs"][0]["shape"] == [{"$size": "B"}, 2]
+    loaded = dezero.static.load(str(path))
+    assert "x: f32[B,2], t: i64[B]" in str(loaded)
+    model, eager = _mlp_step()
+    for n in (2, 9, 4):
+        x, t = _batch(n, n)
+        np.testing.assert_array_equal(loaded.compile("python")(x, t).data, eager(x, t).data)
+    with pytest.raises(TypeError, match="B >= 2"):
+        loaded(*_batch(1, 0))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["nodes"][0]["outputs"][0]["shape"].__setitem__(0, {"$size": "__import__('os')"}),
+     r"nodes\[0\]\.outputs\[0\]\.shape\[0\]\.\$size: not a size"),
+    (lambda d: d["nodes"][0]["outputs"][0]["shape"].__setitem__(0, {"$size": "1/B"}),
+     r"shape\[0\]: expected a size of names, ints"),
+    (lambda d: d.update(relations=["B >= 2", "Q > 3"]),
+     r"relations\[1\]: expected a relation of the graph's sizes \(B\)"),
+    (lambda d: d.update(relations=["B >= 2; import os"]),
+     r"relations\[0\]: not a size"),
+])
+def test_a_graph_file_with_bad_sizes_is_refused(tmp_path, edit, message):
+    path = _saved_symbolic_step(tmp_path)
+    description = json.loads(path.read_text())
+    edit(description)
+    path.write_text(json.dumps(description))
+    with pytest.raises(GraphFileError, match=message):
+        dezero.static.load(str(path))
