@@ -1621,6 +1621,7 @@ class SizeNumber(Function):
 
     shapes = staticmethod(lambda shapes, attrs: [()])
     device_only = True
+    py = "_xp.asarray({value}, dtype={dtype})"
 
     def __init__(self, value, dtype):
         self.value = value

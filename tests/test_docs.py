@@ -163,6 +163,22 @@ def test_transformers_examples_run_in_order(tmp_path, monkeypatch, capsys):
     assert namespace["step"].entries == 1  # the schedule's rates replay: no retrace
 
 
+def test_shapes_and_symbols_examples_run_in_order(tmp_path, monkeypatch, capsys):
+    text = (ROOT / "docs" / "shapes-and-symbols.md").read_text(encoding="utf-8")
+    blocks = python_blocks("shapes-and-symbols.md")
+    assert len(blocks) >= 3
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    for block in blocks:
+        exec(compile(block, "shapes-and-symbols.md", "exec"), namespace)
+    out = capsys.readouterr().out
+    shown = re.search(r"^```text\n(.*?)^```", text, re.M | re.S).group(1)
+    assert out.startswith(shown)  # the page shows what its first example prints
+    assert "variable(7.0)" in out and "f32[B,2] " in out
+    assert float(re.search(r"loss after 200 runs: ([0-9.]+)", out).group(1)) < 0.05
+    assert namespace["train_step"].entries == 2
+
+
 def test_the_pictures_of_the_pages_are_those_tools_docs_pictures_draws():
     sys.path.insert(0, str(ROOT / "tools"))
     try:

@@ -71,7 +71,7 @@ def test_kernels_of_symbolic_batch_size_replay_as_eager(sizes):
     traced = dezero.trace(step, dynamic=True)
     graph = traced.lower(*_batch(sizes[0], 0))
     plan = graph.compile("cpu").wait()
-    assert "_S[0]" in plan.kernel_source and "sizes=_z0" in plan.source
+    assert "_S[0]" in plan.kernel_source and "sizes=(_s_B,)" in plan.source
     for i, n in enumerate(sizes):
         x, t = _batch(n, i + 1)
         want = eager(x, t).data
@@ -90,12 +90,20 @@ def test_a_kernel_refuses_sizes_that_are_not_its_array_of_sizes():
     (group,) = graph.groups
     run = plan.library.kernel(group.spec)
     x = np.random.default_rng(0).standard_normal((3, 7)).astype(np.float32)
-    y, = run(x, np.float32(2), sizes=np.array([3, 7], np.intp))
+    y, = run(x, np.float32(2), sizes=(3, 7))
     np.testing.assert_allclose(y, np.sum(np.tanh(x) * 2, axis=1), rtol=1e-5)
-    for wrong in (None, np.array([3], np.intp), np.array([3, 7], np.int32), [3, 7]):
-        with pytest.raises(TypeError, match="takes the values of its sizes B, T .*an intp "
-                                            "array of its 2 sizes"):
+    for wrong in ((), (3,), (3, "7"), (3, -7), [3, 7], np.array([3, 7])):
+        with pytest.raises(TypeError, match=r"takes the values of its sizes \(B, T\) as "
+                                            r"sizes=, a tuple of 2 ints"):
             run(x, np.float32(2), sizes=wrong)
+    # the array of sizes the C entry reads: one of another type or length is refused
+    call, two = plan.library._builtin(group.spec, 1), np.array(2, np.float32)
+    out = np.empty(3, np.float32)
+    assert call(x, two, out, np.array([3, 7], np.intp)) == 0
+    np.testing.assert_array_equal(out, y)
+    for wrong in (np.array([3, 7], np.int32), np.array([3], np.intp), [3, 7]):
+        assert call(x, two, out, wrong) == -1  # "another number of arrays"
+    assert call(x, two, out) == -1
 
 
 def test_tautologies_among_relations_are_dropped():

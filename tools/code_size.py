@@ -18,14 +18,14 @@ ROOT = Path(__file__).resolve().parents[1]
 BUDGETS = {
     "dezero/core.py": 380,
     "dezero/op_record.py": 110,
-    "dezero/static/trace.py": 599,
+    "dezero/static/trace.py": 602,
     "dezero/static/tracer.py": 451,
     "dezero/static/guard.py": 184,
     "dezero/static/ir.py": 309,
     "dezero/static/graph.py": 92,
-    "dezero/static/symbols.py": 210,
+    "dezero/static/symbols.py": 213,
     "dezero/static/names.py": 49,
-    "dezero/static/sizes.py": 325,
+    "dezero/static/sizes.py": 326,
     "dezero/static/symint.py": 128,
     "dezero/static/slots.py": 35,
     "dezero/static/passes.py": 594,
@@ -40,15 +40,15 @@ BUDGETS = {
     "dezero/static/debugging.py": 24,
     "dezero/kernels/codegen.py": 143,
     "dezero/kernels/reductions.py": 130,
-    "dezero/static/lowering.py": 253,
+    "dezero/static/lowering.py": 256,
     "dezero/static/backends/__init__.py": 28,
     "dezero/static/backends/interpreter.py": 74,
     "dezero/static/backends/pycode.py": 252,
     "dezero/kernels/gpu.py": 98,
     "dezero/kernels/gpu_reductions.py": 214,
-    "dezero/kernels/cpu.py": 415,
-    "dezero/kernels/cpu_reductions.py": 204,
-    "dezero/kernels/pending.py": 68,
+    "dezero/kernels/cpu.py": 419,
+    "dezero/kernels/cpu_reductions.py": 207,
+    "dezero/kernels/pending.py": 70,
     "dezero/kernels/measure.py": 103,
     "dezero/kernels/cache.py": 45,
     "dezero/kernels/outputs.py": 25,
@@ -59,8 +59,8 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 5020,
-    "dezero/kernels/": 1444,
+    "dezero/static/": 5025,
+    "dezero/kernels/": 1451,
 }
 
 

@@ -69,17 +69,15 @@ class KernelSpec:
                      (p.name for p in s.inputs)), self.shape)
 
 
-def size_values(spec, sizes) -> tuple:
-    """The values of a kernel's symbolic sizes (spec.sizes) from the intp array a
-    replay passes as `sizes`, checked: () for a kernel of fixed sizes."""
-    if not spec.sizes:
-        return ()
-    if not (isinstance(sizes, np.ndarray) and sizes.dtype == np.intp and
-            sizes.shape == (len(spec.sizes),)):
+def check_sizes(spec, sizes) -> tuple:
+    """`sizes`, the values of a kernel's symbolic sizes (spec.sizes) that a replay
+    passes, if they are a tuple of that many ints of 0 or more, else TypeError."""
+    if type(sizes) is not tuple or len(sizes) != len(spec.sizes) or not all(
+            type(n) is int and n >= 0 for n in sizes):
         raise TypeError(f"kernel {spec.name} takes the values of its sizes "
-                        f"{', '.join(spec.sizes)} (sizes=, an intp array of its "
-                        f"{len(spec.sizes)} sizes), got {sizes!r}")
-    return tuple(sizes.tolist())
+                        f"({', '.join(spec.sizes) or 'none'}) as sizes=, a tuple of "
+                        f"{len(spec.sizes)} ints, got {sizes!r}")
+    return sizes
 
 
 # =============================================================================

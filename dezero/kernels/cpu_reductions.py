@@ -17,7 +17,7 @@ import operator
 
 import numpy as np
 
-from dezero.kernels.codegen import size_values
+from dezero.kernels.codegen import check_sizes
 from dezero.static.sizes import count, evaluator
 
 
@@ -229,19 +229,21 @@ def reduction_call(spec, fn, threads: int, numpy=None):
                            tuple(target for target, _, _ in layouts(spec))), spec.sizes)
 
     @functools.lru_cache(maxsize=64)
-    def at(values: tuple) -> tuple:
-        """What the call needs of the shapes where the sizes are `values`: the outputs'
+    def at(sizes: tuple) -> tuple:
+        """What the call needs where the symbolic sizes are `sizes`: the outputs'
         (shape, dtype), the inputs' layouts, the C-ordered strides of the full inputs
         a sum reads (numpy computes from arrays laid out otherwise in another order,
-        and adds each row so), the length of a row."""
-        shape, ins, outs, targets = shapes_at(values)
+        and adds each row so), the length of a row, the arguments after the outputs
+        (the intp array of the sizes)."""
+        shape, ins, outs, targets = shapes_at(check_sizes(spec, sizes))
         made = [(tuple(shape[d] for d in order_out) if level == "full" else o,
                  np.dtype(p.dtype)) for o, p, level in zip(outs, spec.outputs, levels)]
         ordered = [(i, np.empty(x, p.dtype).strides)
                    for k, (i, x, p) in enumerate(zip(sources, ins, spec.inputs))
                    if spec.levels[k] == "full"] if summed else []
         walks = [(target, walk) for target, (_, walk, _) in zip(targets, layouts(spec))]
-        return made, walks, ordered, _size([shape[d] for d in axes])
+        extra = (np.array(sizes, np.intp),) if spec.sizes else ()
+        return made, walks, ordered, _size([shape[d] for d in axes]), extra
 
     def laid_out(k, x, walks):
         p, (target, walk) = spec.inputs[k], walks[k]
@@ -254,9 +256,11 @@ def reduction_call(spec, fn, threads: int, numpy=None):
         walked = np.broadcast_to(x, target).transpose(walk).copy()  # in C order
         return walked.transpose(np.argsort(walk).astype(int))
 
-    def run_reduction(*arrays, sizes=None):
-        made, walks, ordered, width = at(size_values(spec, sizes))
-        extra = (sizes,) if spec.sizes else ()
+    def run_reduction(*arrays, sizes=()):
+        try:
+            made, walks, ordered, width, extra = at(sizes)
+        except TypeError:  # unhashable: a list
+            made, walks, ordered, width, extra = at(check_sizes(spec, sizes))
         if ordered and not all(getattr(arrays[i], "strides", None) == c or _c_ordered(arrays[i])
                                for i, c in ordered):
             return numpy()(*arrays)

@@ -18,7 +18,7 @@ import functools
 import numpy as np
 
 from dezero.kernels import gpu_reductions, outputs
-from dezero.kernels.codegen import kernel_spec, size_values
+from dezero.kernels.codegen import check_sizes, kernel_spec
 from dezero.static import debugging
 from dezero.static.sizes import evaluator
 
@@ -93,7 +93,7 @@ def kernel_factory(spec):
     output arrays of spec.shape, one per spec.outputs (a horizontal kernel's: each
     of its segment's shape, from one launch); `out` gives, per output, an array to
     write it into instead (where outputs.writable allows) or None; `sizes` the values
-    of its symbolic sizes (spec.sizes), a host array, as the replay code passes them."""
+    of its symbolic sizes (spec.sizes), a tuple of ints, as the replay code passes them."""
     reduction = hasattr(spec, "axes")
     if reduction:
         kernel = gpu_reductions.reduction_launch(spec) if gpu_reductions.one_fold(spec) \
@@ -104,8 +104,8 @@ def kernel_factory(spec):
         kernel = _horizontal_launch(spec, kernel)
     shape_at = evaluator(tuple(spec.shape), spec.sizes)
 
-    def run(*arrays, out=None, sizes=None):
-        values = size_values(spec, sizes)
+    def run(*arrays, out=None, sizes=()):
+        values = check_sizes(spec, sizes)
         if out:
             import cupy
             # (a queued kernel would change an array another thread took meanwhile)

@@ -102,7 +102,7 @@ def _time_both(library, step, hints: dict) -> tuple:
     at = dict(zip(group.sizes, values))
     arrays = [np.asarray(rng.random(evaluate(v.shape, at)) * 0.5 + 0.5, v.dtype)
               for v in group.inputs]
-    extra = {"sizes": np.array(values, np.intp)} if group.sizes else {}
+    extra = {"sizes": tuple(values)} if group.sizes else {}
     spec, counts = library.specs[group.name], sorted({1, machine_threads()})
     kernels = [library.kernel(spec, threads=n) for n in counts]
     calls = pycode.group_function(step)

@@ -80,6 +80,9 @@ class Pending:
     def run(self, leaves):
         return self._now().run(leaves)
 
+    def replay(self, leaves):
+        return self._now().replay(leaves)
+
     def _now(self):
         """The plan to run: the fused one once the build has finished."""
         future = self._future if self._pid == os.getpid() else self._here()

@@ -269,6 +269,7 @@ class Plan:
     def __init__(self, graph: Graph):
         self.graph, self.program = graph, lower(graph)
         self.symbolic = any(has_size(v.shape) for v in graph.input_values)
+        self._patterns = [v.shape for v in graph.input_values]  # what sizes_of binds
 
     def __call__(self, *inputs):
         names = self.graph.input_names
@@ -299,13 +300,13 @@ class Plan:
         graph has none); a call that breaks a relation the graph relies on raises."""
         if not self.symbolic:
             return {}
-        values = self.graph.input_values
         shapes = [getattr(getattr(x, "_data", x), "shape", ()) for x in leaves]
-        bindings, why = bind([v.shape for v in values], shapes, [f"input {v.name}" for v in values])
+        bindings, why = bind(self._patterns, shapes,
+                             [f"input {name}" for name in self.graph.input_names])
         relation = None if why else broken(self.graph.relations, bindings)
         if why or relation:
             why = why or f"sizes {bindings} break {relation}, which the recording relied on"
-            takes = ", ".join(f"{v.name}: {v.type}" for v in values)
+            takes = ", ".join(f"{v.name}: {v.type}" for v in self.graph.input_values)
             where = ", ".join(map(str, self.graph.relations))
             raise TypeError(f"graph {self.graph.name}: {why}; it takes {takes}"
                             f"{' where ' + where if where else ''}\n  fix: give it sizes "
@@ -321,6 +322,12 @@ class Plan:
 
     def run(self, leaves):
         raise NotImplementedError(f"{type(self).__name__} must define run(leaves)")
+
+    def replay(self, leaves):
+        """run(leaves) for a caller that has checked the call's sizes against the
+        graph's (a traced function, before it picks the graph): a backend may skip
+        checking them again."""
+        return self.run(leaves)
 
 
 # =============================================================================

@@ -275,6 +275,20 @@ def _split(node: Node, used: set) -> list | None:
     return nodes
 
 
+def device_reads(graph: Graph) -> Graph:
+    """A node whose op reads its inputs only for their device (record.device_only: a
+    number of sizes, 1/B) reads the graph's first input instead of the value it was
+    given: equal ones merge in cse, and none waits for a kernel (a kernel's result,
+    scaled by it, could not join that kernel)."""
+    first = graph.input_values[:1]
+    if not first or not any(n.kind == "op" and n.record.device_only and n.inputs != first
+                            for n in graph.nodes):
+        return graph
+    return graph.with_nodes([Node(n.kind, n.op, first, n.attrs, n.outputs, n.payload)
+                             if n.kind == "op" and n.record.device_only else n
+                             for n in graph.nodes])
+
+
 def _reduced_shape(shape: tuple, axis, keepdims: bool) -> tuple:
     axes = range(len(shape)) if axis is None else axis if isinstance(axis, tuple) else (axis,)
     axes = {a % len(shape) for a in axes} if shape else ()  # numpy reduces a 0-d over 0, -1
@@ -479,20 +493,6 @@ def _set_apart(group: Group) -> list:
     return totals[1:] if len(totals) > 1 else [n for n in group.nodes if n.record.reduce][1:]
 
 
-def _device_from_inputs(graph: Graph) -> Graph:
-    """A node whose op reads its inputs only for their device (record.device_only: a
-    number of sizes, 1/B) reads the graph's first input instead of the value it was
-    given, so that it waits for no kernel (a kernel's result, scaled by it, could not
-    join that kernel)."""
-    first = graph.input_values[:1]
-    if not first or not any(n.kind == "op" and n.record.device_only and n.inputs != first
-                            for n in graph.nodes):
-        return graph
-    return graph.with_nodes([Node(n.kind, n.op, first, n.attrs, n.outputs, n.payload)
-                             if n.kind == "op" and n.record.device_only else n
-                             for n in graph.nodes])
-
-
 def _fuse(graph: Graph, small: dict) -> Graph:
     """fuse, with the reduction nodes in `small` (ids -> why) left out of kernels.
 
@@ -507,7 +507,6 @@ def _fuse(graph: Graph, small: dict) -> Graph:
     def log(message):
         debugging.log(3, f"fuse {graph.name}: {message}")
 
-    graph = _device_from_inputs(graph)
     # Units: every op node starts as one; a group is a unit that grew. Edges point
     # from a unit to the units that read its values (waiters); a unit runs as one
     # step, so the edges between units must never close a cycle.
@@ -833,7 +832,8 @@ def _carry_groups(graph: Graph, new: Graph, nodes: dict, values: dict):
 # fuse comes after rename and nothing renames after it, so that the values its
 # debug output names are those of the final graph (a node that fusion moves keeps
 # its name: the names then say where it was computed before).
-PIPELINE = (dce, cse, fold, simplify, split_epilogues, split_parts, cse, dce, rename, fuse)
+PIPELINE = (dce, cse, fold, simplify, split_epilogues, split_parts, device_reads, cse, dce,
+            rename, fuse)
 
 
 # A check costs as much as a pass: a graph of more nodes is checked once, after the

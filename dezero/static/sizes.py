@@ -339,21 +339,23 @@ def settle(relations):
                 left.append(Relation(a, r.op, b, r.why))
         pending = left
     kept = list(dict.fromkeys(pending))
-    # A name is 2 or more where the recording said so: B != 1 and B != 0 say no more.
-    least = {r.left for r in kept if r.op == ">=" and r.right == 2 and isinstance(r.left, Size)}
+    # A name's least value where the recording said so (B >= 2): then B != 1 and
+    # B != 0 say no more.
+    least = {r.left: r.right for r in kept if r.op == ">=" and type(r.right) is int and
+             isinstance(r.left, Size) and r.left.op == "name"}
     kept = [r for r in kept if not _implied(r, least)]
     return replacements, kept
 
 
-def _lower_bound(x, least: set | None):
-    """The least value x takes where each name of `least` is 2 or more (None: every
+def _lower_bound(x, least: dict | None):
+    """The least value x takes where each name is least[name] or more (None: every
     name is 1 or more); None where no bound is known (a difference, a quotient)."""
     if type(x) is int:
         return x
     if not isinstance(x, Size) or x.op not in ("name", "+", "*"):
         return None
     if x.op == "name":
-        return 1 if least is None else 2 if x in least else None
+        return 1 if least is None else least.get(x)
     a, b = (_lower_bound(y, least) for y in x.args)
     if a is None or b is None or x.op == "*" and (a < 0 or b < 0):
         return None
@@ -381,14 +383,14 @@ def _polynomial(x) -> dict | None:
     return {m: c for m, c in terms.items() if c}
 
 
-def _implied(r: Relation, least: set) -> bool:
+def _implied(r: Relation, least: dict) -> bool:
     """B*T != 1, B != 0, B + 1 > 2, B*T*2*4 == B*T*8: true at every size the names'
-    bounds allow."""
+    bounds allow (the bounds themselves are kept)."""
     if r.op in ("==", "<=", ">=") and _polynomial(r.left) is not None and \
             _polynomial(r.left) == _polynomial(r.right):
         return True
     if r.op not in ("!=", ">", ">=") or type(r.right) is not int or (
-            r.op == ">=" and isinstance(r.left, Size) and r.left in least and r.right == 2):
+            r.op == ">=" and least.get(r.left) == r.right):
         return False
     bound = _lower_bound(r.left, least)
     return bound is not None and (bound > r.right or r.op == ">=" and bound >= r.right)

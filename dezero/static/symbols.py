@@ -108,10 +108,14 @@ def abstract_forward(function, xs):
     typed = [x if isinstance(x, np.ndarray) else _Typed(tuple(x.shape), x.dtype) for x in xs]
     if record.elementwise:
         out = [(broadcast_shapes(*shapes), t) for _, t in record.result_types(attrs, typed)]
+    elif sum(int(np.prod(s)) for s in shapes) <= _SMALL:
+        out = record.result_types(attrs, typed)  # the dtypes forward gives, exactly
     elif record.shapes is not None:
-        dtype = np.result_type(*(x.dtype for x in xs))
+        # the float inputs' dtype (scores beside int labels, a table beside its ids)
+        floats = [x.dtype for x in xs if x.dtype.kind == "f"]
+        dtype = np.result_type(*(floats or [x.dtype for x in xs]))
         out = [(tuple(s), dtype) for s in record.shapes(shapes, attrs)]
-    elif record.types is not None or sum(int(np.prod(s)) for s in shapes) <= _SMALL:
+    elif record.types is not None:
         out = record.result_types(attrs, typed)
     else:
         raise TypeError(f"{function.op_name} cannot run on placeholders of shapes "

@@ -428,7 +428,7 @@ class TracedFunction:
     def __call__(self, *args, **kwargs):
         hot = self._hot  # the entry replayed last: its fast check first (fast.py)
         if hot is not None and not kwargs and hot.fast(*args):
-            return hot.compiled.run(args)
+            return hot.compiled.replay(args)
         if core.current_tracer() is not None:
             # Called while another trace records: run inline so that one records it all.
             return self.fn(*args, **kwargs)
@@ -442,7 +442,7 @@ class TracedFunction:
                 if debugging.LEVEL >= 2:
                     return self._replay_logged(entry, leaves)
                 self._hot = entry if entry.fast is not None and not kwargs else None
-                return entry.compiled.run(leaves)
+                return entry.compiled.replay(leaves)
         if entries:
             for entry in entries:
                 reason = entry.structure.changed() or entry.guard_failure(leaves)
@@ -451,7 +451,7 @@ class TracedFunction:
                     if debugging.LEVEL >= 2:
                         return self._replay_logged(entry, leaves)
                     self._hot = entry if entry.fast is not None and not kwargs else None
-                    return entry.compiled.run(leaves)
+                    return entry.compiled.replay(leaves)
         elif reason is None:
             reason = self._miss_reason(key, args, kwargs)
         self._hot = None
@@ -514,9 +514,13 @@ class TracedFunction:
         chosen, by_size = {}, {}
         for i, a in axes:
             n = shapes[i][a] if i < len(shapes) and a < len(shapes[i]) else 0
-            if isinstance(n, int) and n >= 2:
-                chosen[(i, a)] = by_size.setdefault(n, _SIZE_NAMES[len(by_size)] if len(
-                    by_size) < len(_SIZE_NAMES) else f"S{len(by_size)}")
+            if isinstance(n, int) and n >= 2 and n not in by_size:
+                # B for a batch (axis 0), T for a length (axis 1), where still free
+                free = [m for m in _SIZE_NAMES[a:a + 1] + _SIZE_NAMES
+                        if m not in by_size.values()]
+                by_size[n] = free[0] if free else f"S{len(by_size)}"
+            if n in by_size:
+                chosen[(i, a)] = by_size[n]
         return chosen
 
     def _drop_stale(self):
@@ -548,7 +552,7 @@ class TracedFunction:
 
     def _replay_logged(self, entry, leaves):
         start = time.perf_counter()
-        result = entry.compiled.run(leaves)
+        result = entry.compiled.replay(leaves)
         elapsed = time.perf_counter() - start
         # By shape and dtype: Values, Variables and arrays (cupy's .data is a pointer).
         moved = sum(v.dtype.itemsize * int(np.prod(v.shape))
@@ -722,7 +726,8 @@ class TracedFunction:
                 f"arguments is not recorded (pass Variables, or use dezero functions)",
                 stacklevel=4)
 
-# The names symbolic sizes get, in the order a recording meets new sizes.
+# The names symbolic sizes get: B for axis 0 and T for axis 1 where free, else the
+# next free one, in the order a recording meets new sizes.
 _SIZE_NAMES = ("B", "T", "N", "M", "K", "L", "P", "Q", "R", "S")
 
 

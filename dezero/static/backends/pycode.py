@@ -142,31 +142,25 @@ def generate(graph: Graph, factory=None, program=None):
             code.lines.append(f"    _i_{name} = {name}")
         code.lines.append(f"    {name} = {name}._data if _isinstance({name}, _Variable) "
                           f"else {name}")
-    code.lines += _read_sizes(graph)
-    # The values of each kernel's symbolic sizes, as the array it takes (Group.sizes).
-    for step in program.steps:
-        if step.kind == "kernel" and code.calls_kernel(step) and step.group.sizes:
-            names = step.group.sizes
-            if names not in code.size_arrays:
-                code.size_arrays[names] = f"_z{len(code.size_arrays)}"
-                code.lines.append(f"    {code.size_arrays[names]} = _size_array(("
-                                  f"{', '.join(f'_s_{n}' for n in names)},))")
-    env["_size_array"] = functools.partial(np.array, dtype=np.intp)
+    code.lines += _read_sizes(graph, any(  # an op whose forward is called with sizes
+        has_size(n.attrs) and (len(n.outputs) > 1 or inline_call(n) is None)
+        for n in graph.of_kind("op")))
     for step in program.steps:
         code.step(step)
     return "\n".join(code.lines) + "\n", env, code.line_steps, fname
 
 
-def _read_sizes(graph: Graph) -> list:
+def _read_sizes(graph: Graph, as_dict: bool) -> list:
     """Lines that read the symbolic sizes from the inputs' shapes (a size another
-    input has too is checked where the call comes: Plan.sizes_of)."""
+    input has too is checked where the call comes: Plan.sizes_of), and put them in a
+    dict `_sizes` where an op's attrs hold them (as_dict)."""
     lines, seen = [], []
     for value in graph.input_values:
         for axis, n in enumerate(value.shape):
             if isinstance(n, Size) and n.op == "name" and n.args[0] not in seen:
                 seen.append(n.args[0])
                 lines.append(f"    _s_{n.args[0]} = {value.name}.shape[{axis}]")
-    if seen:
+    if seen and as_dict:
         lines.append(f"    _sizes = {{{', '.join(f'{n!r}: _s_{n}' for n in seen)}}}")
     return lines
 
@@ -210,7 +204,6 @@ class _Code:
 
     def __init__(self, env: dict, factory):
         self.env, self.factory, self.lines, self.line_steps, self.counts = env, factory, [], {}, {}
-        self.size_arrays: dict = {}  # names of sizes -> the variable of their values
 
     def calls_kernel(self, step) -> bool:
         return self.factory is not None and step.group.compiled
@@ -275,8 +268,8 @@ class _Code:
         args = [v.name for v in group.inputs]
         if any(step.into):  # arrays the kernel writes into (a matmul's, read only here)
             args.append(f"out=({', '.join(v.name if v else 'None' for v in step.into)},)")
-        if group.sizes:
-            args.append(f"sizes={self.size_arrays[group.sizes]}")
+        if group.sizes:  # the values of its symbolic sizes (Group.sizes)
+            args.append(f"sizes=({', '.join(f'_s_{n}' for n in group.sizes)},)")
         self.emit(f"{outs}{',' if len(group.outputs) == 1 else ''} = _{group.name}("
                   f"{', '.join(args)})  # kernel {group.name}: {len(group.nodes)} ops" + "".join(
                       f"; {v.name} into {w.name}'s array"
@@ -346,9 +339,13 @@ class Compiled(Plan):
 
     def run(self, leaves):
         """Replay on `leaves` (arrays or Variables, in input order)."""
-        self.refuse_while_recording()
         if self.symbolic:
             self.sizes_of(leaves)  # ranks, static sizes and relations, with a clear error
+        return self.replay(leaves)
+
+    def replay(self, leaves):
+        """run(leaves), the sizes already checked (Plan.replay)."""
+        self.refuse_while_recording()
         try:
             return self.fn(*leaves)
         except Exception as e:  # noqa: BLE001 - re-raised with the step's line
