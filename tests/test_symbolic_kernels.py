@@ -158,3 +158,50 @@ def test_a_graph_file_with_bad_sizes_is_refused(tmp_path, edit, message):
     path.write_text(json.dumps(description))
     with pytest.raises(GraphFileError, match=message):
         dezero.static.load(str(path))
+
+
+def _random_program(rng, n_ops=10):
+    """A random program over x (B, 4) and r (B, 1): elementwise ops, row sums and
+    softmaxes, means over the batch (1/B a number of the graph); what kernels of
+    symbolic sizes are made of."""
+    unary = [F.tanh, F.sin, lambda v: F.exp(v * 0.1), lambda v: -v,
+             lambda v: F.sum(v, axis=1, keepdims=True) * 0.5, lambda v: F.softmax(v, axis=1),
+             lambda v: F.broadcast_to(F.sum(v, axis=0, keepdims=True) / v.shape[0], v.shape)]
+    binary = [F.add, F.mul, F.sub]
+    steps = [(int(rng.integers(len(unary))), int(rng.integers(len(binary))),
+              int(rng.integers(8))) for _ in range(n_ops)]
+
+    def program(x, r):
+        values = [x, r]
+        for u, b, other in steps:
+            v = unary[u](values[-1])
+            values.append(binary[b](v, values[other % len(values)]))
+        return F.sum(values[-1], axis=1)
+    return program
+
+
+@pytest.mark.slow  # a library of kernels compiled for each program
+@needs_compiler
+def test_random_programs_of_symbolic_batch_size_run_fused_as_the_interpreter():
+    rng = np.random.default_rng(5)
+    for k in range(6):
+        program = _random_program(rng)
+        graph = dezero.trace(program, dynamic=True).lower(
+            rng.standard_normal((5, 4)).astype(np.float32),
+            rng.standard_normal((5, 1)).astype(np.float32))
+        plan = graph.compile("cpu").wait()
+        assert any(g.sizes for g in graph.groups), f"program {k}"
+        for n in (1, 2, 3, 7, 31, 128):
+            if n == 1:  # a traced graph's names are 2 or more: refused, by name
+                with pytest.raises(TypeError, match="B >= 2"):
+                    plan(np.ones((1, 4), np.float32), np.ones((1, 1), np.float32))
+                continue
+            x = rng.standard_normal((n, 4)).astype(np.float32)
+            r = rng.standard_normal((n, 1)).astype(np.float32)
+            want = graph.interpret(x, r).data
+            # A random program may cancel: the bound is what float32 itself loses in
+            # it (the interpreter against float64), a few times over, and some ulps.
+            exact = dezero.trace(program).lower(x.astype(np.float64), r.astype(np.float64))
+            lost = np.abs(want - exact.interpret(x.astype(np.float64), r.astype(np.float64)).data)
+            bound = 4 * lost + 16 * np.finfo(np.float32).eps * (1 + np.abs(want))
+            assert np.all(np.abs(plan(x, r).data - want) <= bound), f"program {k}, B={n}"

@@ -578,6 +578,30 @@ def test_replay_equals_eager_on_random_programs():
         assert traced.entries == 1
 
 
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_replay_equals_eager_on_random_programs_at_many_sizes(dynamic):
+    """The random programs with the rows of x varying: automatic dynamic (static
+    first, then B) and dynamic=True; sizes 0 and 1 record graphs of their own."""
+    rng = np.random.default_rng(12)
+    for _ in range(8):
+        program = random_program(rng)
+        traced = dezero.trace(program, dynamic=dynamic)
+        for n in (5, 2, 7, 1, 13, 0, 3, 64):
+            xd, wd = f32(rng, n, 4), f32(rng, 1, 4)
+            xe, we, xt, wt = Variable(xd), Variable(wd), Variable(xd), Variable(wd)
+            ye, yt = program(xe, we), traced(xt, wt)
+            pairs = [(yt, ye)] + [(t.grad, e.grad) for e, t in ((xe, xt), (we, wt))
+                                  if e.grad is not None]
+            for got, want in pairs:  # bit for bit on the python backend and interpreter
+                if FUSED:
+                    np.testing.assert_allclose(got.data, want.data, rtol=1e-5, atol=1e-4,
+                                               err_msg=f"B={n}")
+                else:
+                    np.testing.assert_array_equal(got.data, want.data, err_msg=f"B={n}")
+        symbolic = [e for e in traced._symbolic if "x: f32[B," in str(e.graph)]
+        assert len(symbolic) == 1 and traced.entries <= 4  # (static), B, 1, 0
+
+
 def test_arithmetic_on_array_arguments_is_recorded():
     def f(x):
         return F.exp(Variable(x * 2.0))  # the guard records x * 2.0 as an op
