@@ -205,3 +205,29 @@ def test_random_programs_of_symbolic_batch_size_run_fused_as_the_interpreter():
             lost = np.abs(want - exact.interpret(x.astype(np.float64), r.astype(np.float64)).data)
             bound = 4 * lost + 16 * np.finfo(np.float32).eps * (1 + np.abs(want))
             assert np.all(np.abs(plan(x, r).data - want) <= bound), f"program {k}, B={n}"
+
+
+@needs_compiler
+def test_kernels_of_symbolic_sizes_are_measured_and_fall_back_to_numpy_with_them(
+        monkeypatch, tmp_path):
+    """Timed against their numpy statements at the recording's sizes (the statements
+    of a sum_to read B and T), and a sum over an input laid out column by column runs
+    the numpy statements, given the sizes, as numpy adds such sums otherwise."""
+    monkeypatch.setenv("DEZERO_KERNELS", "measure")
+    monkeypatch.setenv("DEZERO_CACHE_DIR", str(tmp_path))
+
+    def f(x, b):
+        y = F.tanh(x + b) * 2.0
+        return F.sum(y, axis=1), F.sum_to(y * x, (1, x.shape[1]))
+
+    graph = dezero.trace(f, dynamic=True).lower(np.ones((6, 5), np.float32),
+                                               np.ones(5, np.float32))
+    assert graph.hints == {"B": 6, "T": 5}
+    plan = graph.compile("cpu").wait()
+    assert all("us a call" in g.decision or "numpy calls" in g.decision for g in graph.groups)
+    rng = np.random.default_rng(0)
+    for x in (rng.standard_normal((9, 7)).astype(np.float32),
+              np.asfortranarray(rng.standard_normal((4, 3)).astype(np.float32))):
+        b = rng.standard_normal(x.shape[1]).astype(np.float32)
+        for got, want in zip(plan(x, b), f(dezero.Variable(x), dezero.Variable(b))):
+            np.testing.assert_allclose(got.data, want.data, rtol=1e-5, atol=1e-5)

@@ -49,7 +49,7 @@ BUDGETS = {
     "dezero/kernels/cpu.py": 419,
     "dezero/kernels/cpu_reductions.py": 207,
     "dezero/kernels/pending.py": 70,
-    "dezero/kernels/measure.py": 103,
+    "dezero/kernels/measure.py": 104,
     "dezero/kernels/cache.py": 45,
     "dezero/kernels/outputs.py": 25,
 }
@@ -59,8 +59,8 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 5025,
-    "dezero/kernels/": 1451,
+    "dezero/static/": 5030,
+    "dezero/kernels/": 1452,
 }
 
 

@@ -263,7 +263,7 @@ def reduction_call(spec, fn, threads: int, numpy=None):
             made, walks, ordered, width, extra = at(check_sizes(spec, sizes))
         if ordered and not all(getattr(arrays[i], "strides", None) == c or _c_ordered(arrays[i])
                                for i, c in ordered):
-            return numpy()(*arrays)
+            return numpy()(*arrays, *((sizes,) if spec.sizes else ()))
         outs = [np.empty(*m) for m in made]
         refused = fn(*pick(arrays), *outs, *extra)
         if 0 < refused <= n_in:

@@ -142,25 +142,24 @@ def generate(graph: Graph, factory=None, program=None):
             code.lines.append(f"    _i_{name} = {name}")
         code.lines.append(f"    {name} = {name}._data if _isinstance({name}, _Variable) "
                           f"else {name}")
-    code.lines += _read_sizes(graph, any(  # an op whose forward is called with sizes
-        has_size(n.attrs) and (len(n.outputs) > 1 or inline_call(n) is None)
-        for n in graph.of_kind("op")))
+    code.lines += _read_sizes(graph.input_values, graph.of_kind("op"))
     for step in program.steps:
         code.step(step)
     return "\n".join(code.lines) + "\n", env, code.line_steps, fname
 
 
-def _read_sizes(graph: Graph, as_dict: bool) -> list:
-    """Lines that read the symbolic sizes from the inputs' shapes (a size another
-    input has too is checked where the call comes: Plan.sizes_of), and put them in a
-    dict `_sizes` where an op's attrs hold them (as_dict)."""
+def _read_sizes(values, nodes) -> list:
+    """Lines that read the symbolic sizes from the shapes of `values` (the inputs: a
+    size another input has too is checked where the call comes, Plan.sizes_of), and
+    put them in a dict `_sizes` where one of `nodes` calls its forward with them."""
     lines, seen = [], []
-    for value in graph.input_values:
+    for value in values:
         for axis, n in enumerate(value.shape):
             if isinstance(n, Size) and n.op == "name" and n.args[0] not in seen:
                 seen.append(n.args[0])
                 lines.append(f"    _s_{n.args[0]} = {value.name}.shape[{axis}]")
-    if seen and as_dict:
+    if seen and any(has_size(n.attrs) and (len(n.outputs) > 1 or inline_call(n) is None)
+                    for n in nodes):
         lines.append(f"    _sizes = {{{', '.join(f'{n!r}: _s_{n}' for n in seen)}}}")
     return lines
 
@@ -168,15 +167,22 @@ def _read_sizes(graph: Graph, as_dict: bool) -> list:
 def group_function(step):
     """The numpy statements that the replay code runs for a kernel step of a graph on
     the CPU when its group is not compiled, as a function of the group's inputs
-    (positional, in order) that returns the tuple of its outputs, its code in
-    `.source`: what measure.py times against the group's kernel."""
+    (positional, in order; then the tuple of the values of its symbolic sizes, as its
+    kernel takes them) that returns the tuple of its outputs, its code in `.source`:
+    what measure.py times against the group's kernel."""
     group = step.group
     _check_names(f"kernel {group.name}", group.nodes)
     code = _Code(_globals(np), None)
+    params = [v.name for v in group.inputs]
+    if group.sizes:  # their values, as a kernel takes them (Group.sizes)
+        params.append("_group_sizes")
+        code.lines.append(f"    {''.join(f'_s_{n}, ' for n in group.sizes)}= _group_sizes")
+        if any(has_size(n.attrs) and inline_call(n) is None for n in group.nodes):
+            code.lines.append(f"    _sizes = dict(zip({group.sizes!r}, _group_sizes))")
     for inner in step.body:
         code.step(inner)
     outs = "".join(f"{v.name}, " for v in group.outputs)
-    source = "\n".join([f"def _{group.name}({', '.join(v.name for v in group.inputs)}):",
+    source = "\n".join([f"def _{group.name}({', '.join(params)}):",
                         *code.lines, f"    return ({outs})\n"])
     exec(compile(source, f"<numpy statements of kernel {group.name}>", "exec"), code.env)
     function = code.env[f"_{group.name}"]
