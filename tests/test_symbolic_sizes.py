@@ -17,7 +17,8 @@ B, T = Size.name("B"), Size.name("T")
 
 # ---- the Size type ---------------------------------------------------------------
 def test_sizes_print_as_python_and_parse_back():
-    for size in (B * T, B * T - 1, (T - 1) // 2, B - (T - 1), 1 / B, 2 * (B + 3), -B):
+    for size in (B * T, B * T - 1, (T - 1) // 2, B - (T - 1), 1 / B, 2 * (B + 3), -B,
+                 B * (T // 2), 3 * (B // 2), -(B * T) + T):
         text = str(size)
         assert sizes.parse(text) == size
         assert sizes.evaluate(size, {"B": 7, "T": 5}) == eval(text, {"B": 7, "T": 5})
@@ -25,8 +26,11 @@ def test_sizes_print_as_python_and_parse_back():
 
 def test_numbers_fold_and_sizes_compare_as_expressions():
     assert B * 1 == B and B + 0 == B and 0 * B == 0 and (B // 1) == B
-    assert B * T == B * T and B * T != T * B  # the same expression, not algebra
-    assert str(B * T) == "B*T" and str(T - 1) == "T - 1"
+    # sums and products of names take one written form, so equal sizes are equal
+    assert B * T == T * B and (B - 1) == (-1 + B) and B * T * 2 * 4 == 8 * T * B
+    assert B * (T // 2) != (B * T) // 2  # not algebra beyond + - *
+    assert str(B * T) == "B*T" and str(T - 1) == "T - 1" and str(T - B) == "T - B"
+    assert str(B * (T // 2)) == "B*(T//2)" and str(-(B * 2)) == "-(B*2)"
     with pytest.raises(TypeError, match="no value until a call"):
         np.zeros((B, 3))
 

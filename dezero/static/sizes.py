@@ -91,23 +91,33 @@ class Size:
 
 
 def combine(op: str, a, b):
-    """a op b, folded: numbers compute, x + 0, x - 0, x * 1, x // 1, 0 * x and 1 * x
-    simplify, so sizes that stay static print as plain ints."""
+    """a op b, folded: numbers compute; an expression of + - * alone takes its one
+    written form (canonical: B - 1 whether from B - 1 or -1 + B, B*T*8 from B*T*2*4),
+    so equal sizes compare equal; x // 1 is x."""
     if not isinstance(a, Size) and not isinstance(b, Size):
         return _BINARY[op][0](a, b)
-    if op in "+-" and type(b) is int and b == 0:
-        return a
-    if op == "+" and type(a) is int and a == 0:
-        return b
-    if op == "*":
-        for x, y in ((a, b), (b, a)):
-            if type(x) is int and x in (0, 1):
-                return y if x else 0
-        if isinstance(a, Size) and a.op == "*" and type(a.args[1]) is int and type(b) is int:
-            return combine("*", a.args[0], a.args[1] * b)  # B*T*2*4 is B*T*8
     if op == "//" and type(b) is int and b == 1:
         return a
-    return Size(op, (a, b))
+    size = Size(op, (a, b))
+    polynomial = _polynomial(size) if op in "+-*" else None
+    return size if polynomial is None else _canonical(polynomial)
+
+
+def _canonical(polynomial: dict):
+    """The Size (or int) of a sum of products of names: terms of more names first,
+    added before subtracted, then by name, the number last (B*T*8 + B - 1, T - B)."""
+    out = None
+    for names_, c in sorted(polynomial.items(), key=lambda t: (-len(t[0]), t[1] < 0, t[0])):
+        term = None
+        for name in names_:
+            term = Size("name", (name,)) if term is None else \
+                Size("*", (term, Size("name", (name,))))
+        term = abs(c) if term is None else term if abs(c) == 1 else Size("*", (term, abs(c)))
+        if out is None:
+            out = term if c > 0 else -term if type(term) is int else Size("-", (0, term))
+        else:
+            out = Size("+" if c > 0 else "-", (out, term))
+    return 0 if out is None else out
 
 
 def _text(x, outer: int) -> str:
@@ -117,9 +127,12 @@ def _text(x, outer: int) -> str:
         return x.args[0]
     precedence = _BINARY[x.op][1]
     a, b = x.args
-    # The right operand of - // / binds tighter: B - (T - 1), B // (2 * T).
-    right = _text(b, precedence + (x.op not in "*+"))
-    text = f"{_text(a, precedence)}{_spaced(x.op)}{right}"
+    if x.op == "-" and type(a) is int and a == 0:  # -B, -(B*2)
+        return f"-{_text(b, 3)}"
+    # The right operand binds tighter but after + and a product after *: B - (T - 1),
+    # B // (2*T), B*(T//2); B + T - 1 and B*T*8 need no brackets.
+    tighter = not (x.op == "+" or x.op == "*" and isinstance(b, Size) and b.op in ("*", "name"))
+    text = f"{_text(a, precedence)}{_spaced(x.op)}{_text(b, precedence + tighter)}"
     return f"({text})" if precedence < outer else text
 
 
