@@ -795,18 +795,24 @@ def concat(xs, axis=0):
     """
     xs = _listed("concat", xs)
     ndim = xs[0].ndim
-    shapes = ", ".join(str(tuple(x.shape)) for x in xs)
+    # Compared, never hashed or printed unless refused: a traced symbolic size fixes
+    # itself where Python reads it as text or a hash.
     if ndim == 0 or any(x.ndim != ndim for x in xs):
-        raise ValueError(f"concat: shapes {shapes} do not have one number of axes (of at "
-                         f"least 1); join values of one ndim: reshape them first, or stack "
-                         f"values of one shape along a new axis with stack(xs)")
+        raise ValueError(f"concat: shapes {_shapes_text(xs)} do not have one number of axes "
+                         f"(of at least 1); join values of one ndim: reshape them first, or "
+                         f"stack values of one shape along a new axis with stack(xs)")
     axis = _axis("concat", axis, ndim)
-    if len({x.shape[:axis] + x.shape[axis + 1:] for x in xs}) > 1:
-        raise ValueError(f"concat: shapes {shapes} differ on an axis other than axis "
+    if any(x.shape[:axis] + x.shape[axis + 1:] != xs[0].shape[:axis] + xs[0].shape[axis + 1:]
+           for x in xs[1:]):
+        raise ValueError(f"concat: shapes {_shapes_text(xs)} differ on an axis other than axis "
                          f"{axis}; only the joined axis may differ (reshape or slice them "
                          f"to agree, or join along another axis)")
     _one_dtype("concat", xs)
     return Concat(axis)(*xs)
+
+
+def _shapes_text(xs) -> str:
+    return ", ".join(str(tuple(x.shape)) for x in xs)
 
 
 def _one_dtype(op, xs):
@@ -824,11 +830,10 @@ def stack(xs, axis=0):
     (2, 2)
     """
     xs = [as_variable(x) for x in _listed("stack", xs)]
-    shapes = sorted({x.shape for x in xs})
-    if len(shapes) > 1:
-        raise ValueError(f"stack: shapes {', '.join(map(str, shapes))} differ; stacked "
-                         f"values must have one shape (to join along an existing axis, "
-                         f"use concat)")
+    if any(x.shape != xs[0].shape for x in xs[1:]):
+        shapes = ", ".join(map(str, sorted({x.shape for x in xs})))  # each once
+        raise ValueError(f"stack: shapes {shapes} differ; stacked values must have one "
+                         f"shape (to join along an existing axis, use concat)")
     _one_dtype("stack", xs)
     axis = _axis("stack", axis, xs[0].ndim + 1)
     return concat([expand_dims(x, axis) for x in xs], axis)

@@ -71,7 +71,7 @@ def test_kernels_of_symbolic_batch_size_replay_as_eager(sizes):
     traced = dezero.trace(step, dynamic=True)
     graph = traced.lower(*_batch(sizes[0], 0))
     plan = graph.compile("cpu").wait()
-    assert "_S[0]" in plan.kernel_source and "sizes=(_s_B,)" in plan.source
+    assert "_S[0]" in plan.kernel_source and "sizes=(_n_B,)" in plan.source
     for i, n in enumerate(sizes):
         x, t = _batch(n, i + 1)
         want = eager(x, t).data

@@ -134,7 +134,7 @@ def test_expressions_of_sizes_are_recorded():
     text = str(traced.graph)
     assert traced.entries == 1 and "shape=(B*T, N)" in text and "value=1/T" in text
     # the number is computed at each call, spelled inline (the replays above equal eager)
-    assert "_xp.asarray((1/_s_T), dtype='float64')" in traced.graph.compile("python").source
+    assert "_xp.asarray((1/_n_T), dtype='float64')" in traced.graph.compile("python").source
     assert "x: f64[B,T,N]) where B >= 2, T >= 2, N >= 2\n" in text  # nothing implied
 
 
@@ -225,3 +225,38 @@ def test_a_symbolic_graph_missed_by_dtype_says_dtype_not_shape():
     traced(np.ones((2, 3), np.float64))
     assert traced.retraces[-1].startswith("x dtype float32 -> float64")
     assert "x: f64[B,3]" in str(traced.graph)  # recorded with the size still symbolic
+
+
+@pytest.mark.parametrize("fn, sizes", [
+    (lambda x: x * len(str(x.shape[0])), (4, 11, 7)),           # text of a size
+    (lambda x: x * f"{x.shape[0]}".count("1"), (4, 11, 7)),
+    (lambda x: x * {4: 1.0, 5: 2.0}.get(x.shape[0], 3.0), (3, 4, 5)),  # a lookup that misses
+    (lambda x: x * 2.0 if len(set(x.shape)) == 1 else x, (4, 6, 3)),   # a set of sizes
+    (lambda x: x * (x.shape[1] % 2), (5, 7, 6)),                 # what sizes do not express
+    (lambda x: x / x.shape[1] ** 0.5, (5, 7, 6)),
+    (lambda x: x * abs(x.shape[0] - 5), (4, 6, 7)),
+    (lambda x: x * round(x.shape[0] / 3), (4, 6, 8)),
+    (lambda x: x * divmod(x.shape[1], 3)[0], (5, 7, 6)),
+    (lambda x: x * (x.shape[0] << 1), (4, 6, 7)),
+])
+def test_python_that_reads_a_size_as_a_number_fixes_it_with_a_guard(fn, sizes):
+    traced = dezero.trace(fn, dynamic=True)
+    for n in sizes:
+        x = Variable(np.ones((n, n + 1), np.float32))
+        assert_replay_equal(traced(x).data, fn(x).data)
+
+
+def test_a_size_kept_past_its_trace_is_the_number_it_was():
+    import functools
+
+    @functools.lru_cache(None)
+    def inverse(n):
+        return 1.0 / float(n)
+
+    first = dezero.trace(lambda x: x * inverse(x.shape[0]), dynamic=True)
+    second = dezero.trace(lambda x: x * inverse(x.shape[0]) + 1.0, dynamic=True)
+    first(np.ones((4, 3), np.float32))
+    second(np.ones((4, 3), np.float32))  # the cache's key is first's B, with 4
+    for n in (8, 4, 5):
+        x = np.ones((n, 3), np.float32)
+        assert_replay_equal(second(x).data, x / n + 1.0)

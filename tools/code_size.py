@@ -26,7 +26,7 @@ BUDGETS = {
     "dezero/static/symbols.py": 213,
     "dezero/static/names.py": 49,
     "dezero/static/sizes.py": 333,
-    "dezero/static/symint.py": 128,
+    "dezero/static/symint.py": 145,
     "dezero/static/slots.py": 35,
     "dezero/static/passes.py": 594,
     "dezero/static/reach.py": 374,
@@ -59,7 +59,7 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 5037,
+    "dezero/static/": 5054,
     "dezero/kernels/": 1452,
 }
 

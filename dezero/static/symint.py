@@ -12,6 +12,7 @@ relation, so a graph is never replayed where one of its decisions would differ.
 """
 from __future__ import annotations
 
+import math
 import operator
 
 import numpy as np
@@ -40,7 +41,7 @@ class SymInt(TracedSize):
 
     def _with(self, op, other, swap=False):
         if isinstance(other, SymInt):
-            b, hb = other.expr, other.hint
+            b, hb = self._own(other), other.hint
         elif isinstance(other, (int, float)) and not isinstance(other, bool):
             b = hb = other
         else:
@@ -67,9 +68,14 @@ class SymInt(TracedSize):
     def __pos__(self):
         return self
 
+    def _own(self, other):
+        """other's expression in this recording: a size of another one (kept in a cache
+        or an attribute past its trace) is the number it was there."""
+        return other.expr if other.relations is self.relations else other.hint
+
     # ---- decisions: the hint decides, the relation is kept -------------------------
     def decide(self, op: str, other) -> bool:
-        other_expr = other.expr if isinstance(other, SymInt) else other
+        other_expr = self._own(other) if isinstance(other, SymInt) else other
         if op in ("==", "!=") and other_expr == self.expr:
             return op == "=="  # the same expression: equal at every size
         result = _COMPARE[op](self.hint, other.hint if isinstance(other, SymInt) else other)
@@ -90,7 +96,9 @@ class SymInt(TracedSize):
     __ge__ = lambda self, o: self._compare(">=", o)  # noqa: E731
 
     def __hash__(self):
-        return hash(self.hint)  # equal to the number it compares equal to
+        # A dict or set lookup that misses compares nothing: the size is fixed (as a
+        # hash equal to the number it compares equal to would let a miss pass unguarded).
+        return hash(self.specialize())
 
     def operand_of(self, like):
         """What as_operand makes of it beside like (a Variable or array): the number
@@ -116,12 +124,32 @@ class SymInt(TracedSize):
         return float(self.specialize())
 
     def __format__(self, spec):
-        return format(self.specialize(), spec) if spec else str(self)
+        return format(self.specialize(), spec)
 
-    def __str__(self):
-        return str(self.expr)
+    def __str__(self):  # text is Python's to compute with (len(str(n))): the number
+        return str(self.specialize())
 
     __repr__ = __str__
+
+
+def _on_numbers(op, swap=False):
+    """An operation sizes do not express (%, **, abs, round, shifts ...): on the
+    numbers, each size fixed to its own (a guard), as eager code computes it."""
+    def number(x):
+        return x.specialize() if isinstance(x, SymInt) else x
+    if swap:
+        return lambda self, other: op(number(other), self.specialize())
+    return lambda self, *others: op(self.specialize(), *map(number, others))
+
+
+for _name, _op in {"mod": operator.mod, "pow": operator.pow, "divmod": divmod,
+                   "lshift": operator.lshift, "rshift": operator.rshift,
+                   "and": operator.and_, "or": operator.or_, "xor": operator.xor}.items():
+    setattr(SymInt, f"__{_name}__", _on_numbers(_op))
+    setattr(SymInt, f"__r{_name}__", _on_numbers(_op, swap=True))
+for _name, _op in {"abs": abs, "round": round, "invert": operator.invert,
+                   "trunc": math.trunc, "floor": math.floor, "ceil": math.ceil}.items():
+    setattr(SymInt, f"__{_name}__", _on_numbers(_op))
 
 
 # =============================================================================

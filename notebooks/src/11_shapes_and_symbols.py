@@ -97,11 +97,11 @@ print([line.strip() for line in str(normalise._symbolic[0].graph).splitlines()
 #
 # Fusion makes the same kernels of the symbolic graph as of a static one. The C++
 # of a kernel whose shapes hold `B` reads it from `_S`, the array of the sizes'
-# values that each call passes; the replay code reads `_s_B` from the input's shape.
+# values that each call passes; the replay code reads `_n_B` from the input's shape.
 
 # %%
 plan = step.graph.compile("cpu").wait()
-print("\n".join(line for line in plan.source.splitlines() if "_s_B" in line))
+print("\n".join(line for line in plan.source.splitlines() if "_n_B" in line))
 print()
 print("\n".join(line for line in plan.kernel_source.splitlines() if "_S[" in line))
 

@@ -69,9 +69,10 @@ def inline_call(node) -> str | None:
 
 def sized_literal(value) -> str | None:
     """Source for a size, or a tuple of ints and sizes, over the replay function's
-    locals of the sizes (B is _s_B, read from the inputs' shapes at its start)."""
+    locals of the sizes (B is _n_B, read from the inputs' shapes at its start; apart
+    from _s_<name>, the holders of state)."""
     if isinstance(value, Size):
-        return f"({substitute(value, {n: Size.name('_s_' + n) for n in names_of(value)})})"
+        return f"({substitute(value, {n: Size.name('_n_' + n) for n in names_of(value)})})"
     if type(value) is tuple:
         parts = [sized_literal(v) if has_size(v) else source_literal(v) for v in value]
         return None if None in parts else f"({parts[0]},)" if len(parts) == 1 else \
@@ -157,10 +158,10 @@ def _read_sizes(values, nodes) -> list:
         for axis, n in enumerate(value.shape):
             if isinstance(n, Size) and n.op == "name" and n.args[0] not in seen:
                 seen.append(n.args[0])
-                lines.append(f"    _s_{n.args[0]} = {value.name}.shape[{axis}]")
+                lines.append(f"    _n_{n.args[0]} = {value.name}.shape[{axis}]")
     if seen and any(has_size(n.attrs) and (len(n.outputs) > 1 or inline_call(n) is None)
                     for n in nodes):
-        lines.append(f"    _sizes = {{{', '.join(f'{n!r}: _s_{n}' for n in seen)}}}")
+        lines.append(f"    _sizes = {{{', '.join(f'{n!r}: _n_{n}' for n in seen)}}}")
     return lines
 
 
@@ -176,7 +177,7 @@ def group_function(step):
     params = [v.name for v in group.inputs]
     if group.sizes:  # their values, as a kernel takes them (Group.sizes)
         params.append("_group_sizes")
-        code.lines.append(f"    {''.join(f'_s_{n}, ' for n in group.sizes)}= _group_sizes")
+        code.lines.append(f"    {''.join(f'_n_{n}, ' for n in group.sizes)}= _group_sizes")
         if any(has_size(n.attrs) and inline_call(n) is None for n in group.nodes):
             code.lines.append(f"    _sizes = dict(zip({group.sizes!r}, _group_sizes))")
     for inner in step.body:
@@ -275,7 +276,7 @@ class _Code:
         if any(step.into):  # arrays the kernel writes into (a matmul's, read only here)
             args.append(f"out=({', '.join(v.name if v else 'None' for v in step.into)},)")
         if group.sizes:  # the values of its symbolic sizes (Group.sizes)
-            args.append(f"sizes=({', '.join(f'_s_{n}' for n in group.sizes)},)")
+            args.append(f"sizes=({', '.join(f'_n_{n}' for n in group.sizes)},)")
         self.emit(f"{outs}{',' if len(group.outputs) == 1 else ''} = _{group.name}("
                   f"{', '.join(args)})  # kernel {group.name}: {len(group.nodes)} ops" + "".join(
                       f"; {v.name} into {w.name}'s array"
