@@ -260,3 +260,11 @@ def test_a_size_kept_past_its_trace_is_the_number_it_was():
     for n in (8, 4, 5):
         x = np.ones((n, 3), np.float32)
         assert_replay_equal(second(x).data, x / n + 1.0)
+
+
+def test_a_captured_variable_named_as_a_size_replays():
+    T = Variable(np.array(2.0, np.float32), name="T")  # a temperature, and a size T
+    traced = dezero.trace(lambda x: F.softmax(x / T), dynamic=True)
+    for shape in ((4, 5), (3, 7)):
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        assert_replay_equal(traced(x).data, F.softmax(x / T).data)

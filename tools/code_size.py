@@ -25,13 +25,13 @@ BUDGETS = {
     "dezero/static/graph.py": 92,
     "dezero/static/symbols.py": 213,
     "dezero/static/names.py": 49,
-    "dezero/static/sizes.py": 333,
+    "dezero/static/sizes.py": 335,
     "dezero/static/symint.py": 145,
     "dezero/static/slots.py": 35,
     "dezero/static/passes.py": 594,
     "dezero/static/reach.py": 374,
     "dezero/static/horizontal.py": 96,
-    "dezero/static/saving.py": 471,
+    "dezero/static/saving.py": 491,
     "dezero/static/randomness.py": 116,
     "dezero/static/watch.py": 112,
     "dezero/static/fast.py": 72,
@@ -59,7 +59,7 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 5054,
+    "dezero/static/": 5076,
     "dezero/kernels/": 1452,
 }
 

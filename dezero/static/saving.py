@@ -552,44 +552,69 @@ def _check_types(nodes, relations=()):
     numpy 1.x casts by (float32 [3] * 1e300 is float64 there, * 0.0 float32)."""
     scalars = {n.outputs[0].name: n.payload for n in nodes
                if n.kind == "const" and n.outputs[0].shape == ()}
-    stand_in = _stand_ins(nodes, relations)
+    given = {d.args[0] for n in nodes if n.kind == "input" for d in n.outputs[0].shape
+             if isinstance(d, Size) and d.op == "name"}
+    for i, node in enumerate(nodes):  # every size is one the inputs' shapes give
+        unknown = names([node.attrs] + [v.shape for v in node.outputs]) - given
+        if unknown:
+            raise GraphFileError(f"nodes[{i}] ({format_node(node)}): the size "
+                                 f"{min(unknown)} is no size of an input's shape")
+    # Symbolic sizes: checked at two numbers for each name, so that no size passes
+    # for another (a slice of 3 declared of length B, where B stood for 3).
+    for stand_in in _stand_ins(nodes, relations, 2) if given else [{}]:
+        _check_types_at(nodes, scalars, stand_in)
+
+
+def _check_types_at(nodes, scalars, stand_in):
     for i, node in enumerate(nodes):
         declared = [(v.shape, v.dtype) for v in node.outputs]
         inputs = [scalars.get(v.name, v) for v in node.inputs]
-        if stand_in:  # symbolic sizes: checked at a number for each name
-            declared = [(evaluate(shape, stand_in), dtype) for shape, dtype in declared]
-            inputs = [v if isinstance(v, np.ndarray) else  # (zeros that take no memory)
-                      np.broadcast_to(np.zeros((), v.dtype), evaluate(v.shape, stand_in))
-                      for v in inputs]
-            node = Node(node.kind, node.op, node.inputs, evaluate(node.attrs, stand_in),
-                        node.outputs, node.payload)
+        at = f" at {', '.join(f'{k}={n}' for k, n in stand_in.items())}" if stand_in else ""
+        declared = [(evaluate(shape, stand_in), dtype) for shape, dtype in declared]
+        if any(d < 0 for shape, _ in declared for d in shape):
+            raise GraphFileError(f"nodes[{i}] ({format_node(node)}){at}: a size is negative")
         try:
+            if stand_in:
+                inputs = [v if isinstance(v, np.ndarray) else  # zeros that take no memory
+                          np.broadcast_to(np.zeros((), v.dtype), evaluate(v.shape, stand_in))
+                          for v in inputs]
+                node = Node(node.kind, node.op, node.inputs, evaluate(node.attrs, stand_in),
+                            node.outputs, node.payload)
             made = node.record.result_types(node.attrs, inputs) if node.kind == "op" \
                 else declared
         except Exception as e:  # noqa: BLE001 - any failure of forward refuses the file
             made = f"raises {type(e).__name__}: {e}"
         if made != declared:
             made = made if isinstance(made, str) else "makes " + _types(made)
-            raise GraphFileError(f"nodes[{i}] ({format_node(node)}): {node.op} of "
-                                 f"{_types((v.shape, v.dtype) for v in node.inputs)} {made}, "
-                                 f"where the file declares {_types(declared)}")
+            given = _types((evaluate(v.shape, stand_in), v.dtype) for v in node.inputs)
+            raise GraphFileError(f"nodes[{i}] ({format_node(node)}){at}: {node.op} of "
+                                 f"{given} {made}, where the file declares {_types(declared)}")
 
 
-def _stand_ins(nodes, relations) -> dict:
-    """name -> a number for each symbolic size of the graph: distinct primes that no
-    fixed size of the graph has, so that a size cannot pass for another, each the
-    first that keeps the relations of the names chosen so far (T <= 16)."""
+def _stand_ins(nodes, relations, count: int) -> list:
+    """`count` bindings of the graph's symbolic sizes to numbers: primes that no fixed
+    size of the graph has and no other binding uses, each the first that keeps the
+    relations of the names bound so far (T <= 16). A file whose relations hold at none
+    of them is refused: no call could run it."""
     used = sorted(names([v.shape for n in nodes for v in n.outputs]))
     fixed = {d for n in nodes for v in n.outputs for d in v.shape if type(d) is int}
-    primes = [p for p in range(3, 1000) if all(p % q for q in range(2, int(p**0.5) + 1))
-              and p not in fixed]
-    chosen: dict = {}
-    for name in used:
-        for p in (p for p in primes if p not in chosen.values()):
-            chosen[name] = p
-            if all(r.holds(chosen) for r in relations if names((r.left, r.right)) <= set(chosen)):
-                break
-    return chosen
+    free = [p for p in range(3, 1000) if all(p % q for q in range(2, int(p**0.5) + 1))
+            and p not in fixed]
+    bindings = []
+    for _ in range(count):
+        chosen: dict = {}
+        for name in used:
+            for p in (p for p in free if p not in chosen.values()):
+                chosen[name] = p
+                if all(r.holds(chosen) for r in relations
+                       if names((r.left, r.right)) <= set(chosen)):
+                    break
+        if any(not r.holds(chosen) for r in relations):
+            raise GraphFileError(f"relations: {', '.join(map(str, relations))} hold at no "
+                                 f"sizes tried (the last {chosen}); no call could run it")
+        free = [p for p in free if p not in chosen.values()]
+        bindings.append(chosen)
+    return bindings
 
 
 def _types(types) -> str:

@@ -462,6 +462,8 @@ def _parse_product(tokens, text):
     value, tokens = _parse_atom(tokens, text)
     while tokens and tokens[0] in ("*", "//", "/"):
         op, (right, tokens) = tokens[0], _parse_atom(tokens[1:], text)
+        if op != "*" and type(right) is int and right == 0:
+            raise ValueError(f"not a size: {text!r} (a division by 0)")
         value = combine(op, value, right)
     return value, tokens
 
