@@ -178,6 +178,27 @@ def test_bad_inputs_name_the_input_and_its_shape():
     script.set_input("i", np.zeros(5, np.int64))
     with pytest.raises(TypeError, match=r"input i.*B.*it takes x: f32\[B,3\]"):
         script.run()
+    # a float of another width is converted (the output keeps the graph's f32); another
+    # kind of dtype is refused, by name
+    script.set_input("x", np.ones((2, 3), np.float64))
+    script.set_input("i", np.zeros(2, np.int64))
+    assert script.run()["y"].dtype == np.float32
+    with pytest.raises(TypeError, match=r"input x must be f32\[B,3\], got i64\[2,3\]"):
+        script.set_input("x", np.ones((2, 3), np.int64))
+
+
+def test_a_compiled_plan_refuses_what_its_graph_refuses_and_takes_inputs_by_name():
+    x = dezero.placeholder("x", ("B", 3), np.float64)
+    f = dezero.compile(x * 2)
+    with pytest.raises(TypeError, match=r"input x must be f64\[B,3\], got i64\[2,3\]"):
+        f(x=np.ones((2, 3), np.int64))
+    for backend in ("python", "interpreter"):
+        plan = f.compile(backend)
+        assert plan(x=np.ones((2, 3))).data.tolist() == [[2.0] * 3] * 2
+        with pytest.raises(TypeError, match=r"input x must be f64\[B,3\], got f32\[2,3\]"):
+            plan(np.ones((2, 3), np.float32))  # no conversion where arrays come in order
+        with pytest.raises(TypeError, match=r"input x must be f64\[B,3\], got f64\[2,4\]"):
+            plan(np.ones((2, 4)))
 
 
 class RunningSum(dezero.Function):

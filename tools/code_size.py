@@ -40,7 +40,7 @@ BUDGETS = {
     "dezero/static/debugging.py": 24,
     "dezero/kernels/codegen.py": 143,
     "dezero/kernels/reductions.py": 130,
-    "dezero/static/lowering.py": 256,
+    "dezero/static/lowering.py": 272,
     "dezero/static/backends/__init__.py": 28,
     "dezero/static/backends/interpreter.py": 74,
     "dezero/static/backends/pycode.py": 252,
@@ -59,7 +59,7 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 5076,
+    "dezero/static/": 5084,
     "dezero/kernels/": 1452,
 }
 

@@ -9,12 +9,11 @@ those modules, so that ir.py stays data and printing.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from dezero import cuda
 from dezero.core import TracedArray, Variable
 from dezero.static import backends, drawing, passes, saving
-from dezero.static.ir import Graph, Node, type_str
+from dezero.static.ir import Graph, Node
+from dezero.static.lowering import check_input
 from dezero.utils import render_dot
 
 # =============================================================================
@@ -74,7 +73,7 @@ class StaticGraph(Graph):
             data = x._data if isinstance(x, Variable) else x
             if isinstance(data, TracedArray):
                 data = data.array  # called inside a trace: run() says why it refuses
-            _check_input(self.name, value, data)
+            check_input(self.name, value, data)
         # (symbolic sizes: the plan reads them from the shapes and checks the relations)
         return self.compile().run(inputs)
 
@@ -95,10 +94,10 @@ class StaticGraph(Graph):
         for value in self.input_values:
             data = named.get(value.name)
             if isinstance(data, cuda.array_types) and data.dtype != value.dtype and \
-                    np.can_cast(data.dtype, value.dtype, "same_kind"):
+                    data.dtype.kind == value.dtype.kind:
                 data = data.astype(value.dtype)
             if data is not None:
-                _check_input(self.name, value, data)
+                check_input(self.name, value, data)
             args.append(data)
         return args
 
@@ -138,11 +137,4 @@ class StaticGraph(Graph):
         return saving.load(path, StaticGraph)
 
 
-def _check_input(name, value, data):
-    if not isinstance(data, cuda.array_types) or data.dtype != value.dtype or \
-            len(data.shape) != len(value.shape) or any(
-                type(n) is int and n != m for n, m in zip(value.shape, data.shape)):
-        got = type_str(data.shape, data.dtype) if isinstance(
-            data, cuda.array_types) else type(data).__name__
-        raise TypeError(f"graph {name}: input {value.name} must be "
-                        f"{value.type}, got {got}; trace again for other shapes")
+

@@ -27,10 +27,11 @@ import math
 from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field
 
-from dezero.core import Config, Variable, _wrap_output, current_tracer
+from dezero import cuda
+from dezero.core import Config, TracedArray, Variable, _wrap_output, current_tracer
 from dezero.errors import GraphError, TraceError
 from dezero.static import horizontal
-from dezero.static.ir import Graph, Group, Node, format_node, stored
+from dezero.static.ir import Graph, Group, Node, format_node, stored, type_str
 from dezero.static.sizes import bind, broken, has_size
 from dezero.static.slots import AttrSlot
 
@@ -271,13 +272,19 @@ class Plan:
         self.symbolic = any(has_size(v.shape) for v in graph.input_values)
         self._patterns = [v.shape for v in graph.input_values]  # what sizes_of binds
 
-    def __call__(self, *inputs):
+    def __call__(self, *inputs, **named):
+        if named:  # by name, as the graph takes them
+            inputs = self.graph.arguments(*inputs, **named)
         names = self.graph.input_names
         if len(inputs) != len(names):  # a replay function would say less, or nothing
             raise TypeError(
                 f"graph {self.graph.name} takes {len(names)} inputs ({', '.join(names)}), "
                 f"got {len(inputs)}; arguments that were not arrays when it was traced "
                 f"(numbers, np.int64 scalars) are fixed in the graph, not inputs")
+        for value, x in zip(self.graph.input_values, inputs):
+            data = x._data if isinstance(x, Variable) else x
+            if not isinstance(data, TracedArray):  # inside a trace: run() says why it refuses
+                check_input(self.graph.name, value, data)
         return self.run(inputs)
 
     def wait(self, timeout: float | None = None):
@@ -328,6 +335,19 @@ class Plan:
         graph's (a traced function, before it picks the graph): a backend may skip
         checking them again."""
         return self.run(leaves)
+
+
+def check_input(name, value, data):
+    """Refuse, naming the input, an argument that is no array of the input's dtype,
+    rank and fixed sizes (symbolic ones: Plan.sizes_of)."""
+    if not isinstance(data, cuda.array_types) or data.dtype != value.dtype or \
+            len(data.shape) != len(value.shape) or any(
+                type(n) is int and n != m for n, m in zip(value.shape, data.shape)):
+        got = type_str(data.shape, data.dtype) if isinstance(
+            data, cuda.array_types) else type(data).__name__
+        raise TypeError(f"graph {name}: input {value.name} must be {value.type}, got "
+                        f"{got}; give an array of that dtype and shape (a traced function, "
+                        f"not its graph, records again for others)")
 
 
 # =============================================================================
