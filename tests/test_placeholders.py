@@ -215,3 +215,50 @@ def test_an_op_that_cannot_propagate_names_itself():
     with pytest.raises(TypeError, match=r"RunningSum cannot run on placeholders of shapes "
                                         r"\(3000, 3000\): it has no shape rule"):
         RunningSum()(big)
+
+
+def test_a_named_size_read_in_python_outside_a_builder_refuses_with_the_way_out():
+    """Outside a Builder no recording keeps what Python computes from a size: its
+    number (a stand-in) would be baked into the graph, so reading it refuses."""
+    x = dezero.placeholder("x", ("B", 3))
+    assert repr(x.shape) == "(B, 3)" and x.shape[1] == 3  # fixed sizes read as usual
+    y = F.tanh(F.matmul(x, np.ones((3, 2), np.float32)))
+    for read in (lambda: F.sum(x, axis=0) / x.shape[0], lambda: y.shape[0] + 1,
+                 lambda: x.shape[0] > 2, lambda: np.zeros(y.shape), lambda: int(x.size)):
+        with pytest.raises(TypeError, match=r"placeholder x that holds a name was read in "
+                                            r"Python outside a dezero.Builder[\s\S]*fix:"):
+            read()
+    with dezero.Builder("inside") as b:  # the same reading, recorded
+        x = b.input("x", ("B", 3))
+        b.output("mean", F.sum(x, axis=0) / x.shape[0])
+        with pytest.raises(TypeError, match=r"the size B of a placeholder was read as a "
+                                            r"number"):
+            int(x.shape[0])
+        assert str(x.shape[0]) == "B"
+    script = b.build()
+    script.set_input("x", np.arange(12, dtype=np.float32).reshape(4, 3))
+    np.testing.assert_allclose(script.run()["mean"].data, [4.5, 5.5, 6.5])
+
+
+def test_names_of_inputs_outputs_and_sizes_are_checked():
+    with dezero.Builder("b") as b:
+        b.input("x", ("B", 2))
+        with pytest.raises(ValueError, match="an input is named 'x' already"):
+            b.input("x", ("B", 3))
+        b.output("y", b.input("z", (2,)) * 2.0)
+        with pytest.raises(ValueError, match="an output is named 'y' already"):
+            b.output("y", b.input("w", (2,)) * 3.0)
+    for name, shape, error in (("x y", (2,), "must be an identifier"),
+                               ("_x", (2,), "must be an identifier"),
+                               ("x", "B", "must be a tuple of sizes"),
+                               ("x", (True, 3), "must be a tuple of sizes"),
+                               ("x", (-1, 3), "must be a tuple of sizes")):
+        with pytest.raises((ValueError, TypeError), match=error):
+            dezero.placeholder(name, shape)
+    assert dezero.placeholder("x", (np.int64(3),)).shape == (3,)
+    a, b = dezero.placeholder("a", ("B",)), dezero.placeholder("a", ("B",))
+    with pytest.raises(ValueError, match="two placeholders are named 'a'"):
+        dezero.compile(a + b)
+    stand_in = dezero.placeholder("s", ("SIZE_FOR_TEST",))._data._shape[0]
+    with pytest.raises(ValueError, match=f"the size {stand_in} is a number that stands for"):
+        dezero.placeholder("f", (stand_in, 3))

@@ -23,10 +23,10 @@ BUDGETS = {
     "dezero/static/guard.py": 184,
     "dezero/static/ir.py": 309,
     "dezero/static/graph.py": 92,
-    "dezero/static/symbols.py": 213,
+    "dezero/static/symbols.py": 282,
     "dezero/static/names.py": 49,
     "dezero/static/sizes.py": 335,
-    "dezero/static/symint.py": 145,
+    "dezero/static/symint.py": 155,
     "dezero/static/slots.py": 35,
     "dezero/static/passes.py": 594,
     "dezero/static/reach.py": 374,
@@ -59,7 +59,7 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 5084,
+    "dezero/static/": 5163,
     "dezero/kernels/": 1452,
 }
 

@@ -22,15 +22,19 @@ import weakref
 
 import numpy as np
 
-from dezero.core import Constant, Function, Variable, set_tracer
+from dezero.core import Constant, Function, Variable, current_tracer, set_tracer
 from dezero.op_record import RECORDS, broadcast_shapes
 from dezero.static.graph import StaticGraph
+from dezero.static.names import is_source_name
 from dezero.static.passes import optimize
 from dezero.static.tracer import Traced, Tracer, _Typed
 
 # Named sizes stand in as distinct odd numbers far from the sizes code writes (3, 1):
-# each one's shape rule runs on them, and the tracer records the names instead.
+# each one's shape rule runs on them, and the tracer records the names instead. Each
+# value also keeps its shape at the next even numbers (`alt`): the sizes that differ
+# there are those that hold a name.
 _STAND_IN_OF: dict = {}
+_FIXED: set = set()  # the fixed sizes of placeholders: no name stands as one of them
 _SMALL = 1 << 20  # elements up to which an op without a rule runs forward on zeros
 _serials = itertools.count()  # placeholders become a graph's inputs in order of making
 _abstract_results: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -43,11 +47,23 @@ class AbstractArray:
 
     __array_ufunc__ = None  # numpy ufuncs refuse it (TypeError)
 
-    def __init__(self, shape, dtype, source: str):
-        self.shape, self.dtype, self.source = tuple(shape), np.dtype(dtype), source
+    def __init__(self, shape, dtype, source: str, alt=None):
+        self._shape, self.dtype, self.source = tuple(shape), np.dtype(dtype), source
+        self._alt = self._shape if alt is None else tuple(alt)
 
-    ndim = property(lambda self: len(self.shape))
-    size = property(lambda self: int(np.prod(self.shape)))
+    @property
+    def shape(self):
+        """The shape; outside a recording (no Builder), a size that holds a name is an
+        UnboundSize, which refuses to be computed with (its number is a stand-in)."""
+        if self._alt == self._shape or current_tracer() is not None:
+            return self._shape
+        names = getattr(self, "symbols", ("?",) * len(self._shape))
+        return tuple(UnboundSize(self.source, name) if n != a else n
+                     for n, a, name in zip(self._shape, self._alt, names))
+
+    ndim = property(lambda self: len(self._shape))
+    size = property(lambda self: UnboundSize(self.source) if self._alt != self._shape and
+                    current_tracer() is None else int(np.prod(self._shape)))
 
     def _refuse(self, how="its numbers", error=TypeError):
         raise error(f"{how} of {self.source}: a placeholder has no numbers, only "
@@ -86,6 +102,36 @@ class AbstractArray:
         return abstract_forward(function, xs)
 
 
+class UnboundSize:
+    """A size that holds a name (B), read in Python outside a Builder: no recording
+    keeps what is computed from it, so its number (a stand-in) must not leak into the
+    graph; every use refuses, with the way out (no int, so numpy asks it too)."""
+
+    __slots__ = ("source", "name")
+
+    def __init__(self, source, name="?"):
+        self.source, self.name = source, name
+
+    def __repr__(self):  # the name, where the placeholder gave it
+        return self.name
+
+    __str__ = __repr__
+
+    def _refuse(self, *_):
+        raise TypeError(f"a size of {self.source} that holds a name was read in Python "
+                        f"outside a dezero.Builder, where its number stands in for the "
+                        f"name and no recording would keep what is computed from it\n  fix: "
+                        f"define the graph in `with dezero.Builder(...) as b:` with "
+                        f"b.input(...), where a size read in Python is recorded")
+
+
+for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "divmod", "lshift",
+              "rshift", "and", "or", "xor", "radd", "rsub", "rmul", "rtruediv", "rfloordiv",
+              "rmod", "rpow", "rdivmod", "eq", "ne", "lt", "le", "gt", "ge", "hash", "index",
+              "int", "float", "bool", "format", "neg", "abs", "round"):
+    setattr(UnboundSize, f"__{_name}__", UnboundSize._refuse)
+
+
 def _operator(name):
     return lambda self, *_: self._refuse(f"Python's {name}")
 
@@ -102,10 +148,30 @@ def abstract_forward(function, xs):
     if record is None:
         raise TypeError(f"{function.op_name}: not a registered op, so it cannot run on "
                         f"placeholders")
-    attrs, shapes = function.attrs, [tuple(x.shape) for x in xs]
     source = next(x.source for x in xs if isinstance(x, AbstractArray))
     source = source if source.startswith("a value") else f"a value computed from {source}"
-    typed = [x if isinstance(x, np.ndarray) else _Typed(tuple(x.shape), x.dtype) for x in xs]
+    out = _result_types(function, record, xs, [_plain_shape(x) for x in xs])
+    alt = [_plain_shape(x, alt=True) for x in xs]
+    if current_tracer() is None and alt != [_plain_shape(x) for x in xs]:
+        alt = [s for s, _ in _result_types(function, record, xs, alt)]
+    else:  # in a recording the tracer knows the names: no second shape
+        alt = [s for s, _ in out]
+    ys = tuple(AbstractArray(s, d, source, a) for (s, d), a in zip(out, alt))
+    _abstract_results[function] = ys
+    return ys if len(ys) > 1 else ys[0]
+
+
+def _plain_shape(x, alt=False) -> tuple:
+    """The ints of x's shape (an AbstractArray's stand-ins, or at the next numbers)."""
+    if isinstance(x, AbstractArray):
+        return x._alt if alt else x._shape
+    return tuple(x.shape)
+
+
+def _result_types(function, record, xs, shapes) -> list:
+    """[(shape, dtype)] of function's results on inputs of these shapes (xs' dtypes)."""
+    attrs = function.attrs
+    typed = [x if isinstance(x, np.ndarray) else _Typed(s, x.dtype) for x, s in zip(xs, shapes)]
     if record.elementwise:
         out = [(broadcast_shapes(*shapes), t) for _, t in record.result_types(attrs, typed)]
     elif sum(int(np.prod(s)) for s in shapes) <= _SMALL:
@@ -122,30 +188,45 @@ def abstract_forward(function, xs):
                         f"{', '.join(map(str, shapes))}: it has no shape rule (the "
                         f"'shapes' fact)\n  fix: give {function.op_name} a shape rule, "
                         f"or use smaller sizes")
-    ys = tuple(AbstractArray(s, d, source) for s, d in out)
-    _abstract_results[function] = ys
-    return ys if len(ys) > 1 else ys[0]
+    return [(tuple(s), d) for s, d in out]
 
 
 def placeholder(name: str, shape, dtype=np.float32) -> Variable:
     """A Variable without numbers: `shape` holds ints and names of sizes ("B")."""
-    for n in shape:
-        if not (isinstance(n, str) and n.isidentifier() or isinstance(n, int) and n >= 0):
-            raise TypeError(f"placeholder {name}: shape {tuple(shape)} holds {n!r}; a size "
-                            f"is an int >= 0 or a name such as 'B'")
+    if not is_source_name(name):
+        raise ValueError(f"placeholder: its name must be an identifier (no keyword or "
+                         f"builtin, no leading '_'): the graph's input is called so, got "
+                         f"{name!r}")
+    if not isinstance(shape, (tuple, list)) or not all(
+            isinstance(n, str) and is_source_name(n) or isinstance(n, (int, np.integer))
+            and not isinstance(n, bool) and n >= 0 for n in shape):
+        raise TypeError(f"placeholder {name}: shape {shape!r} must be a tuple of sizes, "
+                        f"each an int >= 0 or a name such as 'B'")
+    stand_ins = [n if isinstance(n, str) else int(n) for n in shape]
+    taken = {v for n in stand_ins if isinstance(n, str) and n in _STAND_IN_OF
+             for v in (_STAND_IN_OF[n], _STAND_IN_OF[n] + 1)}
+    fixed = [n for n in stand_ins if isinstance(n, int) and n in taken | {
+        v + d for v in _STAND_IN_OF.values() for d in (0, 1)}]
+    if fixed:
+        raise ValueError(f"placeholder {name}: the size {fixed[0]} is a number that stands "
+                         f"for a named size while graphs are defined; a fixed size of it "
+                         f"would be taken for the name (give that axis a name too)")
+    _FIXED.update(n for n in stand_ins if isinstance(n, int))
     var = object.__new__(Variable)
     var.name, var.grad, var.creator, var.generation = name, None, None, 0
-    var._data = AbstractArray([_stand_in(n) for n in shape], dtype, f"placeholder {name}")
-    var._data.symbols, var._data.serial = tuple(shape), next(_serials)
+    var._data = AbstractArray([_stand_in(n) for n in stand_ins], dtype,
+                              f"placeholder {name}", [_stand_in(n, 1) for n in stand_ins])
+    var._data.symbols, var._data.serial = tuple(stand_ins), next(_serials)
     return var
 
 
-def _stand_in(n):
+def _stand_in(n, alt=0):
     if isinstance(n, int):
         return n
     if n not in _STAND_IN_OF:  # the same name stands for the same number everywhere
-        _STAND_IN_OF[n] = 1009 + 2 * len(_STAND_IN_OF)
-    return _STAND_IN_OF[n]
+        _STAND_IN_OF[n] = next(v for v in range(1009, 1 << 30, 2) if v not in _FIXED and
+                               v + 1 not in _FIXED and v not in _STAND_IN_OF.values())
+    return _STAND_IN_OF[n] + alt
 
 
 def is_placeholder(var) -> bool:
@@ -184,6 +265,11 @@ def compile(outputs, name: str = "compiled") -> StaticGraph:
             elif is_placeholder(x) and all(x is not p for p in placeholders):
                 placeholders.append(x)
     functions.sort(key=lambda f: f.generation)
+    named = [p.name for p in placeholders]
+    twice = sorted({n for n in named if named.count(n) > 1})
+    if twice:
+        raise ValueError(f"compile: two placeholders are named {twice[0]!r}; the graph's "
+                         f"inputs are called by name, so each needs its own")
     tracer = Tracer(name, least=1)
     previous = set_tracer(tracer)
     try:
@@ -255,11 +341,17 @@ class Builder:
                             f"outside it\n  fix: make inputs with b.input(name, shape)")
 
     def input(self, name: str, shape, dtype=np.float32) -> Variable:
+        if any(var.name == name for _, var in self.tracer.inputs):
+            raise ValueError(f"Builder {self.name}: an input is named {name!r} already; "
+                             f"each input needs a name of its own")
         var = placeholder(name, shape, dtype)
         _add_placeholder(self.tracer, var)
         return var
 
     def output(self, name: str, var: Variable) -> None:
+        if name in self.outputs:
+            raise ValueError(f"Builder {self.name}: an output is named {name!r} already; "
+                             f"each output needs a name of its own")
         self.outputs[name] = var
 
     def build(self) -> Script:

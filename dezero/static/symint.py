@@ -110,7 +110,14 @@ class SymInt(TracedSize):
         return self.decide("!=", 0)
 
     def specialize(self):
-        """The hint, the size fixed to it for this graph (expr == hint)."""
+        """The hint, the size fixed to it for this graph (expr == hint); a size of a
+        placeholder has no number to fix (its hint stands in for the name): refused."""
+        if isinstance(self.relations, NoNumbers):
+            raise TypeError(f"the size {self.expr} of a placeholder was read as a number "
+                            f"(int(), text, a hash, {', '.join(_NUMERIC)} ...), which it "
+                            f"has not while the graph is defined\n  fix: compute with it "
+                            f"as a size (+ - * //, comparisons), or give the placeholder "
+                            f"a fixed size there")
         self.decide("==", self.hint)
         return self.hint
 
@@ -127,9 +134,19 @@ class SymInt(TracedSize):
         return format(self.specialize(), spec)
 
     def __str__(self):  # text is Python's to compute with (len(str(n))): the number
+        if isinstance(self.relations, NoNumbers):
+            return str(self.expr)  # a placeholder's size: its name is all it has
         return str(self.specialize())
 
     __repr__ = __str__
+
+
+class NoNumbers(list):
+    """The relations of a recording whose sizes have no numbers (placeholders): its
+    SymInts refuse what would fix them to their stand-in hints."""
+
+
+_NUMERIC = ("%", "**", "abs", "round")
 
 
 def _on_numbers(op, swap=False):

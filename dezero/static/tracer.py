@@ -28,7 +28,7 @@ from dezero.static.names import dotted, identifier, letter_name, printable
 from dezero.static.randomness import RandomWatch
 from dezero.static.sizes import Relation, Size, has_size, settle, substitute
 from dezero.static.slots import AttrSlot, DataSlot, GradSlot
-from dezero.static.symint import exprs, hints, holds_symint, symbolic_shape
+from dezero.static.symint import NoNumbers, exprs, hints, holds_symint, symbolic_shape
 
 # =============================================================================
 # Tracer: the core hooks (created, read, assigned, concretized, record, backward_step)
@@ -78,7 +78,8 @@ class Tracer(TracerHooks):
         # (argument position, axis) -> the size's name, for the sizes recorded as
         # symbols; the relations the run's decisions on them relied on (symint.py).
         self.symbolic: dict = dict(symbolic or {})
-        self.relations: list = []
+        # (a placeholder's sizes have no numbers: a decision needing one refuses)
+        self.relations: list = [] if least > 1 else NoNumbers()
         self.hints: dict = {}  # each symbolic size's value in this run
         self.inputs: list[tuple[Node, object]] = []   # (input node, argument)
         # id(Variable) -> its record; first those of attributes known to carry values
