@@ -592,10 +592,14 @@ def test_replay_equals_eager_on_random_programs_at_many_sizes(dynamic):
             ye, yt = program(xe, we), traced(xt, wt)
             pairs = [(yt, ye)] + [(t.grad, e.grad) for e, t in ((xe, xt), (we, wt))
                                   if e.grad is not None]
-            for got, want in pairs:  # bit for bit on the python backend and interpreter
+            if FUSED:  # a random program may cancel: off by what float32 loses in it
+                x64, w64 = Variable(xd.astype(np.float64)), Variable(wd.astype(np.float64))
+                exact = [program(x64, w64)] + [v.grad for v in (x64, w64) if v.grad is not None]
+            for k, (got, want) in enumerate(pairs):  # bit for bit on python, interpreter
                 if FUSED:
-                    np.testing.assert_allclose(got.data, want.data, rtol=1e-5, atol=1e-4,
-                                               err_msg=f"B={n}")
+                    lost = np.abs(want.data - exact[k].data)
+                    bound = 8 * lost + 1e-4 * (1 + np.abs(want.data))
+                    assert np.all(np.abs(got.data - want.data) <= bound), f"B={n}"
                 else:
                     np.testing.assert_array_equal(got.data, want.data, err_msg=f"B={n}")
         symbolic = [e for e in traced._symbolic if "x: f32[B," in str(e.graph)]
