@@ -46,9 +46,12 @@ from dezero.static.sizes import Size, c_text, count, evaluator
 # No -ffast-math: inf and NaN keep their meaning. -ffp-contract=off: a * b + c is
 # rounded twice, as numpy rounds it (an FMA would differ in the last bit).
 # -fno-math-errno lets sqrt and the vector math library run without setting
-# errno; -march=native is why the CPU's identity is part of the cache key.
-FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fopenmp",
-         "-fPIC", "-shared", "-std=c++17")
+# errno; -fno-trapping-math lets a select (where, relu's mask) compute both sides,
+# which vectorises it (no value changes: only floating-point traps, which nothing
+# here enables, could tell); -march=native is why the CPU's identity is part of the
+# cache key.
+FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math",
+         "-fopenmp", "-fPIC", "-shared", "-std=c++17")
 
 
 class CompileError(RuntimeError):
