@@ -11,6 +11,7 @@ from backend_helpers import assert_within_ulps
 import dezero
 import dezero.functions as F
 from dezero import Variable, models, optimizers
+from dezero.static import sizes
 
 
 def test_the_essay_example_runs_as_written():
@@ -262,3 +263,60 @@ def test_names_of_inputs_outputs_and_sizes_are_checked():
     stand_in = dezero.placeholder("s", ("SIZE_FOR_TEST",))._data._shape[0]
     with pytest.raises(ValueError, match=f"the size {stand_in} is a number that stands for"):
         dezero.placeholder("f", (stand_in, 3))
+
+
+def test_a_builder_records_reshapes_and_broadcasts_of_named_sizes():
+    """Sizes in a reshape's or broadcast's attrs are the expressions (B*T, 4), not the
+    stand-in numbers: one graph for any B and T, equal to eager code."""
+    cases = {"reshape": lambda x: F.reshape(x, (x.shape[0] * x.shape[1], 4)),
+             "reshape -1": lambda x: F.reshape(x, (x.shape[0], -1)),
+             "flatten": F.flatten,
+             "broadcast": lambda x: F.broadcast_to(F.sum(x, axis=0, keepdims=True), x.shape),
+             "layer norm": lambda x: F.layer_norm(x, np.ones(4, np.float32),
+                                                  np.zeros(4, np.float32))}
+    for name, fn in cases.items():
+        with dezero.Builder(name.replace(" ", "_").replace("-", "")) as b:
+            b.output("y", fn(b.input("x", ("B", "T", 4))))
+        script = b.build()
+        assert sizes.names([v.shape for v in script.graph.output_values]) <= {"B", "T"}
+        for shape in ((2, 3, 4), (5, 1, 4), (1, 7, 4)):
+            X = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+            script.set_input("x", X)
+            if name == "broadcast" and shape[0] == 1:  # broadcast_to decided B != 1
+                with pytest.raises(TypeError, match=r"sizes \{'B': 1, 'T': 7\} break B != 1"):
+                    script.run()
+                continue
+            np.testing.assert_allclose(script.run()["y"].data, fn(Variable(X)).data,
+                                       rtol=1e-6, atol=1e-6, err_msg=f"{name} {shape}")
+
+
+def test_a_builder_training_step_through_layer_norm_trains_as_eager():
+    def make():
+        np.random.seed(0)
+        model = models.GPT(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=8)
+        return model, optimizers.AdamW(alpha=1e-2).setup(model)
+
+    def step(model, optimizer, ids, t):
+        loss = F.softmax_cross_entropy(model(ids), t)
+        model.cleargrads()
+        loss.backward()
+        optimizer.update()
+        return loss
+
+    (model, optimizer), (eager_model, eager_optimizer) = make(), make()
+    with dezero.Builder("gpt_step") as b:
+        ids, t = b.input("ids", ("B", 8), np.int64), b.input("t", ("B", 8), np.int64)
+        b.output("loss", step(model, optimizer, ids, t))
+    script = b.build()
+    rng = np.random.default_rng(1)
+    for n in (3, 1, 5):
+        ids, t = rng.integers(0, 11, (n, 8)), rng.integers(0, 11, (n, 8))
+        script.set_input("ids", ids)
+        script.set_input("t", t)
+        np.testing.assert_allclose(script.run()["loss"].data,
+                                   step(eager_model, eager_optimizer, ids, t).data, rtol=1e-5)
+    for p, q in zip(model.params(), eager_model.params(), strict=True):
+        np.testing.assert_allclose(p.data, q.data, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="a context of T tokens is longer than block_size=8"):
+        with dezero.Builder("gpt_of_t") as b:  # T is taken as large: the model's own refusal
+            b.output("logits", model(b.input("ids", ("B", "T"), np.int64)))

@@ -11,7 +11,7 @@ from backend_helpers import assert_within_ulps
 import dezero
 import dezero.functions as F
 from dezero import optimizers
-from dezero.errors import GraphFileError
+from dezero.errors import GraphError, GraphFileError
 from dezero.kernels import cpu
 from dezero.static import passes
 
@@ -260,3 +260,28 @@ def test_a_graph_file_whose_sizes_hold_for_one_number_only_is_refused(tmp_path):
     with pytest.raises(GraphFileError, match=r"get_item\(x\) \[slices=:3\]\) at B=\d+: get_item "
                                              r"of f32\[\d+\] makes f32\[3\]"):
         dezero.static.load(str(path))
+
+
+def test_a_graph_whose_relations_bound_a_size_saves_and_loads(tmp_path):
+    table = dezero.Parameter(np.arange(20, dtype=np.float32).reshape(4, 5))  # 4 rows
+    traced = dezero.trace(lambda x: x + table[:x.shape[0]])
+    for n in (2, 3, 4):
+        traced(np.ones((n, 5), np.float32))
+    assert [str(r) for r in traced.graph.relations] == ["B >= 2", "B <= 4"]
+    traced.graph.save(str(tmp_path / "rows.json"))
+    loaded = dezero.static.load(str(tmp_path / "rows.json"))
+    for n in (2, 3, 4):
+        np.testing.assert_array_equal(loaded(np.ones((n, 5), np.float32)).data,
+                                      1 + table.data[:n])
+
+
+@needs_compiler
+def test_a_state_set_to_none_is_refused_by_name_on_the_kernels_too():
+    np.random.seed(0)
+    net = dezero.models.MLP((16, 3))
+    net(np.zeros((1, 4), np.float32))
+    plan = dezero.trace(lambda x: net(x)).lower(np.ones((5, 4), np.float32)).compile("cpu")
+    plan.wait()
+    net.layers[0].b.data = None  # eager code takes it as no bias; the graph adds one
+    with pytest.raises(GraphError, match="reads the .*b, which is None now"):
+        plan(np.ones((5, 4), np.float32))  # (the kernel read None as NaN, in silence)

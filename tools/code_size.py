@@ -23,15 +23,15 @@ BUDGETS = {
     "dezero/static/guard.py": 184,
     "dezero/static/ir.py": 309,
     "dezero/static/graph.py": 92,
-    "dezero/static/symbols.py": 282,
+    "dezero/static/symbols.py": 290,
     "dezero/static/names.py": 49,
-    "dezero/static/sizes.py": 335,
+    "dezero/static/sizes.py": 357,
     "dezero/static/symint.py": 155,
     "dezero/static/slots.py": 35,
     "dezero/static/passes.py": 594,
     "dezero/static/reach.py": 374,
     "dezero/static/horizontal.py": 96,
-    "dezero/static/saving.py": 491,
+    "dezero/static/saving.py": 493,
     "dezero/static/randomness.py": 116,
     "dezero/static/watch.py": 112,
     "dezero/static/fast.py": 72,
@@ -46,7 +46,7 @@ BUDGETS = {
     "dezero/static/backends/pycode.py": 252,
     "dezero/kernels/gpu.py": 98,
     "dezero/kernels/gpu_reductions.py": 214,
-    "dezero/kernels/cpu.py": 419,
+    "dezero/kernels/cpu.py": 421,
     "dezero/kernels/cpu_reductions.py": 207,
     "dezero/kernels/pending.py": 70,
     "dezero/kernels/measure.py": 104,
@@ -59,8 +59,8 @@ BUDGETS = {
 # static/, what a learner reads to see define-and-run (3812 lines when it was last
 # laid out), and the kernel compiler above it.
 PACKAGE_BUDGETS = {
-    "dezero/static/": 5163,
-    "dezero/kernels/": 1452,
+    "dezero/static/": 5195,
+    "dezero/kernels/": 1454,
 }
 
 

@@ -552,6 +552,8 @@ def _conform(spec, k: int, arrays: tuple, shape=None) -> tuple:
     ndarray of its dtype), or an error naming the kernel, input and fix. shape: the
     kernel's at this call's sizes (by default spec.shape_of the input)."""
     p, x = spec.inputs[k], arrays[k]
+    if x is None:  # (np.asarray(None, float32) is NaN: a state set to None since)
+        raise TypeError(f"kernel {spec.name}: input {p.name} is None")
     if not isinstance(x, np.ndarray) and hasattr(x, "__array__") and \
             type(x).__module__.startswith("cupy"):
         raise TypeError(f"kernel {spec.name}: input {p.name} is a cupy array; the cpu "

@@ -592,27 +592,30 @@ def _check_types_at(nodes, scalars, stand_in):
 
 
 def _stand_ins(nodes, relations, count: int) -> list:
-    """`count` bindings of the graph's symbolic sizes to numbers: primes that no fixed
-    size of the graph has and no other binding uses, each the first that keeps the
-    relations of the names bound so far (T <= 16). A file whose relations hold at none
-    of them is refused: no call could run it."""
+    """Up to `count` bindings of the graph's symbolic sizes to numbers, each name the
+    first number that keeps the relations of the names bound so far (T <= 16): primes
+    that no fixed size of the graph has and no other binding uses first, then any
+    number from 1 (a size the relations bound to a few values). A file whose relations
+    hold at no number tried is refused: no call could run it."""
     used = sorted(names([v.shape for n in nodes for v in n.outputs]))
     fixed = {d for n in nodes for v in n.outputs for d in v.shape if type(d) is int}
-    free = [p for p in range(3, 1000) if all(p % q for q in range(2, int(p**0.5) + 1))
-            and p not in fixed]
-    bindings = []
+    primes = [p for p in range(3, 1000) if all(p % q for q in range(2, int(p**0.5) + 1))]
+    bindings: list = []
     for _ in range(count):
+        taken = {n for b in bindings for n in b.values()}
+        tried = [p for p in primes if p not in fixed | taken] + list(range(1, 1000))
         chosen: dict = {}
         for name in used:
-            for p in (p for p in free if p not in chosen.values()):
+            for p in (p for p in tried if p not in chosen.values()):
                 chosen[name] = p
                 if all(r.holds(chosen) for r in relations
                        if names((r.left, r.right)) <= set(chosen)):
                     break
         if any(not r.holds(chosen) for r in relations):
+            if bindings:  # the relations leave one number: checked there alone
+                break
             raise GraphFileError(f"relations: {', '.join(map(str, relations))} hold at no "
                                  f"sizes tried (the last {chosen}); no call could run it")
-        free = [p for p in free if p not in chosen.values()]
         bindings.append(chosen)
     return bindings
 

@@ -98,9 +98,32 @@ def combine(op: str, a, b):
         return _BINARY[op][0](a, b)
     if op == "//" and type(b) is int and b == 1:
         return a
+    if op == "//":  # a sum of products divided by a product of its every term: exact
+        quotient = _divided(_polynomial(a), _polynomial(b))
+        if quotient is not None:
+            return _canonical(quotient)
     size = Size(op, (a, b))
     polynomial = _polynomial(size) if op in "+-*" else None
     return size if polynomial is None else _canonical(polynomial)
+
+
+def _divided(a, b) -> dict | None:
+    """a / b where b is one term (c * names) that divides every term of a, else None
+    (B*T*4 // B is T*4; B*T // 2 stays as it is written)."""
+    if a is None or b is None or len(b) != 1:
+        return None
+    (names_, c), = b.items()
+    quotient = {}
+    for term, k in a.items():
+        rest = list(term)
+        for n in names_:
+            if n not in rest:
+                return None
+            rest.remove(n)
+        if k % c:
+            return None
+        quotient[tuple(rest)] = k // c
+    return quotient
 
 
 def _canonical(polynomial: dict):
@@ -354,8 +377,11 @@ def settle(relations):
     kept = list(dict.fromkeys(pending))
     # A name's least value where the recording said so (B >= 2): then B != 1 and
     # B != 0 say no more.
-    least = {r.left: r.right for r in kept if r.op == ">=" and type(r.right) is int and
-             isinstance(r.left, Size) and r.left.op == "name"}
+    least: dict = {}
+    for r in kept:
+        if r.op == ">=" and type(r.right) is int and isinstance(r.left, Size) and \
+                r.left.op == "name":
+            least[r.left] = max(least.get(r.left, r.right), r.right)
     kept = [r for r in kept if not _implied(r, least)]
     return replacements, kept
 

@@ -27,6 +27,7 @@ from dezero.op_record import RECORDS, broadcast_shapes
 from dezero.static.graph import StaticGraph
 from dezero.static.names import is_source_name
 from dezero.static.passes import optimize
+from dezero.static.symint import hints
 from dezero.static.tracer import Traced, Tracer, _Typed
 
 # Named sizes stand in as distinct odd numbers far from the sizes code writes (3, 1):
@@ -169,8 +170,10 @@ def _plain_shape(x, alt=False) -> tuple:
 
 
 def _result_types(function, record, xs, shapes) -> list:
-    """[(shape, dtype)] of function's results on inputs of these shapes (xs' dtypes)."""
-    attrs = function.attrs
+    """[(shape, dtype)] of function's results on inputs of these shapes (xs' dtypes).
+    Sizes in its attrs (a Builder's reshape to (B*T, C)) go in as the numbers the shapes
+    hold; the tracer records the expressions."""
+    attrs = {k: hints(v) for k, v in function.attrs.items()}
     typed = [x if isinstance(x, np.ndarray) else _Typed(s, x.dtype) for x, s in zip(xs, shapes)]
     if record.elementwise:
         out = [(broadcast_shapes(*shapes), t) for _, t in record.result_types(attrs, typed)]
@@ -286,7 +289,10 @@ def compile(outputs, name: str = "compiled") -> StaticGraph:
 
 
 def _finish(tracer, outputs):
-    return optimize(tracer.finish(outputs))
+    graph = optimize(tracer.finish(outputs))
+    if graph.device == "gpu":  # state on the GPU: its constants too (made on the CPU)
+        graph.to_gpu()
+    return graph
 
 
 def _outputs_of(f):
@@ -375,11 +381,17 @@ class Script:
         return self
 
     def to_gpu(self):
+        """The graph and every Variable it reads (the model's parameters, the optimizer's
+        slots and hyperparameters, which no Python moves while a Script runs) to the GPU."""
         self.graph.to_gpu()
+        for var in self.graph.state.values():
+            var.to_gpu()
         return self
 
     def to_cpu(self):
         self.graph.to_cpu()
+        for var in self.graph.state.values():
+            var.to_cpu()
         return self
 
     def set_input(self, name: str, array) -> None:

@@ -131,7 +131,7 @@ class SymInt(TracedSize):
         return float(self.specialize())
 
     def __format__(self, spec):
-        return format(self.specialize(), spec)
+        return str(self) if not spec else format(self.specialize(), spec)
 
     def __str__(self):  # text is Python's to compute with (len(str(n))): the number
         if isinstance(self.relations, NoNumbers):

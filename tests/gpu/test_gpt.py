@@ -72,3 +72,45 @@ def test_the_gpt_step_of_symbolic_batch_and_length_on_the_gpu_equals_eager():
     assert symbolic and all(g.compiled for g in symbolic)
     assert any(g.axes is not None for g in symbolic)  # softmax and layer-norm rows
     assert "sizes=" in entry.compiled.source
+
+
+@pytest.mark.parametrize("order", ["model moved first", "script moved after"])
+def test_a_builder_training_step_runs_on_the_gpu_as_eager_does(order):
+    """A Script's state (the parameters, the optimizer's slots and hyperparameters, which
+    no Python moves while it runs) goes with Script.to_gpu(); built from a model on the
+    GPU, its constants are made there too."""
+    def make():
+        np.random.seed(0)
+        model = models.MLP((16, 3))
+        model(np.zeros((1, 4), np.float32))
+        return model, optimizers.AdamW(alpha=0.01).setup(model)
+
+    def step(model, optimizer, x, t):
+        loss = dezero.functions.softmax_cross_entropy(model(x), t)
+        model.cleargrads()
+        loss.backward()
+        optimizer.update()
+        return loss
+
+    (model, optimizer), (eager_model, eager_optimizer) = make(), make()
+    eager_model.to_gpu()
+    if order == "model moved first":
+        model.to_gpu()
+    with dezero.Builder("step") as b:
+        x, t = b.input("x", ("B", 4)), b.input("t", ("B",), np.int64)
+        b.output("loss", step(model, optimizer, x, t))
+    script = b.build()
+    if order == "script moved after":
+        script.to_gpu()
+    rng = np.random.default_rng(0)
+    for n in (5, 2, 7):
+        x = cp.asarray(rng.standard_normal((n, 4)).astype(np.float32))
+        t = cp.asarray(rng.integers(0, 3, n))
+        script.set_input("x", x)
+        script.set_input("t", t)
+        np.testing.assert_allclose(as_numpy(script.run()["loss"].data),
+                                   as_numpy(step(eager_model, eager_optimizer, x, t).data),
+                                   rtol=1e-5)
+    for p, q in zip(model.params(), eager_model.params(), strict=True):
+        assert isinstance(p.data, cp.ndarray)
+        np.testing.assert_allclose(as_numpy(p.data), as_numpy(q.data), rtol=1e-4, atol=1e-6)
