@@ -78,8 +78,8 @@ def test_a_placeholder_has_no_numbers():
             read()
 
 
-def _train_step(model, optimizer, x, t):
-    loss = F.mean_squared_error(model(x), t)
+def _train_step(model, optimizer, x, t, loss_of=F.mean_squared_error):
+    loss = loss_of(model(x), t)
     model.cleargrads()
     loss.backward()
     optimizer.update()
@@ -297,11 +297,7 @@ def test_a_builder_training_step_through_layer_norm_trains_as_eager():
         return model, optimizers.AdamW(alpha=1e-2).setup(model)
 
     def step(model, optimizer, ids, t):
-        loss = F.softmax_cross_entropy(model(ids), t)
-        model.cleargrads()
-        loss.backward()
-        optimizer.update()
-        return loss
+        return _train_step(model, optimizer, ids, t, F.softmax_cross_entropy)
 
     (model, optimizer), (eager_model, eager_optimizer) = make(), make()
     with dezero.Builder("gpt_step") as b:

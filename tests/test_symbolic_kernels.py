@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 from backend_helpers import assert_within_ulps
+from train_helpers import training_step
 
 import dezero
 import dezero.functions as F
@@ -24,15 +25,7 @@ def _mlp_step(seed=0):
     np.random.seed(seed)
     model = dezero.models.MLP((16, 3))
     model(np.zeros((1, 2), np.float32))
-    optimizer = optimizers.Adam().setup(model)
-
-    def step(x, t):
-        loss = F.softmax_cross_entropy(model(x), t)
-        model.cleargrads()
-        loss.backward()
-        optimizer.update()
-        return loss
-    return model, step
+    return model, training_step(model, optimizers.Adam().setup(model))
 
 
 def _batch(n, seed):

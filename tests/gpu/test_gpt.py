@@ -85,20 +85,14 @@ def test_a_builder_training_step_runs_on_the_gpu_as_eager_does(order):
         model(np.zeros((1, 4), np.float32))
         return model, optimizers.AdamW(alpha=0.01).setup(model)
 
-    def step(model, optimizer, x, t):
-        loss = dezero.functions.softmax_cross_entropy(model(x), t)
-        model.cleargrads()
-        loss.backward()
-        optimizer.update()
-        return loss
-
     (model, optimizer), (eager_model, eager_optimizer) = make(), make()
+    eager = training_step(eager_model, eager_optimizer)
     eager_model.to_gpu()
     if order == "model moved first":
         model.to_gpu()
     with dezero.Builder("step") as b:
         x, t = b.input("x", ("B", 4)), b.input("t", ("B",), np.int64)
-        b.output("loss", step(model, optimizer, x, t))
+        b.output("loss", training_step(model, optimizer)(x, t))
     script = b.build()
     if order == "script moved after":
         script.to_gpu()
@@ -109,8 +103,7 @@ def test_a_builder_training_step_runs_on_the_gpu_as_eager_does(order):
         script.set_input("x", x)
         script.set_input("t", t)
         np.testing.assert_allclose(as_numpy(script.run()["loss"].data),
-                                   as_numpy(step(eager_model, eager_optimizer, x, t).data),
-                                   rtol=1e-5)
+                                   as_numpy(eager(x, t).data), rtol=1e-5)
     for p, q in zip(model.params(), eager_model.params(), strict=True):
         assert isinstance(p.data, cp.ndarray)
         np.testing.assert_allclose(as_numpy(p.data), as_numpy(q.data), rtol=1e-4, atol=1e-6)
