@@ -206,10 +206,8 @@ def placeholder(name: str, shape, dtype=np.float32) -> Variable:
         raise TypeError(f"placeholder {name}: shape {shape!r} must be a tuple of sizes, "
                         f"each an int >= 0 or a name such as 'B'")
     stand_ins = [n if isinstance(n, str) else int(n) for n in shape]
-    taken = {v for n in stand_ins if isinstance(n, str) and n in _STAND_IN_OF
-             for v in (_STAND_IN_OF[n], _STAND_IN_OF[n] + 1)}
-    fixed = [n for n in stand_ins if isinstance(n, int) and n in taken | {
-        v + d for v in _STAND_IN_OF.values() for d in (0, 1)}]
+    taken = {v + d for v in _STAND_IN_OF.values() for d in (0, 1)}  # (with their alts)
+    fixed = [n for n in stand_ins if isinstance(n, int) and n in taken]
     if fixed:
         raise ValueError(f"placeholder {name}: the size {fixed[0]} is a number that stands "
                          f"for a named size while graphs are defined; a fixed size of it "
