@@ -9,6 +9,7 @@ body in a loop; the cupy backend hands it to cupy.ElementwiseKernel as is.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -78,6 +79,25 @@ def check_sizes(spec, sizes) -> tuple:
                         f"({', '.join(spec.sizes) or 'none'}) as sizes=, a tuple of "
                         f"{len(spec.sizes)} ints, got {sizes!r}")
     return sizes
+
+
+def size_array(spec, sizes: tuple) -> tuple:
+    """The arguments a C++ kernel takes after its outputs: (the intp array of its
+    sizes' values), or () for a kernel of fixed sizes."""
+    return (np.array(sizes, np.intp),) if spec.sizes else ()
+
+
+def per_sizes(spec, make):
+    """make(sizes) for the `sizes` a replay passes, kept for each tuple of values (the
+    last 64): `sizes` is checked (check_sizes) when first seen, not on every call."""
+    kept = functools.lru_cache(maxsize=64)(lambda sizes: make(check_sizes(spec, sizes)))
+
+    def at(sizes):
+        try:
+            return kept(sizes)
+        except TypeError:  # unhashable (a list): check_sizes says what it takes
+            return kept(check_sizes(spec, sizes))
+    return at
 
 
 # =============================================================================

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from dezero.kernels import cache, cpu_reductions, measure, outputs, pending
-from dezero.kernels.codegen import check_sizes, kernel_spec
+from dezero.kernels.codegen import kernel_spec, per_sizes, size_array
 from dezero.static import debugging
 from dezero.static.backends import pycode
 from dezero.static.lowering import lower
@@ -112,12 +112,6 @@ HEADER = Path(__file__).with_name("dezero_kernels.h")
 
 def _size(shape) -> int:
     return int(np.prod(shape, dtype=np.int64))
-
-
-def size_array(spec, sizes: tuple) -> tuple:
-    """The arguments a kernel takes after its outputs: (the intp array of its sizes'
-    values), or () for a kernel of fixed sizes."""
-    return (np.array(sizes, np.intp),) if spec.sizes else ()
 
 
 def _is_one(shape) -> bool:
@@ -438,24 +432,21 @@ class KernelLibrary:
         shapes_at = evaluator((tuple(spec.shape), tuple(p.shape for p in spec.outputs)),
                               spec.sizes)
 
-        @functools.lru_cache(maxsize=64)
-        def at(sizes: tuple) -> tuple:
+        def outputs_at(sizes: tuple) -> tuple:
             """Where the symbolic sizes are `sizes`: the kernel's shape, (buffers, shape,
             dtype) of each output (a horizontal kernel's: its segments'), and the
             arguments after the outputs (the intp array of the sizes)."""
-            shape, shapes = shapes_at(check_sizes(spec, sizes))
+            shape, shapes = shapes_at(sizes)
             return shape, [(pool.buffers(s, p.dtype), s, np.dtype(p.dtype)) for s, p in
                            zip(shapes, spec.outputs)], size_array(spec, sizes)
+        at = per_sizes(spec, outputs_at)
 
         def run_kernel(*arrays, out=None, sizes=()):
             """out: per output, an array to write it into (lowering._into) or None for
             a buffer; the kernel writes into it only where nobody else holds it.
             sizes: the values of spec.sizes, a tuple of ints (symbolic sizes only)."""
             start = time.perf_counter() if debugging.LEVEL >= 2 else None
-            try:
-                shape, outs, extra = at(sizes)
-            except TypeError:  # unhashable: a list
-                shape, outs, extra = at(check_sizes(spec, sizes))
+            shape, outs, extra = at(sizes)
             # A list, so that take() sees the buffers taken already.
             results = [take(*o) for o in outs] if out is None else [
                 take(*o) if g is None else g for g, o in zip(out, outs)]

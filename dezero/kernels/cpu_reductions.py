@@ -12,12 +12,11 @@ numpy adds them.
 """
 from __future__ import annotations
 
-import functools
 import operator
 
 import numpy as np
 
-from dezero.kernels.codegen import check_sizes
+from dezero.kernels.codegen import per_sizes, size_array
 from dezero.static.sizes import count, evaluator
 
 
@@ -228,22 +227,21 @@ def reduction_call(spec, fn, threads: int, numpy=None):
                            tuple(p.shape for p in spec.outputs),
                            tuple(target for target, _, _ in layouts(spec))), spec.sizes)
 
-    @functools.lru_cache(maxsize=64)
-    def at(sizes: tuple) -> tuple:
+    def needs_at(sizes: tuple) -> tuple:
         """What the call needs where the symbolic sizes are `sizes`: the outputs'
         (shape, dtype), the inputs' layouts, the C-ordered strides of the full inputs
         a sum reads (numpy computes from arrays laid out otherwise in another order,
         and adds each row so), the length of a row, the arguments after the outputs
         (the intp array of the sizes)."""
-        shape, ins, outs, targets = shapes_at(check_sizes(spec, sizes))
+        shape, ins, outs, targets = shapes_at(sizes)
         made = [(tuple(shape[d] for d in order_out) if level == "full" else o,
                  np.dtype(p.dtype)) for o, p, level in zip(outs, spec.outputs, levels)]
         ordered = [(i, np.empty(x, p.dtype).strides)
                    for k, (i, x, p) in enumerate(zip(sources, ins, spec.inputs))
                    if spec.levels[k] == "full"] if summed else []
         walks = [(target, walk) for target, (_, walk, _) in zip(targets, layouts(spec))]
-        extra = (np.array(sizes, np.intp),) if spec.sizes else ()
-        return made, walks, ordered, _size([shape[d] for d in axes]), extra
+        return made, walks, ordered, _size([shape[d] for d in axes]), size_array(spec, sizes)
+    at = per_sizes(spec, needs_at)
 
     def laid_out(k, x, walks):
         p, (target, walk) = spec.inputs[k], walks[k]
@@ -257,10 +255,7 @@ def reduction_call(spec, fn, threads: int, numpy=None):
         return walked.transpose(np.argsort(walk).astype(int))
 
     def run_reduction(*arrays, sizes=()):
-        try:
-            made, walks, ordered, width, extra = at(sizes)
-        except TypeError:  # unhashable: a list
-            made, walks, ordered, width, extra = at(check_sizes(spec, sizes))
+        made, walks, ordered, width, extra = at(sizes)
         if ordered and not all(getattr(arrays[i], "strides", None) == c or _c_ordered(arrays[i])
                                for i, c in ordered):
             return numpy()(*arrays, *((sizes,) if spec.sizes else ()))
