@@ -425,8 +425,8 @@ def _polynomial(x) -> dict | None:
 def _implied(r: Relation, least: dict) -> bool:
     """B*T != 1, B != 0, B + 1 > 2, B*T*2*4 == B*T*8: true at every size the names'
     bounds allow (the bounds themselves are kept)."""
-    if r.op in ("==", "<=", ">=") and _polynomial(r.left) is not None and \
-            _polynomial(r.left) == _polynomial(r.right):
+    if r.op in ("==", "<=", ">=") and (left := _polynomial(r.left)) is not None and \
+            left == _polynomial(r.right):
         return True
     if r.op not in ("!=", ">", ">=") or type(r.right) is not int or (
             r.op == ">=" and least.get(r.left) == r.right):

@@ -151,9 +151,9 @@ def abstract_forward(function, xs):
                         f"placeholders")
     source = next(x.source for x in xs if isinstance(x, AbstractArray))
     source = source if source.startswith("a value") else f"a value computed from {source}"
-    out = _result_types(function, record, xs, [_plain_shape(x) for x in xs])
-    alt = [_plain_shape(x, alt=True) for x in xs]
-    if current_tracer() is None and alt != [_plain_shape(x) for x in xs]:
+    shapes, alt = [_plain_shape(x) for x in xs], [_plain_shape(x, alt=True) for x in xs]
+    out = _result_types(function, record, xs, shapes)
+    if current_tracer() is None and alt != shapes:
         alt = [s for s, _ in _result_types(function, record, xs, alt)]
     else:  # in a recording the tracer knows the names: no second shape
         alt = [s for s, _ in out]
